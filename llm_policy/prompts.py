@@ -1,0 +1,71 @@
+"""Chat prompts from what the spaces carry: instruction (system), observation (user).
+
+One place builds prompts so that the zero-shot demo, the PPO policy and the Agent API all show the
+model exactly the same text for the same observation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gym_llm.spaces import TextActions, TextObservations
+
+Message = dict[str, str]
+
+
+def system_text(observation_space: Any, system_prompt: str | None = None) -> str:
+    """The static head of every prompt: optional persona, then the task instruction."""
+    parts = [system_prompt] if system_prompt else []
+    if isinstance(observation_space, TextObservations) and observation_space.instruction:
+        parts.append(observation_space.instruction)
+    return "\n\n".join(parts)
+
+
+def user_text(observation: str, action_space: Any) -> str:
+    """The observation, then what to reply. Small chat models follow a question at the end of
+    the user turn far more reliably than the same words in the system message."""
+    if isinstance(action_space, TextActions) and action_space.description:
+        return f"{observation}\n\n{action_space.description}"
+    return observation
+
+
+def build_messages(
+    observation: str, observation_space: Any, action_space: Any, system_prompt: str | None = None
+) -> list[Message]:
+    """System message (if any) then the observation with the reply instructions as user turn."""
+    messages: list[Message] = []
+    system = system_text(observation_space, system_prompt)
+    if system:
+        messages.append({"role": "system", "content": system})
+    messages.append({"role": "user", "content": user_text(observation, action_space)})
+    return messages
+
+
+def render_prompt(tokenizer: Any, messages: list[Message]) -> str:
+    """The prompt string ending where the assistant's reply starts.
+
+    Falls back gracefully for templates that reject a system role (the system text is prepended to
+    the first user turn) and for tokenizers without any chat template (plain ``Role: text`` lines).
+    """
+    if getattr(tokenizer, "chat_template", None):
+        try:
+            return str(
+                tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            )
+        except Exception:  # jinja2 TemplateError: e.g. "System role not supported"
+            if messages and messages[0]["role"] == "system" and len(messages) > 1:
+                merged = [
+                    {
+                        "role": "user",
+                        "content": messages[0]["content"] + "\n\n" + messages[1]["content"],
+                    },
+                    *messages[2:],
+                ]
+                return str(
+                    tokenizer.apply_chat_template(
+                        merged, tokenize=False, add_generation_prompt=True
+                    )
+                )
+            raise
+    lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+    return "\n\n".join([*lines, "Assistant:"])

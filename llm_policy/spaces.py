@@ -1,0 +1,104 @@
+"""Text spaces that carry the policy's contract.
+
+SB3 builds a policy from the observation and action spaces alone, so everything an LLM policy needs
+to write its prompt must travel inside them: the task instruction rides on the observation space,
+the list of valid action strings on the action space.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+#: Characters the built-in formatters may emit. ``gymnasium.spaces.Text`` defaults to alphanumerics
+#: only, which would reject spaces, newlines and punctuation that every readable observation has.
+TEXT_CHARSET: str = string.printable + "°±·→←↑↓×…–—’“”é"
+
+#: Long enough for a grid plus a few history lines; raise it with ``max_length=`` for longer texts.
+DEFAULT_OBS_MAX_LENGTH = 8192
+#: Free-text replies can be long (chain of thought); the parser reads any length anyway.
+DEFAULT_ACTION_MAX_LENGTH = 4096
+
+
+class TextObservations(spaces.Text):
+    """A :class:`gymnasium.spaces.Text` that also carries the task instruction.
+
+    The instruction is the static part of every prompt (the system message): keeping it on the
+    space lets a policy built from spaces alone show it to the model, and lets it be encoded once.
+    """
+
+    def __init__(
+        self,
+        max_length: int = DEFAULT_OBS_MAX_LENGTH,
+        *,
+        min_length: int = 0,
+        charset: str | frozenset[str] = TEXT_CHARSET,
+        instruction: str | None = None,
+        seed: int | np.random.Generator | None = None,
+    ) -> None:
+        super().__init__(max_length, min_length=min_length, charset=charset, seed=seed)
+        self.instruction = instruction
+
+    def __repr__(self) -> str:
+        return f"TextObservations(max_length={self.max_length}, instruction={self.instruction!r})"
+
+
+class TextActions(spaces.Text):
+    """A :class:`gymnasium.spaces.Text` for replies, listing the valid action strings if closed.
+
+    Any string is a legal *reply* (the parser decides what it means), so ``contains`` accepts every
+    string. ``actions`` is the ordered list of valid action names for a Discrete env (index ``i`` is
+    env action ``start + i``), or ``None`` when the set is open (Box, MultiDiscrete: numbers in text).
+    A policy in ``choice`` mode scores exactly these strings.
+    """
+
+    def __init__(
+        self,
+        actions: Sequence[str] | None = None,
+        *,
+        max_length: int = DEFAULT_ACTION_MAX_LENGTH,
+        charset: str | frozenset[str] = TEXT_CHARSET,
+        sampler: Callable[[np.random.Generator], str] | None = None,
+        description: str | None = None,
+        seed: int | np.random.Generator | None = None,
+    ) -> None:
+        if actions is not None:
+            actions = tuple(actions)
+            if not actions:
+                raise ValueError("TextActions(actions=...) needs at least one action string.")
+            if len(set(actions)) != len(actions):
+                raise ValueError(f"TextActions action strings must be unique, got {actions!r}.")
+            if any(not isinstance(a, str) or not a.strip() for a in actions):
+                raise ValueError(
+                    f"TextActions action strings must be non-empty str, got {actions!r}."
+                )
+        self.actions: tuple[str, ...] | None = actions
+        #: Draws a valid reply for open sets (numbers as text), so ``sample()`` is always parseable.
+        self.sampler = sampler
+        #: What to reply, in words, for the prompt ("Reply with one of: stick, hit.").
+        self.description = description
+        super().__init__(max_length, min_length=0, charset=charset, seed=seed)
+
+    def sample(self, mask: Any = None, probability: Any = None) -> str:
+        """A valid reply: a listed action, or for open sets a reply built by the wrapper's sampler."""
+        if self.actions is not None and mask is None and probability is None:
+            return self.actions[int(self.np_random.integers(len(self.actions)))]
+        if self.actions is None and self.sampler is not None:
+            return self.sampler(self.np_random)
+        return str(super().sample(mask=mask, probability=probability))
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str)
+
+    def __repr__(self) -> str:
+        return f"TextActions(actions={self.actions!r})"
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, TextActions) and self.actions == other.actions
+
+    def __hash__(self) -> int:
+        return hash(("TextActions", self.actions))

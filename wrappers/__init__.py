@@ -1,0 +1,18 @@
+"""Make any Gymnasium env text-in/text-out: observations as text, replies parsed into actions."""
+
+from gym_llm.wrappers.action_parser import ActionParserWrapper
+from gym_llm.wrappers.builtin_envs import BUILTIN_ENVS, EnvText
+from gym_llm.wrappers.formatters import format_observation
+from gym_llm.wrappers.parsing import DiscreteParser, NumericParser, ParseResult
+from gym_llm.wrappers.text_observation import TextObservationWrapper
+
+__all__ = [
+    "BUILTIN_ENVS",
+    "ActionParserWrapper",
+    "DiscreteParser",
+    "EnvText",
+    "NumericParser",
+    "ParseResult",
+    "TextObservationWrapper",
+    "format_observation",
+]

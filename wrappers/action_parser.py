@@ -1,0 +1,245 @@
+"""``ActionParserWrapper``: any Gymnasium env driven by text replies."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from gym_llm.spaces import DEFAULT_ACTION_MAX_LENGTH, TextActions
+from gym_llm.wrappers import builtin_envs
+from gym_llm.wrappers.formatters import format_array, format_number
+from gym_llm.wrappers.parsing import DiscreteParser, NumericParser, ParseResult
+
+OnInvalid = Literal["fallback", "raise"]
+#: A custom parser: reply text -> env action (``None`` or an exception means "invalid").
+Parser = Callable[[str], Any]
+
+_NUMERIC = (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+def _describe_numeric(space: spaces.Space[Any]) -> str:
+    if isinstance(space, spaces.Box):
+        low, high = (
+            np.broadcast_to(space.low, space.shape),
+            np.broadcast_to(space.high, space.shape),
+        )
+        size = int(np.prod(space.shape)) if space.shape else 1
+        if size == 1:
+            return (
+                f"What do you do? Answer with one number between {format_array(low)} and "
+                f"{format_array(high)}."
+            )
+        return (
+            f"What do you do? Answer with {size} numbers, low bounds {format_array(low.ravel())}, "
+            f"high bounds {format_array(high.ravel())}."
+        )
+    if isinstance(space, spaces.MultiDiscrete):
+        ranges = ", ".join(
+            f"{format_number(s)}..{format_number(s + n - 1)}"
+            for s, n in zip(space.start.ravel(), space.nvec.ravel(), strict=True)
+        )
+        return (
+            f"What do you do? Answer with {space.nvec.size} whole numbers, in the ranges {ranges}."
+        )
+    assert isinstance(space, spaces.MultiBinary)
+    return f"What do you do? Answer with {int(np.prod(space.shape))} numbers, each 0 or 1."
+
+
+class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConstructorArgs):
+    """Accept text replies as actions: parse them into the wrapped env's actions.
+
+    The action space becomes a :class:`gym_llm.spaces.TextActions`. For a Discrete env it lists
+    the valid action strings in order (built-in names for Gymnasium's toy-text and classic-control
+    envs, ``action_names`` to override, else the action numbers); Box, MultiDiscrete and
+    MultiBinary envs take numbers from the text. Parsing rules: :mod:`gym_llm.wrappers.parsing`.
+
+    An unparseable reply is never silent. With ``on_invalid="fallback"`` the env gets
+    ``fallback_action`` (or a random valid action, seeded by ``reset(seed=...)``) and the reward
+    gets ``invalid_penalty`` added; with ``"raise"`` a ``ValueError`` names the reply and the valid
+    actions. Every ``info`` carries ``action_text``, ``action`` (what the env got),
+    ``action_valid``, ``parse_error``, ``parse_method``, ``action_clipped`` and
+    ``invalid_actions`` (count so far this episode).
+
+    >>> import gymnasium as gym
+    >>> env = ActionParserWrapper(gym.make("Blackjack-v1", sab=False))
+    >>> env.action_space.actions
+    ('stick', 'hit')
+    >>> _ = env.reset(seed=0)
+    >>> _, _, _, _, info = env.step('{"action": "stick"}')
+    >>> info["action"], info["action_valid"]
+    (0, True)
+    """
+
+    def __init__(
+        self,
+        env: gym.Env[Any, Any],
+        *,
+        action_names: Sequence[str] | None = None,
+        parser: Parser | None = None,
+        on_invalid: OnInvalid = "fallback",
+        fallback_action: Any = None,
+        invalid_penalty: float = 0.0,
+        max_length: int = DEFAULT_ACTION_MAX_LENGTH,
+    ) -> None:
+        gym.utils.RecordConstructorArgs.__init__(
+            self,
+            action_names=action_names,
+            parser=parser,
+            on_invalid=on_invalid,
+            fallback_action=fallback_action,
+            invalid_penalty=invalid_penalty,
+            max_length=max_length,
+        )
+        gym.Wrapper.__init__(self, env)
+        if on_invalid not in ("fallback", "raise"):
+            raise ValueError(f"on_invalid must be 'fallback' or 'raise', got {on_invalid!r}.")
+        self.on_invalid: OnInvalid = on_invalid
+        self.invalid_penalty = float(invalid_penalty)
+        inner = env.action_space
+        self._custom = parser
+        self._discrete: DiscreteParser | None = None
+        self._numeric: NumericParser | None = None
+
+        if isinstance(inner, spaces.Discrete):
+            names = self._names_for(env, inner, action_names)
+            self._discrete = DiscreteParser(names, start=int(inner.start))
+            self.action_space = TextActions(
+                names,
+                max_length=max_length,
+                description="What do you do? Answer with one of: "
+                + ", ".join(f"'{n}'" for n in names)
+                + ".",
+            )
+        elif action_names is not None:
+            raise ValueError(
+                f"action_names only applies to Discrete action spaces; this env has {inner!r}."
+            )
+        elif isinstance(inner, _NUMERIC):
+            self._numeric = NumericParser(inner)
+            self.action_space = TextActions(
+                None,
+                max_length=max_length,
+                sampler=self._sample_numeric,
+                description=_describe_numeric(inner),
+            )
+        elif isinstance(inner, spaces.Text) or parser is not None:
+            self.action_space = TextActions(None, max_length=max_length)
+        else:
+            raise TypeError(
+                f"ActionParserWrapper cannot parse text into {inner!r} by itself. Pass "
+                "parser=callable(text) -> action."
+            )
+        self._fallback_space = copy.deepcopy(inner)
+        self.fallback_action = self._validated_fallback(fallback_action)
+        self.invalid_actions = 0
+        #: Totals over the wrapper's life, for logging invalid-action rates.
+        self.total_steps = 0
+        self.total_invalid = 0
+
+    @staticmethod
+    def _names_for(
+        env: gym.Env[Any, Any], space: spaces.Discrete, action_names: Sequence[str] | None
+    ) -> tuple[str, ...]:
+        n = int(space.n)
+        if action_names is not None:
+            names = tuple(str(a) for a in action_names)
+            if len(names) != n:
+                raise ValueError(
+                    f"action_names has {len(names)} names but the env has {n} actions: {names!r}."
+                )
+            return names
+        builtin = builtin_envs.lookup(env)
+        if builtin is not None and builtin.action_names is not None:
+            return builtin.action_names
+        return tuple(str(int(space.start) + i) for i in range(n))
+
+    def _sample_numeric(self, rng: np.random.Generator) -> str:
+        del rng  # the inner space's own generator keeps sampling reproducible per seed
+        sample = self._fallback_space.sample()
+        return format_array(np.asarray(sample), precision=6)
+
+    def _validated_fallback(self, fallback: Any) -> Any:
+        if fallback is None:
+            return None
+        if isinstance(fallback, str):
+            result = self.parse(fallback)
+            if not result.valid:
+                raise ValueError(
+                    f"fallback_action {fallback!r} is not a valid action: {result.error}."
+                )
+            return result.action
+        if not self.env.action_space.contains(fallback):
+            raise ValueError(
+                f"fallback_action {fallback!r} is not in the env's action space {self.env.action_space}."
+            )
+        return fallback
+
+    def parse(self, text: str) -> ParseResult:
+        """Parse one reply; never raises on a string (custom parser errors become invalid)."""
+        if self._custom is not None:
+            try:
+                action = self._custom(text)
+            except Exception as exc:  # a user parser's failure is an invalid action, not a crash
+                return ParseResult(None, error=f"parser raised {type(exc).__name__}: {exc}")
+            if action is None:
+                return ParseResult(None, error="parser returned None")
+            if not self.env.action_space.contains(action):
+                return ParseResult(
+                    None, error=f"parser returned {action!r}, not in the action space"
+                )
+            return ParseResult(action, method="custom")
+        if self._discrete is not None:
+            return self._discrete(text)
+        if self._numeric is not None:
+            return self._numeric(text)
+        return ParseResult(text, method="text")  # a Text-action env takes the reply as it is
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        if seed is not None:
+            self._fallback_space.seed(seed)
+        self.invalid_actions = 0
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action: str) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        if not isinstance(action, str):
+            raise TypeError(
+                f"ActionParserWrapper.step takes the model's reply as str, got "
+                f"{type(action).__name__} {action!r}. To step with env actions, use the inner env."
+            )
+        result = self.parse(action)
+        self.total_steps += 1
+        if result.valid:
+            env_action = result.action
+        else:
+            self.invalid_actions += 1
+            self.total_invalid += 1
+            if self.on_invalid == "raise":
+                assert isinstance(self.action_space, TextActions)
+                valid = self.action_space.description or "see the action space"
+                raise ValueError(f"Invalid action {action!r}: {result.error}. {valid}")
+            env_action = (
+                self.fallback_action
+                if self.fallback_action is not None
+                else self._fallback_space.sample()
+            )
+        obs, reward, terminated, truncated, info = self.env.step(env_action)
+        if not result.valid:
+            reward = float(reward) + self.invalid_penalty
+        info = dict(info)
+        info.update(
+            action_text=action,
+            action=env_action,
+            action_valid=result.valid,
+            parse_error=result.error,
+            parse_method=result.method,
+            action_clipped=result.clipped,
+            invalid_actions=self.invalid_actions,
+        )
+        return obs, reward, terminated, truncated, info
