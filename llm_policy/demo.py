@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             ).strip()
             next_observation, reward, terminated, truncated, info = env.step(reply)
             status = "valid" if info["action_valid"] else f"INVALID ({info['parse_error']})"
-            print(f"Observation:\n  " + observation.replace("\n", "\n  "))
+            print("Observation:\n  " + observation.replace("\n", "\n  "))
             print(f"Model reply: {reply!r}")
             print(f"Parsed action: {info['action']} [{status}]  reward: {float(reward):g}\n")
             observation = next_observation

