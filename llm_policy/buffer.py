@@ -1,0 +1,113 @@
+"""Rollout storage for text turns, reusing SB3's GAE.
+
+SB3's ``RolloutBuffer`` allocates numeric observation arrays from the space and fails on text, but
+its ``compute_returns_and_advantage`` only needs the reward/value/episode-start arrays. This buffer
+keeps those exactly as SB3 does (so GAE, truncation handling and episode starts match SB3 line for
+line) and stores the strings and token sequences of each turn in object arrays next to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from stable_baselines3.common.buffers import RolloutBuffer
+
+
+@dataclass
+class TextBatch:
+    """One minibatch of turns."""
+
+    observations: list[str]
+    actions: list[np.ndarray]
+    old_token_log_probs: list[np.ndarray]
+    old_values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+
+class TextRolloutBuffer(RolloutBuffer):
+    """``(n_steps, n_envs)`` turns: prompts, replies' tokens and log-probs, rewards, values."""
+
+    def __init__(
+        self,
+        buffer_size: int,
+        n_envs: int,
+        device: torch.device | str = "cpu",
+        gae_lambda: float = 1.0,
+        gamma: float = 0.99,
+    ) -> None:
+        # Deliberately not calling RolloutBuffer.__init__: it would build numeric obs arrays.
+        self.buffer_size, self.n_envs = buffer_size, n_envs
+        self.device = torch.device(device)
+        self.gae_lambda, self.gamma = gae_lambda, gamma
+        self.reset()
+
+    def reset(self) -> None:
+        shape = (self.buffer_size, self.n_envs)
+        self.observations_text = np.empty(shape, dtype=object)
+        self.replies = np.empty(shape, dtype=object)
+        self.action_tokens = np.empty(shape, dtype=object)
+        self.token_log_probs = np.empty(shape, dtype=object)
+        self.rewards = np.zeros(shape, dtype=np.float32)
+        self.returns = np.zeros(shape, dtype=np.float32)
+        self.episode_starts = np.zeros(shape, dtype=np.float32)
+        self.values = np.zeros(shape, dtype=np.float32)
+        self.log_probs = np.zeros(shape, dtype=np.float32)
+        self.advantages = np.zeros(shape, dtype=np.float32)
+        self.pos, self.full, self.generator_ready = 0, False, False
+
+    def add_turns(
+        self,
+        observations: np.ndarray,
+        replies: list[str],
+        actions: list[np.ndarray],
+        token_log_probs: list[np.ndarray],
+        rewards: np.ndarray,
+        episode_starts: np.ndarray,
+        values: torch.Tensor,
+    ) -> None:
+        if self.full:
+            raise RuntimeError("TextRolloutBuffer is full: call reset() before adding turns.")
+        for env in range(self.n_envs):
+            self.observations_text[self.pos, env] = str(observations[env])
+            self.replies[self.pos, env] = replies[env]
+            self.action_tokens[self.pos, env] = actions[env]
+            self.token_log_probs[self.pos, env] = token_log_probs[env]
+            self.log_probs[self.pos, env] = float(np.sum(token_log_probs[env]))
+        self.rewards[self.pos] = np.asarray(rewards, dtype=np.float32)
+        self.episode_starts[self.pos] = np.asarray(episode_starts, dtype=np.float32)
+        self.values[self.pos] = values.detach().float().cpu().numpy().reshape(-1)
+        self.pos += 1
+        self.full = self.pos == self.buffer_size
+
+    def minibatches(
+        self, batch_size: int, generator: np.random.Generator | None = None
+    ) -> Iterator[TextBatch]:
+        """Shuffled minibatches over all ``n_steps * n_envs`` turns."""
+        if not self.full:
+            raise RuntimeError("TextRolloutBuffer is not full yet: collect a whole rollout first.")
+        total = self.buffer_size * self.n_envs
+        order = (generator or np.random.default_rng()).permutation(total)
+        flat = {
+            "obs": self.observations_text.reshape(-1),
+            "act": self.action_tokens.reshape(-1),
+            "lp": self.token_log_probs.reshape(-1),
+        }
+        values, advantages, returns = (
+            torch.as_tensor(a.reshape(-1), device=self.device)
+            for a in (self.values, self.advantages, self.returns)
+        )
+        for start in range(0, total, batch_size):
+            idx = order[start : start + batch_size]
+            index = torch.as_tensor(idx, device=self.device)
+            yield TextBatch(
+                observations=[str(o) for o in flat["obs"][idx]],
+                actions=list(flat["act"][idx]),
+                old_token_log_probs=list(flat["lp"][idx]),
+                old_values=values[index],
+                advantages=advantages[index],
+                returns=returns[index],
+            )

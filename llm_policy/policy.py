@@ -1,0 +1,489 @@
+"""``LLMPolicy``: a causal LM (+ LoRA) as an SB3 actor-critic policy over text.
+
+The policy acts on batches of observation strings and returns replies together with *exact*
+log-probabilities of what it sampled, so PPO's importance ratio is computed on the same numbers the
+sampler used. Two action modes share one network:
+
+* ``choice``: every valid action string (listed by :class:`gym_llm.spaces.TextActions`) is scored
+  as a continuation of the prompt; the prompt is run once and its KV cache shared by all
+  candidates. The action distribution is ``softmax(score / temperature)`` where the score is the
+  sum (or per-token mean) of the candidate's token log-probs.
+* ``generate``: free text is sampled token by token from ``softmax(logits / temperature)`` (no
+  top-k/top-p, whose truncation the stored log-probs would not account for); sampled token ids and
+  their log-probs are kept as sampled, never decoded and re-tokenised.
+
+The critic is ``Linear(hidden, 1)`` on the last prompt token's final hidden state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.policies import BasePolicy
+from torch import nn
+
+from gym_llm.models import MODEL_REGISTRY, load_model
+from gym_llm.prompts import build_messages, render_prompt
+from gym_llm.spaces import TextActions
+
+ActionMode = Literal["choice", "generate"]
+Normalization = Literal["sum", "mean"]
+
+
+@dataclass
+class PolicyStep:
+    """What one batched policy call produced, per env."""
+
+    #: The reply text sent to each env.
+    replies: list[str]
+    #: Choice mode: ``[index]``; generate mode: the sampled token ids (EOS included if sampled).
+    actions: list[np.ndarray]
+    #: Log-prob of each action token as sampled (choice mode: one value, the action's log-prob).
+    token_log_probs: list[np.ndarray]
+    #: Critic values, shape ``(n,)``.
+    values: torch.Tensor
+
+
+@dataclass
+class Evaluation:
+    """Differentiable re-evaluation of stored actions, for the PPO loss."""
+
+    #: ``(n, T)`` log-prob of each action token (padded with 0 where ``mask`` is False).
+    token_log_probs: torch.Tensor
+    #: ``(n, T)`` which entries are real action tokens.
+    mask: torch.Tensor
+    #: ``(n,)`` entropy of the action distribution (generate: mean per-token entropy).
+    entropy: torch.Tensor
+    #: ``(n,)`` critic values.
+    values: torch.Tensor
+
+
+def _default_lora(target_modules: Sequence[str] | str) -> dict[str, Any]:
+    # lora_dropout=0: dropout would make training-time log-probs differ from rollout log-probs.
+    return {
+        "r": 16,
+        "lora_alpha": 32,
+        "lora_dropout": 0.0,
+        "target_modules": list(target_modules)
+        if not isinstance(target_modules, str)
+        else target_modules,
+        "bias": "none",
+        "task_type": "CAUSAL_LM",
+    }
+
+
+class LLMPolicy(BasePolicy):
+    """Actor-critic policy over text built from the spaces plus ``policy_kwargs``.
+
+    Args:
+        observation_space: a ``gymnasium.spaces.Text`` (its ``instruction``, if any, is the
+            system prompt).
+        action_space: a ``gymnasium.spaces.Text``; a :class:`TextActions` listing actions enables
+            choice mode.
+        lr_schedule: SB3 learning-rate schedule.
+        model: registry name or path (never a model object, so save/load can rebuild it).
+        lora: LoRA settings (dict or ``peft.LoraConfig``); ``None`` fine-tunes all weights.
+        action_mode: ``"choice"`` (default when actions are listed) or ``"generate"``.
+        max_new_tokens: reply budget in generate mode (default: the registry's, else 24).
+        temperature: sampling temperature (generate: over tokens; choice: over action scores).
+        system_prompt: text put before the env's instruction in the system message.
+        choice_normalization: ``"sum"`` of candidate token log-probs, or per-token ``"mean"``.
+        dtype: model weights dtype (``None``: bf16 on GPU, fp32 on CPU).
+        gradient_checkpointing: trade compute for memory in the update.
+        device: where the model lives (set by PPO).
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        lr_schedule: Callable[[float], float],
+        *,
+        model: str = "smollm2-135m",
+        lora: dict[str, Any] | Any | None = None,
+        action_mode: ActionMode | None = None,
+        max_new_tokens: int | None = None,
+        temperature: float = 1.0,
+        system_prompt: str | None = None,
+        choice_normalization: Normalization = "sum",
+        dtype: str | None = None,
+        gradient_checkpointing: bool = False,
+        device: torch.device | str = "auto",
+        optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
+        optimizer_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(observation_space, spaces.Text) or not isinstance(
+            action_space, spaces.Text
+        ):
+            from gym_llm.vec_env import NOT_TEXT_HELP
+
+            raise TypeError(
+                f"LLMPolicy got observation space {observation_space} and action space "
+                f"{action_space}. " + NOT_TEXT_HELP
+            )
+        if not isinstance(model, str):
+            raise TypeError(
+                "policy_kwargs['model'] must be a registry name or a path (a string), so that a "
+                f"saved agent can be rebuilt; got {type(model).__name__}."
+            )
+        super().__init__(
+            observation_space,
+            action_space,
+            optimizer_class=optimizer_class,
+            optimizer_kwargs=optimizer_kwargs,
+        )
+        listed = action_space.actions if isinstance(action_space, TextActions) else None
+        if action_mode is None:
+            action_mode = "choice" if listed else "generate"
+        if action_mode not in ("choice", "generate"):
+            raise ValueError(f"action_mode must be 'choice' or 'generate', got {action_mode!r}.")
+        if action_mode == "choice" and not listed:
+            raise ValueError(
+                "action_mode='choice' needs an action space that lists the valid actions "
+                "(gym_llm.spaces.TextActions with actions=...); use action_mode='generate'."
+            )
+        if choice_normalization not in ("sum", "mean"):
+            raise ValueError(
+                f"choice_normalization must be 'sum' or 'mean', got {choice_normalization!r}."
+            )
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}.")
+        spec = MODEL_REGISTRY.get(model.lower())
+        self.model_name = model
+        self.action_mode: ActionMode = action_mode
+        self.actions_list: tuple[str, ...] = tuple(listed or ())
+        self.max_new_tokens = max_new_tokens or (spec.max_new_tokens if spec else 24)
+        self.temperature = float(temperature)
+        self.system_prompt = system_prompt
+        self.choice_normalization: Normalization = choice_normalization
+
+        lm, self.tokenizer = load_model(model, device=device, dtype=dtype)
+        if lora is not None:
+            from peft import LoraConfig, get_peft_model
+
+            if isinstance(lora, dict):
+                targets = spec.lora_target_modules if spec else "all-linear"
+                lora = LoraConfig(**{**_default_lora(targets), **lora})
+            lm = get_peft_model(lm, lora)
+        if gradient_checkpointing:
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if lora is not None:
+                lm.enable_input_require_grads()
+        self.lm = lm
+        self.uses_lora = lora is not None
+        hidden = int(lm.config.get_text_config().hidden_size)
+        self.value_head = nn.Linear(hidden, 1, device=lm.device, dtype=torch.float32)
+        nn.init.zeros_(self.value_head.weight)
+        nn.init.zeros_(self.value_head.bias)
+
+        self.stop_ids = self._stop_token_ids()
+        self._prompt_cache: dict[str, list[int]] = {}
+        self._candidates = self._tokenize_candidates() if self.action_mode == "choice" else None
+        params = [p for p in self.parameters() if p.requires_grad]
+        self.optimizer = self.optimizer_class(params, lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    # --- construction helpers ------------------------------------------------------------------
+
+    def _stop_token_ids(self) -> list[int]:
+        ids = {self.tokenizer.eos_token_id}
+        configured = getattr(getattr(self.lm, "generation_config", None), "eos_token_id", None)
+        if isinstance(configured, int):
+            ids.add(configured)
+        elif isinstance(configured, list | tuple):
+            ids.update(configured)
+        return sorted(i for i in ids if i is not None)
+
+    def _tokenize_candidates(self) -> tuple[torch.Tensor, torch.Tensor]:
+        encoded = [
+            self.tokenizer(action, add_special_tokens=False)["input_ids"]
+            for action in self.actions_list
+        ]
+        if any(len(ids) == 0 for ids in encoded):
+            raise ValueError(f"Some actions tokenize to nothing: {self.actions_list!r}.")
+        width = max(len(ids) for ids in encoded)
+        pad = int(self.tokenizer.pad_token_id)
+        ids = torch.full((len(encoded), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        for i, seq in enumerate(encoded):
+            ids[i, : len(seq)] = torch.tensor(seq)
+            mask[i, : len(seq)] = 1
+        return ids.to(self.lm.device), mask.to(self.lm.device)
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.lm.device)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(
+            model=self.model_name,
+            action_mode=self.action_mode,
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            system_prompt=self.system_prompt,
+            choice_normalization=self.choice_normalization,
+        )
+        return data
+
+    # --- prompts -------------------------------------------------------------------------------
+
+    def prompt_text(self, observation: str) -> str:
+        """The exact prompt the model sees for ``observation``."""
+        messages = build_messages(
+            observation, self.observation_space, self.action_space, self.system_prompt
+        )
+        return render_prompt(self.tokenizer, messages)
+
+    def prompt_ids(self, observation: str) -> list[int]:
+        """Token ids of the prompt, memoised: envs revisit the same observations constantly."""
+        ids = self._prompt_cache.get(observation)
+        if ids is None:
+            ids = self.tokenizer(self.prompt_text(observation), add_special_tokens=False)[
+                "input_ids"
+            ]
+            if len(self._prompt_cache) > 100_000:
+                self._prompt_cache.clear()
+            self._prompt_cache[observation] = ids
+        return ids
+
+    def _batch_prompts(self, observations: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded prompt ids and attention mask, so every prompt ends at the last column."""
+        seqs = [self.prompt_ids(str(o)) for o in observations]
+        width = max(len(s) for s in seqs)
+        pad = int(self.tokenizer.pad_token_id)
+        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, seq in enumerate(seqs):
+            ids[i, width - len(seq) :] = torch.tensor(seq)
+            mask[i, width - len(seq) :] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    # --- model passes --------------------------------------------------------------------------
+
+    def _prompt_pass(
+        self, ids: torch.Tensor, mask: torch.Tensor, keep: int = 1
+    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """Run the prompts once: logits of the last ``keep`` positions, values, KV cache."""
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.lm(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            output_hidden_states=True,
+            logits_to_keep=keep,
+        )
+        last_hidden = out.hidden_states[-1][:, -1].float()
+        values = self.value_head(last_hidden).squeeze(-1)
+        return out.logits, values, out.past_key_values
+
+    def _choice_scores(self, observations: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(n, K)`` action logits (candidate scores / temperature) and ``(n,)`` values."""
+        assert self._candidates is not None
+        cand_ids, cand_mask = self._candidates
+        ids, mask = self._batch_prompts(observations)
+        n, k, width = ids.shape[0], cand_ids.shape[0], cand_ids.shape[1]
+        logits, values, cache = self._prompt_pass(ids, mask)
+        first = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (n, V) next-token dist
+        # First candidate token: from the shared prompt pass.
+        token_lp = first[:, cand_ids[:, 0]].unsqueeze(-1)  # (n, K, 1)
+        if width > 1:
+            cache.batch_repeat_interleave(k)
+            lengths = mask.sum(-1)  # real prompt lengths
+            follow_ids = cand_ids[:, :-1].repeat(n, 1)  # feed all but the last token
+            follow_mask = cand_mask[:, :-1].repeat(n, 1)
+            full_mask = torch.cat([mask.repeat_interleave(k, 0), follow_mask], dim=-1)
+            positions = lengths.repeat_interleave(k).unsqueeze(-1) + torch.arange(
+                width - 1, device=self.device
+            )
+            out = self.lm(
+                input_ids=follow_ids,
+                attention_mask=full_mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            rest = torch.log_softmax(out.logits.float(), dim=-1)  # (n*K, width-1, V)
+            targets = cand_ids[:, 1:].repeat(n, 1).unsqueeze(-1)
+            rest_lp = rest.gather(-1, targets).squeeze(-1).view(n, k, width - 1)
+            token_lp = torch.cat([token_lp, rest_lp], dim=-1)
+        token_lp = token_lp * cand_mask.unsqueeze(0)
+        scores = token_lp.sum(-1)
+        if self.choice_normalization == "mean":
+            scores = scores / cand_mask.sum(-1).unsqueeze(0)
+        return scores / self.temperature, values
+
+    def _generate(
+        self, observations: Sequence[str], deterministic: bool
+    ) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor]:
+        ids, mask = self._batch_prompts(observations)
+        n = ids.shape[0]
+        logits, values, cache = self._prompt_pass(ids, mask)
+        next_logits = logits[:, -1]
+        stop = torch.tensor(self.stop_ids, device=self.device)
+        finished = torch.zeros(n, dtype=torch.bool, device=self.device)
+        position = mask.sum(-1)
+        tokens, log_probs, alive = [], [], []
+        for _ in range(self.max_new_tokens):
+            dist = torch.log_softmax(next_logits.float() / self.temperature, dim=-1)
+            if deterministic:
+                token = dist.argmax(-1)
+            else:
+                token = torch.multinomial(dist.exp(), 1).squeeze(-1)
+            tokens.append(token)
+            log_probs.append(dist.gather(-1, token.unsqueeze(-1)).squeeze(-1))
+            alive.append(~finished)
+            finished = finished | torch.isin(token, stop)
+            if bool(finished.all()):
+                break
+            mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=self.device)], -1)
+            out = self.lm(
+                input_ids=token.unsqueeze(-1),
+                attention_mask=mask,
+                position_ids=position.unsqueeze(-1),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache, next_logits, position = out.past_key_values, out.logits[:, -1], position + 1
+        token_mat = torch.stack(tokens, 1).cpu().numpy()
+        lp_mat = torch.stack(log_probs, 1).float().cpu().numpy()
+        alive_mat = torch.stack(alive, 1).cpu().numpy()
+        actions = [token_mat[i][alive_mat[i]].astype(np.int64) for i in range(n)]
+        token_lps = [lp_mat[i][alive_mat[i]].astype(np.float32) for i in range(n)]
+        return actions, token_lps, values
+
+    def decode(self, token_ids: np.ndarray) -> str:
+        """Reply text from sampled ids (stop tokens dropped)."""
+        ids = [int(t) for t in token_ids if int(t) not in self.stop_ids]
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True)).strip()
+
+    # --- the policy interface ------------------------------------------------------------------
+
+    def act(self, observations: Sequence[str], deterministic: bool = False) -> PolicyStep:
+        """Replies for a batch of observations, with exact log-probs and values (one LM batch)."""
+        if self.action_mode == "choice":
+            logits, values = self._choice_scores(observations)
+            dist = torch.distributions.Categorical(logits=logits)
+            chosen = logits.argmax(-1) if deterministic else dist.sample()
+            lps = dist.log_prob(chosen).float().cpu().numpy()
+            indices = chosen.cpu().numpy()
+            return PolicyStep(
+                replies=[self.actions_list[int(i)] for i in indices],
+                actions=[np.array([int(i)], dtype=np.int64) for i in indices],
+                token_log_probs=[np.array([lp], dtype=np.float32) for lp in lps],
+                values=values,
+            )
+        actions, token_lps, values = self._generate(observations, deterministic)
+        return PolicyStep(
+            replies=[self.decode(a) for a in actions],
+            actions=actions,
+            token_log_probs=token_lps,
+            values=values,
+        )
+
+    def forward(self, obs: Any, deterministic: bool = False) -> PolicyStep:
+        return self.act(list(obs), deterministic)
+
+    def _predict(self, observation: Any, deterministic: bool = False) -> torch.Tensor:
+        raise NotImplementedError("LLMPolicy returns strings; use predict().")
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: str | Sequence[str] | np.ndarray,
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """Replies (``dtype=object`` array of str) for one observation string or a batch."""
+        single = isinstance(observation, str)
+        batch = (
+            [observation]
+            if single
+            else [str(o) for o in np.asarray(observation, dtype=object).ravel()]
+        )
+        self.set_training_mode(False)
+        with torch.inference_mode():
+            step = self.act(batch, deterministic=deterministic)
+        replies = np.array(step.replies, dtype=object)
+        return (replies[0] if single else replies), state
+
+    def predict_values(self, observations: Sequence[str]) -> torch.Tensor:
+        """Critic values ``(n,)`` (no candidates, no generation: just the prompt pass)."""
+        ids, mask = self._batch_prompts(observations)
+        _, values, _ = self._prompt_pass(ids, mask)
+        return values
+
+    def evaluate_actions(
+        self, observations: Sequence[str], actions: Sequence[np.ndarray]
+    ) -> Evaluation:
+        """Log-probs (per action token), entropy and values of stored actions, with gradients."""
+        if self.action_mode == "choice":
+            logits, values = self._choice_scores(observations)
+            log_dist = torch.log_softmax(logits, dim=-1)
+            index = torch.tensor([int(a[0]) for a in actions], device=self.device)
+            lp = log_dist.gather(-1, index.unsqueeze(-1))
+            entropy = -(log_dist.exp() * log_dist).sum(-1)
+            return Evaluation(lp, torch.ones_like(lp, dtype=torch.bool), entropy, values)
+        ids, mask = self._batch_prompts(observations)
+        n, width = len(actions), max(len(a) for a in actions)
+        pad = int(self.tokenizer.pad_token_id)
+        reply = torch.full((n, width), pad, dtype=torch.long)
+        reply_mask = torch.zeros((n, width), dtype=torch.long)
+        for i, a in enumerate(actions):
+            reply[i, : len(a)] = torch.as_tensor(a, dtype=torch.long)
+            reply_mask[i, : len(a)] = 1
+        reply, reply_mask = reply.to(self.device), reply_mask.to(self.device)
+        full_mask = torch.cat([mask, reply_mask], dim=-1)
+        positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.lm(
+            input_ids=torch.cat([ids, reply], dim=-1),
+            attention_mask=full_mask,
+            position_ids=positions,
+            output_hidden_states=True,
+            logits_to_keep=width + 1,
+        )
+        prompt_width = ids.shape[1]
+        values = self.value_head(out.hidden_states[-1][:, prompt_width - 1].float()).squeeze(-1)
+        log_dist = torch.log_softmax(out.logits[:, :-1].float() / self.temperature, dim=-1)
+        lp = log_dist.gather(-1, reply.unsqueeze(-1)).squeeze(-1)
+        token_entropy = -(log_dist.exp() * log_dist).sum(-1)
+        valid = reply_mask.bool()
+        entropy = (token_entropy * valid).sum(-1) / valid.sum(-1).clamp(min=1)
+        return Evaluation(lp * valid, valid, entropy, values)
+
+    # --- what gets saved -----------------------------------------------------------------------
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """Only what training changes (LoRA + value head, or everything without LoRA)."""
+        return {
+            name: p.detach().cpu().clone() for name, p in self.named_parameters() if p.requires_grad
+        }
+
+    def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        params = dict(self.named_parameters())
+        missing = [name for name, p in params.items() if p.requires_grad and name not in state]
+        unknown = [name for name in state if name not in params]
+        if missing or unknown:
+            raise ValueError(
+                f"Saved weights do not match this policy (missing {missing[:3]}, unknown "
+                f"{unknown[:3]}): was it saved with another model or LoRA config?"
+            )
+        with torch.no_grad():
+            for name, tensor in state.items():
+                params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+
+    def reference_log_probs(
+        self, observations: Sequence[str], actions: Sequence[np.ndarray]
+    ) -> torch.Tensor:
+        """Log-probs under the reference model: the same weights with the LoRA adapter off."""
+        if not self.uses_lora:
+            raise ValueError(
+                "A KL penalty to the reference model needs LoRA (lora=None trains all weights)."
+            )
+        with torch.no_grad(), self.lm.disable_adapter():
+            return self.evaluate_actions(observations, actions).token_log_probs

@@ -1,0 +1,475 @@
+"""``PPO``: SB3's on-policy algorithm, trained on text turns with token-level log-probs.
+
+Everything SB3 users know keeps working (constructor style, ``learn()``, callbacks, logger and
+TensorBoard, ``progress_bar``, ``predict``, ``evaluate_policy``); what differs is what an LLM
+needs: rollouts are batched LM calls over strings, the buffer stores token sequences, the loss is
+the clipped surrogate per action token with the turn's GAE advantage, gradients are accumulated
+over micro-batches, and an optional KL penalty pulls towards the reference model (the same weights
+with the LoRA adapter disabled; no second copy in memory).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import is_wrapped
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.common.utils import FloatSchedule, explained_variance
+from stable_baselines3.common.vec_env import VecEnv
+
+from gym_llm.buffer import TextRolloutBuffer
+from gym_llm.policy import LLMPolicy
+from gym_llm.spaces import TextActions, TextObservations
+from gym_llm.vec_env import TextVecEnv, check_text_env
+
+SelfPPO = TypeVar("SelfPPO", bound="PPO")
+
+#: Hyper-parameters written to ``config.json`` by ``save`` and passed back by ``load``.
+_SAVED_HYPERPARAMETERS = (
+    "learning_rate",
+    "n_steps",
+    "batch_size",
+    "n_epochs",
+    "gamma",
+    "gae_lambda",
+    "clip_range_value",
+    "normalize_advantage",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "target_kl",
+    "kl_coef",
+    "micro_batch_size",
+    "n_logged_samples",
+    "seed",
+)
+
+
+def _pad(arrays: list[np.ndarray], width: int, device: torch.device) -> torch.Tensor:
+    out = torch.zeros((len(arrays), width), dtype=torch.float32)
+    for i, a in enumerate(arrays):
+        out[i, : len(a)] = torch.as_tensor(a, dtype=torch.float32)
+    return out.to(device)
+
+
+class PPO(OnPolicyAlgorithm):
+    """Proximal Policy Optimization for :class:`LLMPolicy` on text envs.
+
+    SB3's PPO arguments keep their meaning; the LLM-specific ones:
+
+    Args:
+        kl_coef: weight of the KL penalty to the reference model (adapter disabled); 0 = off.
+        micro_batch_size: turns per forward/backward pass; gradients are accumulated over the
+            minibatch (``batch_size``), so memory scales with this, not with ``batch_size``.
+        n_logged_samples: (prompt, reply, reward) examples written to TensorBoard per rollout.
+    """
+
+    policy_aliases: ClassVar[dict[str, type[Any]]] = {"LLMPolicy": LLMPolicy}
+    policy: LLMPolicy
+    rollout_buffer: TextRolloutBuffer
+
+    def __init__(
+        self,
+        policy: str | type[LLMPolicy],
+        env: GymEnv | str | None,
+        learning_rate: float | Schedule = 1e-4,
+        n_steps: int = 64,
+        batch_size: int = 64,
+        n_epochs: int = 2,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        clip_range: float = 0.2,
+        normalize_advantage: bool = True,
+        ent_coef: float = 0.0,
+        vf_coef: float = 0.5,
+        max_grad_norm: float = 1.0,
+        target_kl: float | None = None,
+        kl_coef: float = 0.0,
+        micro_batch_size: int = 8,
+        n_logged_samples: int = 4,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: torch.device | str = "auto",
+        _init_setup_model: bool = True,
+    ) -> None:
+        if policy_kwargs is not None and not isinstance(policy_kwargs.get("model", ""), str):
+            raise TypeError(
+                "policy_kwargs['model'] must be a registry name or a path, not a model object, "
+                "so that save/load can rebuild the policy."
+            )
+        super().__init__(
+            policy,
+            env,  # type: ignore[arg-type]
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            use_sde=False,
+            sde_sample_freq=-1,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs=policy_kwargs,
+            verbose=verbose,
+            seed=seed,
+            device=device,
+            _init_setup_model=False,
+        )
+        for name, value in (
+            ("batch_size", batch_size),
+            ("n_epochs", n_epochs),
+            ("n_steps", n_steps),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}.")
+        if micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}.")
+        self.batch_size = batch_size
+        self.n_epochs = n_epochs
+        self.clip_range_value = float(clip_range)
+        self.clip_range: Schedule = FloatSchedule(float(clip_range))
+        self.normalize_advantage = normalize_advantage
+        self.target_kl = target_kl
+        self.kl_coef = kl_coef
+        self.micro_batch_size = micro_batch_size
+        self.n_logged_samples = n_logged_samples
+        #: max |ratio - 1| on the first minibatch of the last update (invariant: ~0).
+        self.first_ratio_error = float("nan")
+        #: Share of replies the env could not parse in the last rollout.
+        self.invalid_action_rate = float("nan")
+        self._shuffle_rng = np.random.default_rng(seed)
+        if _init_setup_model:
+            self._setup_model()
+
+    # --- set-up --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
+        if isinstance(env, VecEnv):
+            check_text_env(env)
+            return env
+        check_text_env(env)
+        wrapped: gym.Env[Any, Any] = env
+        if monitor_wrapper and not is_wrapped(env, Monitor):
+            wrapped = Monitor(env)
+        return TextVecEnv([lambda: wrapped])
+
+    def _setup_model(self) -> None:
+        self._setup_lr_schedule()
+        self.set_random_seed(self.seed)
+        self.policy = LLMPolicy(
+            self.observation_space,
+            self.action_space,
+            self.lr_schedule,
+            device=self.device,
+            **self.policy_kwargs,
+        )
+        self.rollout_buffer = TextRolloutBuffer(
+            self.n_steps,
+            self.n_envs,
+            device=self.device,
+            gae_lambda=self.gae_lambda,
+            gamma=self.gamma,
+        )
+
+    # --- rollouts ------------------------------------------------------------------------------
+
+    def collect_rollouts(
+        self,
+        env: VecEnv,
+        callback: BaseCallback,
+        rollout_buffer: Any,
+        n_rollout_steps: int,
+    ) -> bool:
+        """Fill the buffer with ``n_rollout_steps`` batched policy calls (one per vector step)."""
+        assert self._last_obs is not None, "No previous observation was provided"
+        buffer: TextRolloutBuffer = rollout_buffer
+        self.policy.set_training_mode(False)
+        buffer.reset()
+        callback.on_rollout_start()
+        n_steps = invalid = 0
+        samples: list[str] = []
+        dones = np.zeros(env.num_envs, dtype=bool)
+        while n_steps < n_rollout_steps:
+            observations = self._last_obs
+            with torch.inference_mode():
+                step = self.policy.act(list(observations))  # type: ignore[arg-type]
+            new_obs, rewards, dones, infos = env.step(np.array(step.replies, dtype=object))
+            self.num_timesteps += env.num_envs
+            callback.update_locals(locals())
+            if not callback.on_step():
+                return False
+            self._update_info_buffer(infos, dones)
+            n_steps += 1
+            invalid += sum(not info.get("action_valid", True) for info in infos)
+            if len(samples) < self.n_logged_samples:
+                samples.append(
+                    f"**observation**\n\n    {observations[0]!s}\n\n**reply:** {step.replies[0]}"
+                    f"\n\n**reward:** {float(rewards[0]):g}"
+                )
+            rewards = rewards.astype(np.float32)
+            for idx, done in enumerate(dones):
+                terminal = infos[idx].get("terminal_observation")
+                if done and terminal is not None and infos[idx].get("TimeLimit.truncated", False):
+                    with torch.inference_mode():
+                        terminal_value = self.policy.predict_values([str(terminal)])[0]
+                    rewards[idx] += self.gamma * float(terminal_value)
+            buffer.add_turns(
+                observations,  # type: ignore[arg-type]
+                step.replies,
+                step.actions,
+                step.token_log_probs,
+                rewards,
+                self._last_episode_starts,  # type: ignore[arg-type]
+                step.values,
+            )
+            self._last_obs = new_obs  # type: ignore[assignment]
+            self._last_episode_starts = dones
+        with torch.inference_mode():
+            last_values = self.policy.predict_values(list(self._last_obs))  # type: ignore[arg-type]
+        buffer.compute_returns_and_advantage(last_values=last_values.float(), dones=dones)
+        self.invalid_action_rate = invalid / (n_steps * env.num_envs)
+        self.logger.record("rollout/invalid_action_rate", self.invalid_action_rate)
+        if samples:
+            self.logger.record(
+                "rollout/samples",
+                "\n\n---\n\n".join(samples),
+                exclude=("stdout", "log", "json", "csv"),
+            )
+        callback.update_locals(locals())
+        callback.on_rollout_end()
+        return True
+
+    # --- the update ----------------------------------------------------------------------------
+
+    def train(self) -> None:
+        """Clipped-surrogate PPO over ``n_epochs`` of shuffled minibatches of turns."""
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        clip = self.clip_range(self._current_progress_remaining)
+        stats: dict[str, list[float]] = {
+            k: [] for k in ("pg", "value", "entropy", "kl_ref", "approx_kl", "clip_fraction")
+        }
+        continue_training, first, first_error = True, True, 0.0
+        epoch = 0
+        for epoch in range(self.n_epochs):
+            for batch in self.rollout_buffer.minibatches(self.batch_size, self._shuffle_rng):
+                advantages = batch.advantages
+                if self.normalize_advantage and len(advantages) > 1:
+                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+                self.policy.optimizer.zero_grad(set_to_none=True)
+                n = len(batch.observations)
+                batch_kl: list[float] = []
+                for start in range(0, n, self.micro_batch_size):
+                    part = slice(start, start + self.micro_batch_size)
+                    observations, actions = batch.observations[part], batch.actions[part]
+                    ev = self.policy.evaluate_actions(observations, actions)
+                    mask = ev.mask.float()
+                    old = _pad(
+                        batch.old_token_log_probs[part], ev.token_log_probs.shape[1], self.device
+                    )
+                    log_ratio = (ev.token_log_probs - old) * mask
+                    ratio = torch.exp(log_ratio)
+                    adv = advantages[part].float().unsqueeze(-1)
+                    surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
+                    tokens = mask.sum().clamp(min=1)
+                    pg_loss = -(surrogate * mask).sum() / tokens
+                    value_loss = torch.nn.functional.mse_loss(
+                        ev.values, batch.returns[part].float()
+                    )
+                    entropy_loss = -ev.entropy.mean()
+                    loss = pg_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
+                    if self.kl_coef > 0:
+                        ref = self.policy.reference_log_probs(observations, actions)
+                        delta = (ref - ev.token_log_probs) * mask
+                        kl_ref = ((torch.exp(delta) - delta - 1) * mask).sum() / tokens  # k3
+                        loss = loss + self.kl_coef * kl_ref
+                        stats["kl_ref"].append(kl_ref.item())
+                    (loss * (len(observations) / n)).backward()
+                    with torch.no_grad():
+                        approx_kl = float((((ratio - 1) - log_ratio) * mask).sum() / tokens)
+                        clipped = ((ratio - 1).abs() > clip).float() * mask
+                        if first:
+                            first_error = max(first_error, float(((ratio - 1).abs() * mask).max()))
+                    batch_kl.append(approx_kl)
+                    stats["pg"].append(pg_loss.item())
+                    stats["value"].append(value_loss.item())
+                    stats["entropy"].append(entropy_loss.item())
+                    stats["approx_kl"].append(approx_kl)
+                    stats["clip_fraction"].append(float(clipped.sum() / tokens))
+                if first:
+                    self.first_ratio_error, first = first_error, False
+                if self.target_kl is not None and float(np.mean(batch_kl)) > 1.5 * self.target_kl:
+                    continue_training = False
+                    if self.verbose >= 1:
+                        print(
+                            f"Early stopping at epoch {epoch} (approx_kl {np.mean(batch_kl):.4f})"
+                        )
+                    break
+                torch.nn.utils.clip_grad_norm_(
+                    [p for p in self.policy.parameters() if p.requires_grad], self.max_grad_norm
+                )
+                self.policy.optimizer.step()
+                self._n_updates += 1
+            if not continue_training:
+                break
+        self.policy.set_training_mode(False)
+        values = self.rollout_buffer.values.flatten()
+        returns = self.rollout_buffer.returns.flatten()
+        self.logger.record("train/policy_gradient_loss", float(np.mean(stats["pg"])))
+        self.logger.record("train/value_loss", float(np.mean(stats["value"])))
+        self.logger.record("train/entropy_loss", float(np.mean(stats["entropy"])))
+        self.logger.record("train/approx_kl", float(np.mean(stats["approx_kl"])))
+        self.logger.record("train/clip_fraction", float(np.mean(stats["clip_fraction"])))
+        if stats["kl_ref"]:
+            self.logger.record("train/kl_ref", float(np.mean(stats["kl_ref"])))
+        self.logger.record("train/explained_variance", float(explained_variance(values, returns)))
+        self.logger.record("train/first_ratio_error", self.first_ratio_error)
+        self.logger.record("train/early_stopped", int(not continue_training))
+        self.logger.record("train/epochs", epoch + 1)
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/clip_range", clip)
+        self.logger.record("train/learning_rate", self.policy.optimizer.param_groups[0]["lr"])
+
+    def learn(  # type: ignore[override]
+        self: SelfPPO,
+        total_timesteps: int,
+        callback: Any = None,
+        log_interval: int = 1,
+        tb_log_name: str = "PPO",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfPPO:
+        return super().learn(
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=tb_log_name,
+            reset_num_timesteps=reset_num_timesteps,
+            progress_bar=progress_bar,
+        )
+
+    # --- save / load ---------------------------------------------------------------------------
+
+    def _config(self) -> dict[str, Any]:
+        obs_space, act_space = self.observation_space, self.action_space
+        policy_kwargs = {k: v for k, v in self.policy_kwargs.items() if k != "lora"}
+        lora = self.policy_kwargs.get("lora")
+        if lora is not None and not isinstance(lora, dict):
+            lora = {k: (sorted(v) if isinstance(v, set) else v) for k, v in lora.to_dict().items()}
+        policy_kwargs["lora"] = lora
+        return {
+            "format": "gym_llm.PPO/1",
+            "hyperparameters": {
+                k: getattr(self, k)
+                for k in _SAVED_HYPERPARAMETERS
+                if not callable(getattr(self, k))
+            },
+            "policy_kwargs": policy_kwargs,
+            "num_timesteps": self.num_timesteps,
+            "n_updates": self._n_updates,
+            "observation_space": {
+                "max_length": obs_space.max_length,  # type: ignore[attr-defined]
+                "instruction": getattr(obs_space, "instruction", None),
+            },
+            "action_space": {
+                "actions": list(act_space.actions) if getattr(act_space, "actions", None) else None,  # type: ignore[attr-defined]
+                "description": getattr(act_space, "description", None),
+                "max_length": act_space.max_length,  # type: ignore[attr-defined]
+            },
+        }
+
+    def save(self, path: str | os.PathLike[str], exclude: Any = None, include: Any = None) -> None:  # type: ignore[override]
+        """Write a directory: ``config.json`` + ``policy.pt`` (adapter, value head, optimizer).
+
+        Never the base weights, never a pickled model or tokenizer. The directory is written next
+        to ``path`` and renamed into place, so a failed save leaves the previous checkpoint intact.
+        """
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        try:
+            (tmp / "config.json").write_text(json.dumps(self._config(), indent=2, default=str))
+            torch.save(
+                {
+                    "trainable": self.policy.trainable_state_dict(),
+                    "optimizer": self.policy.optimizer.state_dict(),
+                },
+                tmp / "policy.pt",
+            )
+            backup = target.with_name(f".{target.name}.old")
+            if target.exists():
+                os.replace(target, backup)
+            os.replace(tmp, target)
+            shutil.rmtree(backup, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    @classmethod
+    def load(  # type: ignore[override]
+        cls: type[SelfPPO],
+        path: str | os.PathLike[str],
+        env: GymEnv | None = None,
+        device: torch.device | str = "auto",
+        **kwargs: Any,
+    ) -> SelfPPO:
+        """Rebuild an agent saved by :meth:`save`; ``env`` is optional (needed to keep training)."""
+        directory = Path(path)
+        config_file = directory / "config.json"
+        if not config_file.is_file():
+            raise FileNotFoundError(
+                f"{directory} is not a gym_llm agent directory (no config.json); save one with "
+                "model.save(path)."
+            )
+        config = json.loads(config_file.read_text())
+        hyper = dict(config["hyperparameters"])
+        hyper["clip_range"] = hyper.pop("clip_range_value")
+        hyper.update(kwargs)
+        model = cls(
+            LLMPolicy,
+            env,
+            policy_kwargs=config["policy_kwargs"],
+            device=device,
+            _init_setup_model=False,
+            **hyper,
+        )
+        saved_actions = config["action_space"]["actions"]
+        if env is None:
+            model.observation_space = TextObservations(
+                config["observation_space"]["max_length"],
+                instruction=config["observation_space"]["instruction"],
+            )
+            model.action_space = TextActions(
+                saved_actions,
+                description=config["action_space"]["description"],
+                max_length=config["action_space"]["max_length"],
+            )
+            model.n_envs = 1
+        elif saved_actions != (list(getattr(model.action_space, "actions", None) or []) or None):
+            raise ValueError(
+                f"The env's actions {getattr(model.action_space, 'actions', None)} differ from the "
+                f"saved agent's {saved_actions}."
+            )
+        model._setup_model()
+        state = torch.load(directory / "policy.pt", map_location=model.device, weights_only=True)
+        model.policy.load_trainable_state_dict(state["trainable"])
+        model.policy.optimizer.load_state_dict(state["optimizer"])
+        model.num_timesteps = int(config["num_timesteps"])
+        model._n_updates = int(config["n_updates"])
+        return model

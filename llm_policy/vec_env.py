@@ -1,0 +1,150 @@
+"""``TextVecEnv``: SB3's vectorised-env interface for text-in/text-out envs.
+
+SB3's ``DummyVecEnv`` preallocates numeric observation buffers from the space and cannot hold
+strings; this one keeps observations and replies in ``dtype=object`` arrays and otherwise behaves
+like ``DummyVecEnv`` (auto-reset, ``terminal_observation`` and ``TimeLimit.truncated`` in ``info``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.env_util import is_wrapped
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env.base_vec_env import (
+    VecEnv,
+    VecEnvIndices,
+    VecEnvObs,
+    VecEnvStepReturn,
+)
+
+from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
+
+NOT_TEXT_HELP = (
+    "gym_llm's PPO needs a text-in/text-out env: observations in a gymnasium.spaces.Text and "
+    "replies in gym_llm.spaces.TextActions. Wrap it:\n"
+    "    env = ActionParserWrapper(TextObservationWrapper(env))\n"
+    "or build a vectorised one with gym_llm.make_text_env('ENV_ID', n_envs=8)."
+)
+
+
+def check_text_env(env: gym.Env[Any, Any] | VecEnv) -> None:
+    """Raise a ``TypeError`` saying how to wrap ``env`` when it is not text-in/text-out."""
+    if not isinstance(env.observation_space, spaces.Text) or not isinstance(
+        env.action_space, spaces.Text
+    ):
+        raise TypeError(
+            f"The env has observation space {env.observation_space} and action space "
+            f"{env.action_space}. " + NOT_TEXT_HELP
+        )
+
+
+class TextVecEnv(VecEnv):
+    """Steps ``n`` text envs one after another in this process, with string arrays."""
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env[Any, Any]]]) -> None:
+        if not env_fns:
+            raise ValueError("TextVecEnv needs at least one env factory.")
+        self.envs = [fn() for fn in env_fns]
+        first = self.envs[0]
+        check_text_env(first)
+        super().__init__(len(self.envs), first.observation_space, first.action_space)
+        self._actions: np.ndarray = np.empty(self.num_envs, dtype=object)
+
+    def reset(self) -> VecEnvObs:
+        observations = np.empty(self.num_envs, dtype=object)
+        for i, env in enumerate(self.envs):
+            observations[i], self.reset_infos[i] = env.reset(
+                seed=self._seeds[i], options=self._options[i]
+            )
+        self._reset_seeds()
+        self._reset_options()
+        return observations
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._actions = np.asarray(actions, dtype=object)
+
+    def step_wait(self) -> VecEnvStepReturn:
+        observations = np.empty(self.num_envs, dtype=object)
+        rewards = np.zeros(self.num_envs, dtype=np.float32)
+        dones = np.zeros(self.num_envs, dtype=bool)
+        infos: list[dict[str, Any]] = []
+        for i, env in enumerate(self.envs):
+            obs, reward, terminated, truncated, info = env.step(str(self._actions[i]))
+            info = dict(info)
+            dones[i] = terminated or truncated
+            info["TimeLimit.truncated"] = truncated and not terminated
+            if dones[i]:
+                info["terminal_observation"] = obs
+                obs, self.reset_infos[i] = env.reset()
+            observations[i], rewards[i] = obs, float(reward)
+            infos.append(info)
+        return observations, rewards, dones, infos
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+    def _targets(self, indices: VecEnvIndices) -> list[gym.Env[Any, Any]]:
+        return [self.envs[i] for i in self._get_indices(indices)]
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        return [env.get_wrapper_attr(attr_name) for env in self._targets(indices)]
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        for env in self._targets(indices):
+            env.set_wrapper_attr(attr_name, value)
+
+    def env_method(
+        self,
+        method_name: str,
+        *method_args: Any,
+        indices: VecEnvIndices = None,
+        **method_kwargs: Any,
+    ) -> list[Any]:
+        return [
+            env.get_wrapper_attr(method_name)(*method_args, **method_kwargs)
+            for env in self._targets(indices)
+        ]
+
+    def env_is_wrapped(
+        self, wrapper_class: type[gym.Wrapper[Any, Any, Any, Any]], indices: VecEnvIndices = None
+    ) -> list[bool]:
+        return [is_wrapped(env, wrapper_class) for env in self._targets(indices)]
+
+
+def make_text_env(
+    env_id: str | Callable[[], gym.Env[Any, Any]],
+    n_envs: int = 1,
+    *,
+    env_kwargs: dict[str, Any] | None = None,
+    observation_kwargs: dict[str, Any] | None = None,
+    action_kwargs: dict[str, Any] | None = None,
+    seed: int | None = None,
+    monitor: bool = True,
+) -> TextVecEnv:
+    """``n_envs`` copies of an env with both text wrappers (and SB3's ``Monitor``), vectorised.
+
+    ``env_id`` is a Gymnasium id or a factory. Envs that are already text-native (their spaces are
+    Text) are not wrapped again. ``observation_kwargs``/``action_kwargs`` go to
+    :class:`TextObservationWrapper` / :class:`ActionParserWrapper`.
+    """
+    if n_envs < 1:
+        raise ValueError(f"n_envs must be >= 1, got {n_envs}.")
+
+    def factory() -> gym.Env[Any, Any]:
+        env = gym.make(env_id, **(env_kwargs or {})) if isinstance(env_id, str) else env_id()
+        if not isinstance(env.observation_space, spaces.Text):
+            env = TextObservationWrapper(env, **(observation_kwargs or {}))
+        if not isinstance(env.action_space, spaces.Text):
+            env = ActionParserWrapper(env, **(action_kwargs or {}))
+        return Monitor(env) if monitor else env
+
+    vec_env = TextVecEnv([factory] * n_envs)
+    if seed is not None:
+        vec_env.seed(seed)
+    return vec_env

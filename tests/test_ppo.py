@@ -1,0 +1,185 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, EvalCallback
+from stable_baselines3.common.evaluation import evaluate_policy
+
+from gym_llm import PPO, LLMPolicy, make_text_env
+from gym_llm.testing import save_tiny_model
+from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
+
+WORDS = ["apple", "banana", "cherry", "grape"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("ppo"), words=WORDS)
+
+
+def _ppo(model_dir: Path, mode: str = "choice", n_envs: int = 4, **kwargs: Any) -> PPO:
+    env = make_text_env("gym_llm/KeywordBandit-v0", n_envs=n_envs, seed=0)
+    policy_kwargs = {
+        "model": str(model_dir),
+        "lora": {"r": 4},
+        "action_mode": mode,
+        "max_new_tokens": 3,
+    }
+    policy_kwargs.update(kwargs.pop("policy_kwargs", {}))
+    defaults: dict[str, Any] = {
+        "n_steps": 4,
+        "batch_size": 8,
+        "n_epochs": 1,
+        "seed": 0,
+        "device": "cpu",
+        "learning_rate": 1e-3,
+    }
+    return PPO(LLMPolicy, env, policy_kwargs=policy_kwargs, **{**defaults, **kwargs})
+
+
+@pytest.mark.parametrize("mode", ["choice", "generate"])
+def test_first_minibatch_ratio_is_one(model_dir: Path, mode: str) -> None:
+    """Invariant 1: log-probs at rollout == log-probs at training on the first minibatch."""
+    model = _ppo(model_dir, mode)
+    model.learn(16)
+    assert model.first_ratio_error < 1e-5
+
+
+@pytest.mark.parametrize("mode", ["choice", "generate"])
+def test_learn_changes_only_lora_and_value_head(model_dir: Path, mode: str) -> None:
+    """Invariant 3."""
+    model = _ppo(model_dir, mode, ent_coef=0.01)
+    before = {n: p.detach().clone() for n, p in model.policy.named_parameters()}
+    model.learn(16)
+    changed = {n for n, p in model.policy.named_parameters() if not torch.equal(p, before[n])}
+    assert changed, "nothing was trained"
+    assert all("lora_" in n or n.startswith("value_head") for n in changed), changed
+    assert any(n.startswith("value_head") for n in changed)
+    assert any("lora_B" in n for n in changed)
+
+
+@pytest.mark.parametrize("mode", ["choice", "generate"])
+def test_save_load_gives_identical_predictions(model_dir: Path, mode: str, tmp_path: Path) -> None:
+    """Invariant 4, and the saved directory is small: no base weights, no pickles."""
+    model = _ppo(model_dir, mode)
+    model.learn(16)
+    model.save(tmp_path / "agent")
+    files = {p.name for p in (tmp_path / "agent").iterdir()}
+    assert files == {"config.json", "policy.pt"}
+    trainable = sum(p.numel() for p in model.policy.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.policy.parameters())
+    assert trainable < total
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    obs = [f"Options: {', '.join(WORDS)}. Target: {w}." for w in WORDS]
+    torch.manual_seed(1)
+    a1, _ = model.predict(obs, deterministic=True)
+    a2, _ = loaded.predict(obs, deterministic=True)
+    assert list(a1) == list(a2)
+    with torch.no_grad():
+        np.testing.assert_allclose(
+            model.policy.predict_values(obs).numpy(),
+            loaded.policy.predict_values(obs).numpy(),
+            atol=1e-6,
+        )
+    assert loaded.num_timesteps == model.num_timesteps
+    opt_a, opt_b = model.policy.optimizer.state_dict(), loaded.policy.optimizer.state_dict()
+    assert opt_a["state"].keys() == opt_b["state"].keys()
+    # training continues from the loaded agent
+    env = make_text_env("gym_llm/KeywordBandit-v0", n_envs=4, seed=1)
+    resumed = PPO.load(tmp_path / "agent", env=env, device="cpu")
+    resumed.learn(16, reset_num_timesteps=False)
+    assert resumed.num_timesteps == model.num_timesteps + 16
+
+
+def test_failed_save_keeps_previous_checkpoint(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = _ppo(model_dir)
+    model.save(tmp_path / "agent")
+    saved = (tmp_path / "agent" / "policy.pt").read_bytes()
+
+    def boom(*args: Any, **kwargs: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", boom)
+    with pytest.raises(OSError, match="disk full"):
+        model.save(tmp_path / "agent")
+    assert (tmp_path / "agent" / "policy.pt").read_bytes() == saved
+    assert [p.name for p in tmp_path.iterdir()] == ["agent"]
+
+
+def test_single_wrapped_env_and_non_text_error(model_dir: Path) -> None:
+    env = ActionParserWrapper(TextObservationWrapper(gym.make("Blackjack-v1", sab=False)))
+    model = PPO(
+        LLMPolicy,
+        env,
+        policy_kwargs={"model": str(model_dir), "lora": {"r": 2}},
+        n_steps=2,
+        batch_size=2,
+        device="cpu",
+    )
+    assert model.n_envs == 1
+    model.learn(2)
+    with pytest.raises(TypeError, match="ActionParserWrapper\\(TextObservationWrapper\\(env\\)\\)"):
+        PPO(LLMPolicy, gym.make("CartPole-v1"), policy_kwargs={"model": str(model_dir)})
+    with pytest.raises(TypeError, match="not a model object"):
+        PPO(LLMPolicy, env, policy_kwargs={"model": object()})
+
+
+def test_callbacks_logging_and_evaluate_policy(model_dir: Path, tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    class Recorder(BaseCallback):
+        def _on_step(self) -> bool:
+            calls.append("step")
+            return True
+
+        def _on_rollout_end(self) -> None:
+            calls.append("rollout_end")
+
+    eval_env = make_text_env("gym_llm/KeywordBandit-v0", n_envs=2, seed=9)
+    callbacks = [
+        Recorder(),
+        EvalCallback(
+            eval_env, n_eval_episodes=4, eval_freq=4, log_path=str(tmp_path / "eval"), verbose=0
+        ),
+        CheckpointCallback(save_freq=4, save_path=str(tmp_path / "ckpt"), name_prefix="agent"),
+    ]
+    model = _ppo(model_dir, tensorboard_log=str(tmp_path / "tb"), kl_coef=0.1, target_kl=10.0)
+    model.learn(32, callback=callbacks, progress_bar=True)
+    assert calls.count("step") == 8 and calls.count("rollout_end") == 2
+    assert (tmp_path / "eval" / "evaluations.npz").is_file()
+    assert list((tmp_path / "ckpt").iterdir())
+    logged = model.logger.name_to_value
+    for key in (
+        "train/approx_kl",
+        "train/clip_fraction",
+        "train/entropy_loss",
+        "train/value_loss",
+        "train/policy_gradient_loss",
+        "train/explained_variance",
+        "train/kl_ref",
+    ):
+        assert key in logged, key
+    assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))
+    mean, std = evaluate_policy(model, eval_env, n_eval_episodes=8)
+    assert 0.0 <= mean <= 1.0 and std >= 0
+
+
+def test_invalid_actions_are_logged(model_dir: Path) -> None:
+    model = _ppo(model_dir, "generate")
+    model.learn(16)
+    # an untrained tiny model mostly babbles in generate mode: most replies cannot be parsed
+    assert model.invalid_action_rate > 0.5
+
+
+def test_target_kl_stops_early(model_dir: Path) -> None:
+    model = _ppo(model_dir, n_epochs=5, target_kl=1e-12, learning_rate=0.05, batch_size=4)
+    model.learn(16)
+    assert model.logger.name_to_value["train/early_stopped"] == 1
+    assert model.logger.name_to_value["train/epochs"] < 5
