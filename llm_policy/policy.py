@@ -185,7 +185,7 @@ class LLMPolicy(BasePolicy):
         self._prompt_cache: dict[str, list[int]] = {}
         self._candidates = self._tokenize_candidates() if self.action_mode == "choice" else None
         params = [p for p in self.parameters() if p.requires_grad]
-        self.optimizer = self.optimizer_class(params, lr=lr_schedule(1), **self.optimizer_kwargs)
+        self.optimizer = self.optimizer_class(params, lr=lr_schedule(1), **self.optimizer_kwargs)  # type: ignore[call-arg]
 
     # --- construction helpers ------------------------------------------------------------------
 
@@ -401,8 +401,8 @@ class LLMPolicy(BasePolicy):
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         """Replies (``dtype=object`` array of str) for one observation string or a batch."""
         single = isinstance(observation, str)
-        batch = (
-            [observation]
+        batch: list[str] = (
+            [str(observation)]
             if single
             else [str(o) for o in np.asarray(observation, dtype=object).ravel()]
         )

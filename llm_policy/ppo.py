@@ -76,7 +76,7 @@ class PPO(OnPolicyAlgorithm):
     """
 
     policy_aliases: ClassVar[dict[str, type[Any]]] = {"LLMPolicy": LLMPolicy}
-    policy: LLMPolicy
+    policy: LLMPolicy  # type: ignore[assignment]
     rollout_buffer: TextRolloutBuffer
 
     def __init__(
@@ -112,7 +112,7 @@ class PPO(OnPolicyAlgorithm):
                 "so that save/load can rebuild the policy."
             )
         super().__init__(
-            policy,
+            policy,  # type: ignore[arg-type]
             env,  # type: ignore[arg-type]
             learning_rate=learning_rate,
             n_steps=n_steps,
@@ -207,9 +207,9 @@ class PPO(OnPolicyAlgorithm):
         samples: list[str] = []
         dones = np.zeros(env.num_envs, dtype=bool)
         while n_steps < n_rollout_steps:
-            observations = self._last_obs
+            observations: np.ndarray = self._last_obs  # type: ignore[assignment]
             with torch.inference_mode():
-                step = self.policy.act(list(observations))  # type: ignore[arg-type]
+                step = self.policy.act(list(observations))
             new_obs, rewards, dones, infos = env.step(np.array(step.replies, dtype=object))
             self.num_timesteps += env.num_envs
             callback.update_locals(locals())
@@ -231,7 +231,7 @@ class PPO(OnPolicyAlgorithm):
                         terminal_value = self.policy.predict_values([str(terminal)])[0]
                     rewards[idx] += self.gamma * float(terminal_value)
             buffer.add_turns(
-                observations,  # type: ignore[arg-type]
+                observations,
                 step.replies,
                 step.actions,
                 step.token_log_probs,
@@ -347,7 +347,7 @@ class PPO(OnPolicyAlgorithm):
         self.logger.record("train/clip_range", clip)
         self.logger.record("train/learning_rate", self.policy.optimizer.param_groups[0]["lr"])
 
-    def learn(  # type: ignore[override]
+    def learn(
         self: SelfPPO,
         total_timesteps: int,
         callback: Any = None,

@@ -101,6 +101,6 @@ def test_bad_arguments(kb_model_dir: Path) -> None:
             gym.spaces.Discrete(3), TextActions(["a", "b"]), lambda _: 1e-3, model=str(kb_model_dir)
         )
     with pytest.raises(TypeError, match="registry name or a path"):
-        LLMPolicy(TextObservations(), TextActions(["a", "b"]), lambda _: 1e-3, model=object())  # type: ignore[arg-type]
+        LLMPolicy(TextObservations(), TextActions(["a", "b"]), lambda _: 1e-3, model=object())
     with pytest.raises(ValueError, match="temperature"):
         _policy(kb_model_dir, temperature=0)

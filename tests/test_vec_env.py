@@ -14,7 +14,7 @@ def test_text_vec_env_steps_and_auto_resets() -> None:
     assert obs.dtype == object and obs.shape == (3,) and all(isinstance(o, str) for o in obs)
     episodes = 0
     for _ in range(20):
-        obs, rewards, dones, infos = env.step(np.array(["stick"] * 3, dtype=object))
+        obs, _, dones, infos = env.step(np.array(["stick"] * 3, dtype=object))
         assert dones.all()  # sticking ends a Blackjack hand
         for info in infos:
             assert "Your hand totals" in info["terminal_observation"]
