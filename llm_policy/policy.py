@@ -205,14 +205,7 @@ class LLMPolicy(BasePolicy):
         ]
         if any(len(ids) == 0 for ids in encoded):
             raise ValueError(f"Some actions tokenize to nothing: {self.actions_list!r}.")
-        width = max(len(ids) for ids in encoded)
-        pad = int(self.tokenizer.pad_token_id)
-        ids = torch.full((len(encoded), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(encoded), width), dtype=torch.long)
-        for i, seq in enumerate(encoded):
-            ids[i, : len(seq)] = torch.tensor(seq)
-            mask[i, : len(seq)] = 1
-        return ids.to(self.lm.device), mask.to(self.lm.device)
+        return self._pad(encoded, left=False)
 
     @property
     def device(self) -> torch.device:
@@ -253,14 +246,19 @@ class LLMPolicy(BasePolicy):
 
     def _batch_prompts(self, observations: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded prompt ids and attention mask, so every prompt ends at the last column."""
-        seqs = [self.prompt_ids(str(o)) for o in observations]
+        return self._pad([self.prompt_ids(str(o)) for o in observations], left=True)
+
+    def _pad(
+        self, seqs: Sequence[Sequence[int] | np.ndarray], *, left: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token sequences as a padded ``(n, width)`` id matrix plus attention mask."""
         width = max(len(s) for s in seqs)
-        pad = int(self.tokenizer.pad_token_id)
-        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+        ids = torch.full((len(seqs), width), int(self.tokenizer.pad_token_id), dtype=torch.long)
         mask = torch.zeros((len(seqs), width), dtype=torch.long)
         for i, seq in enumerate(seqs):
-            ids[i, width - len(seq) :] = torch.tensor(seq)
-            mask[i, width - len(seq) :] = 1
+            cols = slice(width - len(seq), width) if left else slice(0, len(seq))
+            ids[i, cols] = torch.as_tensor(np.asarray(seq, dtype=np.int64))
+            mask[i, cols] = 1
         return ids.to(self.device), mask.to(self.device)
 
     # --- model passes --------------------------------------------------------------------------
@@ -430,14 +428,8 @@ class LLMPolicy(BasePolicy):
             entropy = -(log_dist.exp() * log_dist).sum(-1)
             return Evaluation(lp, torch.ones_like(lp, dtype=torch.bool), entropy, values)
         ids, mask = self._batch_prompts(observations)
-        n, width = len(actions), max(len(a) for a in actions)
-        pad = int(self.tokenizer.pad_token_id)
-        reply = torch.full((n, width), pad, dtype=torch.long)
-        reply_mask = torch.zeros((n, width), dtype=torch.long)
-        for i, a in enumerate(actions):
-            reply[i, : len(a)] = torch.as_tensor(a, dtype=torch.long)
-            reply_mask[i, : len(a)] = 1
-        reply, reply_mask = reply.to(self.device), reply_mask.to(self.device)
+        reply, reply_mask = self._pad(actions, left=False)
+        width = reply.shape[1]
         full_mask = torch.cat([mask, reply_mask], dim=-1)
         positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
         out = self.lm(
