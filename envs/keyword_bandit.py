@@ -115,6 +115,18 @@ class KeywordBanditEnv(gym.Env[str, str]):
     def _text(self, target: str) -> str:
         return f"Options: {', '.join(self.options)}. Target: {target}."
 
+    def observation_for(self, target: str) -> str:
+        """The observation of an episode whose target is ``target`` (for exact evaluation: each
+        target is equally likely, so asking once per target gives the exact expected return)."""
+        if target not in self.options:
+            raise ValueError(f"target must be one of {list(self.options)}, got {target!r}.")
+        return self._text(target)
+
+    def score(self, reply: str, target: str) -> float:
+        """The reward ``reply`` earns when the target is ``target`` (what ``step`` pays)."""
+        result = self._parser(reply)
+        return 1.0 if result.valid and self.options[result.action] == target else 0.0
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
@@ -144,7 +156,7 @@ class KeywordBanditEnv(gym.Env[str, str]):
             )
         result = self._parser(action)
         chosen = self.options[result.action] if result.valid else None
-        reward = 1.0 if chosen == self._target else 0.0
+        reward = self.score(action, self._target)
         self._done = True
         observation = self._text(self._target)
         self._render_text = f"{observation}\nReply: {action!r} -> {chosen}, reward {reward:g}."

@@ -32,6 +32,9 @@ from gym_llm.prompts import build_messages, render_prompt
 from gym_llm.spaces import TextActions
 
 ActionMode = Literal["choice", "generate"]
+
+#: Shorter shared prefixes are not worth a separate pass.
+_MIN_SHARED_PREFIX = 8
 Normalization = Literal["sum", "mean"]
 
 
@@ -95,6 +98,9 @@ class LLMPolicy(BasePolicy):
         choice_normalization: ``"sum"`` of candidate token log-probs, or per-token ``"mean"``.
         dtype: model weights dtype (``None``: bf16 on GPU, fp32 on CPU).
         gradient_checkpointing: trade compute for memory in the update.
+        share_prefix: encode the prompt part every observation shares (system message,
+            instruction) once and reuse its KV cache: per policy version in rollouts, per
+            micro-batch (with gradients) in training. Results are the same either way.
         device: where the model lives (set by PPO).
     """
 
@@ -113,6 +119,7 @@ class LLMPolicy(BasePolicy):
         choice_normalization: Normalization = "sum",
         dtype: str | None = None,
         gradient_checkpointing: bool = False,
+        share_prefix: bool = True,
         device: torch.device | str = "auto",
         optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
         optimizer_kwargs: dict[str, Any] | None = None,
@@ -171,7 +178,13 @@ class LLMPolicy(BasePolicy):
                 lora = LoraConfig(**{**_default_lora(targets), **lora})
             lm = get_peft_model(lm, lora)
         if gradient_checkpointing:
-            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            # transformers 5 renamed it; the old name still works but warns.
+            if hasattr(lm, "activation_checkpointing_enable"):
+                lm.activation_checkpointing_enable({"use_reentrant": False})
+            else:
+                lm.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": False}
+                )
             if lora is not None:
                 lm.enable_input_require_grads()
         self.lm = lm
@@ -182,10 +195,17 @@ class LLMPolicy(BasePolicy):
         nn.init.zeros_(self.value_head.bias)
 
         self.stop_ids = self._stop_token_ids()
+        self.gradient_checkpointing = gradient_checkpointing
         self._prompt_cache: dict[str, list[int]] = {}
+        #: Token ids every prompt starts with, encoded once and shared (see _prefix_cache).
+        self.share_prefix = share_prefix
+        self.shared_prefix: list[int] = self._find_shared_prefix() if share_prefix else []
+        self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self._candidates = self._tokenize_candidates() if self.action_mode == "choice" else None
+        self._reference_mode = False
         params = [p for p in self.parameters() if p.requires_grad]
         self.optimizer = self.optimizer_class(params, lr=lr_schedule(1), **self.optimizer_kwargs)  # type: ignore[call-arg]
+        self.optimizer.register_step_post_hook(lambda *_: self.invalidate_prefix_cache())
 
     # --- construction helpers ------------------------------------------------------------------
 
@@ -220,6 +240,7 @@ class LLMPolicy(BasePolicy):
             temperature=self.temperature,
             system_prompt=self.system_prompt,
             choice_normalization=self.choice_normalization,
+            share_prefix=self.share_prefix,
         )
         return data
 
@@ -244,9 +265,93 @@ class LLMPolicy(BasePolicy):
             self._prompt_cache[observation] = ids
         return ids
 
-    def _batch_prompts(self, observations: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Left-padded prompt ids and attention mask, so every prompt ends at the last column."""
-        return self._pad([self.prompt_ids(str(o)) for o in observations], left=True)
+    def _find_shared_prefix(self) -> list[int]:
+        """Token ids every prompt starts with (system message, instruction, chat scaffolding).
+
+        Found as the common prefix of two prompts with different observations; each batch still
+        checks that its prompts really start with it (BPE may merge across the boundary), so a
+        wrong guess only costs speed, never correctness.
+        """
+        first, second = self.prompt_ids("0 a"), self.prompt_ids("1 b")
+        length = 0
+        for a, b in zip(first, second, strict=False):
+            if a != b:
+                break
+            length += 1
+        return list(first[:length]) if length >= _MIN_SHARED_PREFIX else []
+
+    def _split_prefix(self, prompts: Sequence[list[int]]) -> int:
+        """Length of the shared prefix usable for this batch (0: encode prompts whole)."""
+        prefix = self.shared_prefix
+        if not prefix or (self.training and self.gradient_checkpointing):
+            # Checkpointed layers drop past_key_values, so training must not rely on a cache.
+            return 0
+        size = len(prefix)
+        if all(len(p) > size and p[:size] == prefix for p in prompts):
+            return size
+        return 0
+
+    def _prefix_cache(self, n: int) -> Any:
+        """A KV cache holding the shared prefix for ``n`` rows.
+
+        Without gradients (rollouts, evaluation) the prefix is encoded once per policy version and
+        reused across steps; optimizer steps, ``set_training_mode(True)`` and weight loads
+        invalidate it. With gradients it is encoded once per micro-batch, and the gradients of
+        every row flow back through that one pass.
+        """
+        from transformers import DynamicCache
+
+        if torch.is_grad_enabled() or self._reference_mode:
+            layers = self._encode_prefix()
+        else:
+            if self._prefix_kv is None:
+                self._prefix_kv = self._encode_prefix()
+            layers = self._prefix_kv
+        return DynamicCache(
+            ddp_cache_data=[(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in layers],
+            config=self.lm.config,
+        )
+
+    def _encode_prefix(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        ids = torch.tensor([self.shared_prefix], dtype=torch.long, device=self.device)
+        out = self.lm(input_ids=ids, use_cache=True, logits_to_keep=1)
+        return [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+
+    def invalidate_prefix_cache(self) -> None:
+        """Forget the cached prefix KV: call after changing the weights outside ``PPO.train``."""
+        self._prefix_kv = None
+
+    def set_training_mode(self, mode: bool) -> None:
+        if mode:
+            self.invalidate_prefix_cache()  # the weights are about to change
+        super().set_training_mode(mode)
+
+    def _encode_prompts(
+        self,
+        observations: Sequence[str],
+        extra: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any, int]:
+        """Inputs for one batched pass: (ids, full attention mask, position ids, cache, width).
+
+        ``ids`` are the left-padded prompt suffixes (after the shared prefix, which lives in
+        ``cache``), followed by ``extra`` columns if given (e.g. replies); the mask covers prefix,
+        suffix and extra columns. ``width`` is the number of prompt columns in ``ids``, so the last
+        prompt token is column ``width - 1``. Pads sit between prefix and suffix, masked out,
+        with positions counting only real tokens.
+        """
+        prompts = [self.prompt_ids(str(o)) for o in observations]
+        size = self._split_prefix(prompts)
+        ids, mask = self._pad([p[size:] for p in prompts], left=True)
+        width = ids.shape[1]
+        if extra is not None:
+            ids, extra_mask = torch.cat([ids, extra[0]], -1), extra[1]
+            mask = torch.cat([mask, extra_mask], -1)
+        if size:
+            ones = torch.ones((len(prompts), size), dtype=mask.dtype, device=self.device)
+            mask = torch.cat([ones, mask], -1)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, size:]
+        cache = self._prefix_cache(len(prompts)) if size else None
+        return ids, mask, positions, cache, width
 
     def _pad(
         self, seqs: Sequence[Sequence[int] | np.ndarray], *, left: bool
@@ -264,30 +369,32 @@ class LLMPolicy(BasePolicy):
     # --- model passes --------------------------------------------------------------------------
 
     def _prompt_pass(
-        self, ids: torch.Tensor, mask: torch.Tensor, keep: int = 1
-    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """Run the prompts once: logits of the last ``keep`` positions, values, KV cache."""
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        self, observations: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor, Any, torch.Tensor]:
+        """Run the prompts once: next-token logits, values, KV cache and the full mask."""
+        ids, mask, positions, cache, _ = self._encode_prompts(observations)
         out = self.lm(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
+            past_key_values=cache,
             use_cache=True,
             output_hidden_states=True,
-            logits_to_keep=keep,
+            logits_to_keep=1,
         )
         last_hidden = out.hidden_states[-1][:, -1].float()
         values = self.value_head(last_hidden).squeeze(-1)
-        return out.logits, values, out.past_key_values
+        return out.logits[:, -1], values, out.past_key_values, mask
 
     def _choice_scores(self, observations: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(n, K)`` action logits (candidate scores / temperature) and ``(n,)`` values."""
         assert self._candidates is not None
+        if self.training and self.gradient_checkpointing:
+            return self._choice_scores_uncached(observations)
         cand_ids, cand_mask = self._candidates
-        ids, mask = self._batch_prompts(observations)
-        n, k, width = ids.shape[0], cand_ids.shape[0], cand_ids.shape[1]
-        logits, values, cache = self._prompt_pass(ids, mask)
-        first = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (n, V) next-token dist
+        logits, values, cache, mask = self._prompt_pass(observations)
+        n, k, width = mask.shape[0], cand_ids.shape[0], cand_ids.shape[1]
+        first = torch.log_softmax(logits.float(), dim=-1)  # (n, V) next-token dist
         # First candidate token: from the shared prompt pass.
         token_lp = first[:, cand_ids[:, 0]].unsqueeze(-1)  # (n, K, 1)
         if width > 1:
@@ -310,19 +417,50 @@ class LLMPolicy(BasePolicy):
             targets = cand_ids[:, 1:].repeat(n, 1).unsqueeze(-1)
             rest_lp = rest.gather(-1, targets).squeeze(-1).view(n, k, width - 1)
             token_lp = torch.cat([token_lp, rest_lp], dim=-1)
-        token_lp = token_lp * cand_mask.unsqueeze(0)
-        scores = token_lp.sum(-1)
+        return self._scores(token_lp), values
+
+    def _scores(self, token_lp: torch.Tensor) -> torch.Tensor:
+        """``(n, K, width)`` candidate token log-probs -> ``(n, K)`` action logits."""
+        assert self._candidates is not None
+        cand_mask = self._candidates[1]
+        scores = (token_lp * cand_mask.unsqueeze(0)).sum(-1)
         if self.choice_normalization == "mean":
             scores = scores / cand_mask.sum(-1).unsqueeze(0)
-        return scores / self.temperature, values
+        return scores / self.temperature
+
+    def _choice_scores_uncached(
+        self, observations: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Choice scores from whole (prompt + candidate) sequences, without any KV cache.
+
+        K times the compute of the cached path; used where caches are unavailable (training with
+        gradient checkpointing) and as the reference the cached path is tested against.
+        """
+        assert self._candidates is not None
+        cand_ids, cand_mask = self._candidates
+        ids, mask = self._pad([self.prompt_ids(str(o)) for o in observations], left=True)
+        n, k, width = ids.shape[0], cand_ids.shape[0], cand_ids.shape[1]
+        full_ids = torch.cat([ids.repeat_interleave(k, 0), cand_ids.repeat(n, 1)], -1)
+        full_mask = torch.cat([mask.repeat_interleave(k, 0), cand_mask.repeat(n, 1)], -1)
+        out = self.lm(
+            input_ids=full_ids,
+            attention_mask=full_mask,
+            position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0),
+            output_hidden_states=True,
+            logits_to_keep=width + 1,
+        )
+        log_dist = torch.log_softmax(out.logits[:, :-1].float(), dim=-1)
+        token_lp = log_dist.gather(-1, cand_ids.repeat(n, 1).unsqueeze(-1)).squeeze(-1)
+        last_prompt = out.hidden_states[-1][::k, ids.shape[1] - 1].float()
+        values = self.value_head(last_prompt).squeeze(-1)
+        return self._scores(token_lp.view(n, k, width)), values
 
     def _generate(
         self, observations: Sequence[str], deterministic: bool
     ) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor]:
-        ids, mask = self._batch_prompts(observations)
-        n = ids.shape[0]
-        logits, values, cache = self._prompt_pass(ids, mask)
-        next_logits = logits[:, -1]
+        logits, values, cache, mask = self._prompt_pass(observations)
+        n = mask.shape[0]
+        next_logits = logits
         stop = torch.tensor(self.stop_ids, device=self.device)
         finished = torch.zeros(n, dtype=torch.bool, device=self.device)
         position = mask.sum(-1)
@@ -412,9 +550,7 @@ class LLMPolicy(BasePolicy):
 
     def predict_values(self, observations: Sequence[str]) -> torch.Tensor:
         """Critic values ``(n,)`` (no candidates, no generation: just the prompt pass)."""
-        ids, mask = self._batch_prompts(observations)
-        _, values, _ = self._prompt_pass(ids, mask)
-        return values
+        return self._prompt_pass(observations)[1]
 
     def evaluate_actions(
         self, observations: Sequence[str], actions: Sequence[np.ndarray]
@@ -427,19 +563,20 @@ class LLMPolicy(BasePolicy):
             lp = log_dist.gather(-1, index.unsqueeze(-1))
             entropy = -(log_dist.exp() * log_dist).sum(-1)
             return Evaluation(lp, torch.ones_like(lp, dtype=torch.bool), entropy, values)
-        ids, mask = self._batch_prompts(observations)
         reply, reply_mask = self._pad(actions, left=False)
         width = reply.shape[1]
-        full_mask = torch.cat([mask, reply_mask], dim=-1)
-        positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
+        ids, mask, positions, cache, prompt_width = self._encode_prompts(
+            observations, extra=(reply, reply_mask)
+        )
         out = self.lm(
-            input_ids=torch.cat([ids, reply], dim=-1),
-            attention_mask=full_mask,
+            input_ids=ids,
+            attention_mask=mask,
             position_ids=positions,
+            past_key_values=cache,
+            use_cache=cache is not None,
             output_hidden_states=True,
             logits_to_keep=width + 1,
         )
-        prompt_width = ids.shape[1]
         values = self.value_head(out.hidden_states[-1][:, prompt_width - 1].float()).squeeze(-1)
         log_dist = torch.log_softmax(out.logits[:, :-1].float() / self.temperature, dim=-1)
         lp = log_dist.gather(-1, reply.unsqueeze(-1)).squeeze(-1)
@@ -468,6 +605,7 @@ class LLMPolicy(BasePolicy):
         with torch.no_grad():
             for name, tensor in state.items():
                 params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+        self.invalidate_prefix_cache()
 
     def reference_log_probs(
         self, observations: Sequence[str], actions: Sequence[np.ndarray]
@@ -477,5 +615,9 @@ class LLMPolicy(BasePolicy):
             raise ValueError(
                 "A KL penalty to the reference model needs LoRA (lora=None trains all weights)."
             )
-        with torch.no_grad(), self.lm.disable_adapter():
-            return self.evaluate_actions(observations, actions).token_log_probs
+        self._reference_mode = True  # the cached prefix KV was computed with the adapter on
+        try:
+            with torch.no_grad(), self.lm.disable_adapter():
+                return self.evaluate_actions(observations, actions).token_log_probs
+        finally:
+            self._reference_mode = False

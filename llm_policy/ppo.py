@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -187,6 +188,16 @@ class PPO(OnPolicyAlgorithm):
             gae_lambda=self.gae_lambda,
             gamma=self.gamma,
         )
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: str | Sequence[str] | np.ndarray,
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[Any, tuple[np.ndarray, ...] | None]:
+        """Replies for one observation string (returns a ``str``) or a batch (an object array)."""
+        return self.policy.predict(observation, state, episode_start, deterministic)
 
     # --- rollouts ------------------------------------------------------------------------------
 

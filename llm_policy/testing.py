@@ -23,22 +23,38 @@ CHATML_TEMPLATE = (
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 
-def make_tiny_tokenizer(words: Iterable[str] = ()) -> Any:
+def make_tiny_tokenizer(words: Iterable[str] = (), alphabet: str | None = None) -> Any:
     """A byte-level BPE tokenizer with a ChatML template, built without any download.
 
     ``words`` become single tokens (when preceded by a space or at the start of a text), so a
     tiny model can learn to emit a whole action name in one step.
+
+    ``alphabet`` limits the base vocabulary to the UTF-8 bytes of these characters (default: all
+    256 bytes). A randomly initialised model explores its whole vocabulary, so a 40-token
+    vocabulary instead of 300 is what makes free-text RL from scratch feasible in a test; text
+    outside the alphabet is dropped by the tokenizer, so include every character your prompts use.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    base = sorted(pre_tokenizers.ByteLevel.alphabet())
+    if alphabet is not None:
+        mapped = {
+            p
+            for p, _ in pre_tokenizers.ByteLevel(
+                add_prefix_space=False, use_regex=False
+            ).pre_tokenize_str("".join(sorted(set(alphabet))))
+        }
+        allowed = set("".join(mapped))
+        base = [char for char in base if char in allowed]
     vocab: dict[str, int] = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
-    for char in sorted(alphabet):
+    for char in base:
         vocab[char] = len(vocab)
     merges: list[tuple[str, str]] = []
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     for word in dict.fromkeys(words):
+        if alphabet is not None and not set(word) <= set(alphabet):
+            raise ValueError(f"make_tiny_tokenizer word {word!r} uses characters not in alphabet.")
         pieces = [p for p, _ in byte_level.pre_tokenize_str(word)]
         if len(pieces) != 1 or len(pieces[0]) < 2:
             raise ValueError(f"make_tiny_tokenizer words must be single words, got {word!r}.")
@@ -91,10 +107,16 @@ def make_tiny_model(
     return LlamaForCausalLM(config).eval()
 
 
-def save_tiny_model(directory: str | Path, *, words: Iterable[str] = (), **kwargs: Any) -> Path:
+def save_tiny_model(
+    directory: str | Path,
+    *,
+    words: Iterable[str] = (),
+    alphabet: str | None = None,
+    **kwargs: Any,
+) -> Path:
     """Build a tiny model + tokenizer and save them where ``load_model(directory)`` finds them."""
     directory = Path(directory)
-    tokenizer = make_tiny_tokenizer(words)
+    tokenizer = make_tiny_tokenizer(words, alphabet)
     model = make_tiny_model(len(tokenizer), **kwargs)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)

@@ -193,3 +193,15 @@ def test_render_ansi() -> None:
     assert rendered is not None and "reward 1" in rendered
     with pytest.raises(ValueError, match="render_mode"):
         KeywordBanditEnv(render_mode="human")
+
+
+def test_observation_for_and_score_match_what_step_pays() -> None:
+    env = KeywordBanditEnv()
+    obs, info = env.reset(seed=3)
+    assert env.observation_for(info["target"]) == obs
+    for reply in ("apple", "I pick grape.", "???", '{"action": "cherry"}'):
+        env.reset(seed=3)
+        _, reward, *_ = env.step(reply)
+        assert env.score(reply, info["target"]) == reward
+    with pytest.raises(ValueError, match="target must be one of"):
+        env.observation_for("kiwi")

@@ -104,3 +104,116 @@ def test_bad_arguments(kb_model_dir: Path) -> None:
         LLMPolicy(TextObservations(), TextActions(["a", "b"]), lambda _: 1e-3, model=object())
     with pytest.raises(ValueError, match="temperature"):
         _policy(kb_model_dir, temperature=0)
+
+
+# --- the shared prompt prefix ------------------------------------------------------------------
+
+
+def _twin_policies(model_dir: Path, mode: str, **kwargs) -> tuple[LLMPolicy, LLMPolicy]:
+    """The same weights with and without prefix sharing (LoRA B is 0, so adapters agree)."""
+    shared = _policy(model_dir, action_mode=mode, max_new_tokens=4, **kwargs)
+    whole = _policy(model_dir, action_mode=mode, max_new_tokens=4, share_prefix=False, **kwargs)
+    whole.load_state_dict(shared.state_dict())
+    return shared, whole
+
+
+def test_shared_prefix_is_found_and_covers_the_system_message(kb_model_dir: Path) -> None:
+    policy = _policy(kb_model_dir)
+    prompt = policy.prompt_ids(OBS[0])
+    prefix = policy.shared_prefix
+    assert len(prefix) >= 20 and prompt[: len(prefix)] == prefix
+    text = policy.tokenizer.decode(prefix)
+    assert "Reply with the target word" in text  # the instruction is inside the prefix
+    assert "Target: cherry" not in text  # the observation is not
+    assert _policy(kb_model_dir, share_prefix=False).shared_prefix == []
+
+
+@pytest.mark.parametrize("mode", ["choice", "generate"])
+def test_cached_prefix_gives_the_same_log_probs_and_values(kb_model_dir: Path, mode: str) -> None:
+    """Rollouts (cached prefix KV) and training (prefix per micro-batch) match uncached passes."""
+    shared, whole = _twin_policies(kb_model_dir, mode, lora={"r": 4})
+    obs = [*OBS, "Options: apple, banana, cherry, grape. Target: grape. A longer one here."]
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        step = shared.act(obs)
+        assert shared._prefix_kv is not None  # cached for the next step
+        reference = whole.predict_values(obs)
+    np.testing.assert_allclose(step.values.numpy(), reference.numpy(), atol=1e-5)
+    for policy in (shared, whole):
+        policy.set_training_mode(True)
+    ev_shared = shared.evaluate_actions(obs, step.actions)
+    ev_whole = whole.evaluate_actions(obs, step.actions)
+    torch.testing.assert_close(
+        ev_shared.token_log_probs, ev_whole.token_log_probs, atol=1e-5, rtol=0
+    )
+    for i, stored in enumerate(step.token_log_probs):
+        np.testing.assert_allclose(
+            ev_whole.token_log_probs[i][ev_whole.mask[i]].detach().numpy(), stored, atol=1e-5
+        )
+    torch.testing.assert_close(ev_shared.values, ev_whole.values, atol=1e-5, rtol=0)
+
+
+def test_gradients_through_the_shared_prefix_match(kb_model_dir: Path) -> None:
+    """Computing the prefix once per micro-batch must not change the gradients."""
+    shared, whole = _twin_policies(kb_model_dir, "generate", lora={"r": 4})
+    with torch.no_grad():  # make LoRA B non-zero so the adapter shapes the prefix too
+        for policy in (shared, whole):
+            torch.manual_seed(1)
+            for name, p in policy.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.1)
+    actions = [np.array([5, 6, 7]), np.array([9])]
+    grads = []
+    for policy in (shared, whole):
+        policy.set_training_mode(True)
+        ev = policy.evaluate_actions(OBS, actions)
+        (ev.token_log_probs.sum() + ev.values.sum()).backward()
+        grads.append(
+            {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
+        )
+    assert grads[0].keys() == grads[1].keys() and any("lora_A" in n for n in grads[0])
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-4)
+
+
+def test_prefix_cache_is_invalidated_when_weights_change(kb_model_dir: Path) -> None:
+    policy = _policy(kb_model_dir, lora={"r": 4})
+    with torch.no_grad():
+        policy.value_head.weight.normal_()  # zero at init: make values depend on the prompt
+    with torch.inference_mode():
+        before = policy.predict_values(OBS)
+        cached = policy._prefix_kv
+        policy.predict_values(OBS)
+        assert policy._prefix_kv is cached  # reused, not recomputed
+    policy.set_training_mode(True)  # what PPO.train does before changing weights
+    assert policy._prefix_kv is None
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.5)
+    policy.set_training_mode(False)
+    with torch.inference_mode():
+        after = policy.predict_values(OBS)
+    reference = _policy(kb_model_dir, lora={"r": 4}, share_prefix=False)
+    reference.load_state_dict(policy.state_dict())
+    with torch.inference_mode():
+        np.testing.assert_allclose(after.numpy(), reference.predict_values(OBS).numpy(), atol=1e-5)
+    assert not np.allclose(after.numpy(), before.numpy())
+    # An optimizer step invalidates it too, whoever calls it.
+    assert policy._prefix_kv is not None
+    policy.evaluate_actions(OBS, [np.array([0]), np.array([1])]).values.sum().backward()
+    policy.optimizer.step()
+    assert policy._prefix_kv is None
+
+
+def test_gradient_checkpointing_keeps_choice_log_probs_exact(kb_model_dir: Path) -> None:
+    """Checkpointed layers drop KV caches, so training falls back to whole sequences."""
+    policy = _policy(kb_model_dir, lora={"r": 4}, gradient_checkpointing=True)
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        step = policy.act(OBS)
+    policy.set_training_mode(True)
+    ev = policy.evaluate_actions(OBS, step.actions)
+    stored = np.concatenate(step.token_log_probs)
+    np.testing.assert_allclose(ev.token_log_probs.detach().numpy().ravel(), stored, atol=1e-5)
+    np.testing.assert_allclose(ev.values.detach().numpy(), step.values.numpy(), atol=1e-5)

@@ -145,6 +145,14 @@ class TextObservationWrapper(gym.Wrapper[str, Any, Any, Any], gym.utils.RecordCo
         self._current = self._checked(self._format(obs, info))
         return self._with_history(), reward, terminated, truncated, info
 
+    def format(self, observation: Any, info: dict[str, Any] | None = None) -> str:
+        """The text of one raw observation, without history.
+
+        Lets a caller ask the policy about any state without playing to it (exact evaluation
+        queries every state of a tabular env this way).
+        """
+        return self._checked(self._format(observation, info or {}))
+
     def describe_action(self, action: Any) -> str:
         """An env action as text: its built-in name where known, else the number(s)."""
         space = self.env.action_space

@@ -1,0 +1,138 @@
+"""Learning-curve benchmark: train an LLM agent with gym_llm's PPO and measure how far it gets.
+
+    python benchmarks/learn.py --env Blackjack-v1 --env-kwargs sab=False \\
+        --model smollm2-135m --timesteps 4096 --mode choice
+
+Evaluates the greedy policy before training, at evenly spaced points during training and after,
+on a separate evaluation env, and writes under ``--out`` (default ``benchmarks/results/``):
+
+* ``learn-<env>-<mode>-<model>.json``: config, device, versions, every curve point (mean, std,
+  standard error, invalid-action rate), the random baseline and the known optimum;
+* ``learn-<env>-<mode>-<model>.png``: the curve with 95% bands, random and optimum as lines.
+
+The run directory (``--run-dir``) keeps the TensorBoard logs and the saved agent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from gym_llm.demo import parse_env_kwargs, quiet_progress_bar_warning
+from gym_llm.evaluation import known_optimum, random_baseline
+from gym_llm.exact import exact_evaluation_supported, exact_random_value
+from gym_llm.plots import Series, plot_curves
+from gym_llm.training import CurvePoint, TrainConfig, run
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = TrainConfig()
+    parser = argparse.ArgumentParser(
+        prog="python benchmarks/learn.py",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--env", default=defaults.env, help="Gymnasium env id (raw or text-native)")
+    add("--env-kwargs", nargs="*", default=["sab=False"], metavar="KEY=VALUE", help="env kwargs")
+    add("--model", default=defaults.model, help="registry name or local model path")
+    add("--mode", choices=["choice", "generate"], default=defaults.mode, help="action mode")
+    add("--timesteps", type=int, default=defaults.timesteps, help="env steps to train for")
+    add("--n-envs", type=int, default=defaults.n_envs, help="parallel envs (the rollout batch)")
+    add("--n-steps", type=int, default=defaults.n_steps, help="steps per env per rollout")
+    add("--batch-size", type=int, default=defaults.batch_size, help="turns per PPO minibatch")
+    add("--n-epochs", type=int, default=defaults.n_epochs, help="PPO epochs per rollout")
+    add("--learning-rate", type=float, default=defaults.learning_rate, help="Adam step size")
+    add("--lora-r", type=int, default=defaults.lora_r, help="LoRA rank; 0 = full fine-tuning")
+    add("--ent-coef", type=float, default=defaults.ent_coef, help="entropy bonus")
+    add("--kl-coef", type=float, default=defaults.kl_coef, help="KL penalty to the base model")
+    add("--target-kl", type=float, default=None, help="stop an update's epochs above this KL")
+    add("--gamma", type=float, default=defaults.gamma, help="discount")
+    add("--micro-batch-size", type=int, default=defaults.micro_batch_size, help="turns per pass")
+    add("--max-new-tokens", type=int, default=None, help="reply budget (generate mode)")
+    add("--temperature", type=float, default=defaults.temperature, help="sampling temperature")
+    add("--eval-episodes", type=int, default=defaults.eval_episodes, help="episodes per eval")
+    add("--eval-points", type=int, default=defaults.eval_points, help="evals during training")
+    add("--seed", type=int, default=defaults.seed, help="seed for envs, sampling and init")
+    add("--device", default=defaults.device, help="auto, cpu, cuda or mps")
+    add("--out", type=Path, default=RESULTS_DIR, help="where the JSON and PNG go")
+    add("--run-dir", type=Path, default=None, help="logs + agent (default: runs/<name>)")
+    add("--no-progress", action="store_true", help="no progress bar (for logs)")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    values: dict[str, Any] = {
+        f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)
+    }
+    values["env_kwargs"] = parse_env_kwargs(args.env_kwargs)
+    return TrainConfig(**values)
+
+
+def result_name(config: TrainConfig) -> str:
+    model = Path(config.model).name if "/" in config.model else config.model
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"learn-{config.env}-{config.mode}-{model}")
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    quiet_progress_bar_warning()
+    config = config_from_args(args)
+    name = result_name(config)
+    run_dir = args.run_dir or Path("runs") / name
+
+    def report(point: CurvePoint) -> None:
+        print(f"[{point.timesteps:>7} steps, {point.wall_s:6.0f} s] {point.describe()}", flush=True)
+
+    optimum = known_optimum(config.env, config.env_kwargs)
+    if exact_evaluation_supported(config.env, config.env_kwargs):
+        random = exact_random_value(config.env, config.env_kwargs)
+        print(f"random policy: {random:+.4f} (exact); optimum: {optimum:+.4f} (exact)")
+    else:
+        stats = random_baseline(config.env, config.env_kwargs, seed=config.seed)
+        random = stats.mean
+        print(f"random policy: {stats}; optimum: {optimum}")
+    result = run(config, run_dir, progress_bar=not args.no_progress, on_point=report)
+    data = result.as_dict()
+    data["random"] = random
+    data["optimum"] = optimum
+    args.out.mkdir(parents=True, exist_ok=True)
+    json_path = args.out / f"{name}.json"
+    json_path.write_text(json.dumps(data, indent=2))
+    references = {"random": random}
+    if optimum is not None:
+        references["optimum"] = optimum
+    png_path = plot_curves(
+        [
+            Series(
+                f"gym_llm PPO ({config.mode}, {config.model})",
+                [p.timesteps for p in result.curve],
+                [p.value for p in result.curve],
+                None
+                if result.curve[0].exact is not None
+                else [p.eval.sem if p.eval is not None else 0.0 for p in result.curve],
+            )
+        ],
+        args.out / f"{name}.png",
+        title=f"{config.env} — {result.device}",
+        references=references,
+    )
+    print(
+        f"\nbefore: {result.before.describe()}\nafter:  {result.after.describe()}\n"
+        f"{result.timesteps} env steps in {result.train_wall_s:.0f} s "
+        f"({data['env_steps_per_s']:.2f} steps/s) on {result.device}\n"
+        f"wrote {json_path} and {png_path}; logs and agent in {run_dir}"
+    )
+    return data
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

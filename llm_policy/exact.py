@@ -1,0 +1,233 @@
+"""Exact expected returns by dynamic programming, where the env's dynamics are known.
+
+A Monte-Carlo estimate of a Blackjack policy needs tens of thousands of episodes to resolve
+differences of 0.01, which is about what separates a decent policy from the optimum. When the
+policy only sees the current state, it is cheaper and exact to ask it once per state and compute
+the expected return from the transition model. This module does that for Blackjack (``Blackjack-v1``
+with an infinite deck, as Gymnasium draws with replacement); other tabular envs follow the same
+pattern. KeywordBandit is exact too: one question per target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from functools import cache
+from typing import Any
+
+import gymnasium as gym
+
+#: A card's value, drawn uniformly from 13 ranks (face cards count 10), as Gymnasium draws.
+_CARDS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 10, 10, 10)
+_P = 1.0 / len(_CARDS)
+
+#: Blackjack observation: (player's total, dealer's shown card, usable ace 0/1).
+BlackjackState = tuple[int, int, int]
+STICK, HIT = 0, 1
+
+
+def _total(hard: int, ace: bool) -> tuple[int, bool]:
+    """Hand total and whether an ace counts as 11 (``hard`` counts every ace as 1)."""
+    if ace and hard + 10 <= 21:
+        return hard + 10, True
+    return hard, False
+
+
+@cache
+def _dealer_outcomes(hard: int, ace: bool) -> Mapping[int, float]:
+    """Distribution of the dealer's final total (0 = bust) from a hand, hitting below 17."""
+    total, _ = _total(hard, ace)
+    if total > 21:
+        return {0: 1.0}
+    if total >= 17:
+        return {total: 1.0}
+    out: dict[int, float] = {}
+    for card in _CARDS:
+        for final, p in _dealer_outcomes(hard + card, ace or card == 1).items():
+            out[final] = out.get(final, 0.0) + _P * p
+    return out
+
+
+@cache
+def _stick_value(player: int, shown: int) -> float:
+    """Expected reward of sticking on ``player`` against a dealer showing ``shown``."""
+    value = 0.0
+    for hidden in _CARDS:
+        for final, p in _dealer_outcomes(shown + hidden, shown == 1 or hidden == 1).items():
+            value += _P * p * ((player > final) - (player < final))
+    return value
+
+
+def blackjack_states() -> list[BlackjackState]:
+    """Every decision state a policy can see: hard totals 4-21, soft totals 12-21, 10 dealer cards."""
+    states = [(total, shown, 0) for total in range(4, 22) for shown in range(1, 11)]
+    states += [(total, shown, 1) for total in range(12, 22) for shown in range(1, 11)]
+    return states
+
+
+def blackjack_value(
+    policy: Mapping[BlackjackState, float] | Callable[[BlackjackState], float],
+) -> float:
+    """Exact expected return of a policy on ``Blackjack-v1`` (sab/natural False).
+
+    ``policy`` maps each state of :func:`blackjack_states` to the probability of hitting: 0
+    (stick) or 1 (hit) for a deterministic policy, anything between for a stochastic one (e.g. 0.5
+    where an unparseable reply makes the env pick a random action).
+    """
+    act = policy if callable(policy) else policy.__getitem__
+
+    @cache
+    def value(hard: int, ace: bool, shown: int) -> float:
+        total, usable = _total(hard, ace)
+        p_hit = float(act((total, shown, int(usable))))
+        if not 0.0 <= p_hit <= 1.0:
+            raise ValueError(
+                f"policy gave {p_hit} for {(total, shown, int(usable))}, not in [0, 1]."
+            )
+        stick = _stick_value(total, shown) if p_hit < 1.0 else 0.0
+        hit = 0.0
+        if p_hit > 0.0:
+            for card in _CARDS:
+                new_total, _ = _total(hard + card, ace or card == 1)
+                new = value(hard + card, ace or card == 1, shown) if new_total <= 21 else -1.0
+                hit += _P * new
+        return (1.0 - p_hit) * stick + p_hit * hit
+
+    return _initial_expectation(value)
+
+
+def blackjack_optimum() -> tuple[float, dict[BlackjackState, int]]:
+    """The optimal expected return and an optimal policy (hit iff hitting is strictly better)."""
+    best: dict[BlackjackState, int] = {}
+
+    @cache
+    def value(hard: int, ace: bool, shown: int) -> float:
+        total, usable = _total(hard, ace)
+        stick = _stick_value(total, shown)
+        hit = 0.0
+        for card in _CARDS:
+            new_total, _ = _total(hard + card, ace or card == 1)
+            hit += _P * (-1.0 if new_total > 21 else value(hard + card, ace or card == 1, shown))
+        best[(total, shown, int(usable))] = HIT if hit > stick else STICK
+        return max(stick, hit)
+
+    optimum = _initial_expectation(value)
+    for hard, ace, shown in (
+        (h, a, s) for h in range(4, 22) for a in (False, True) for s in range(1, 11)
+    ):
+        value(hard, ace, shown)  # fill in states the initial deal can only reach by hitting
+    return optimum, best
+
+
+def _initial_expectation(value: Callable[[int, bool, int], float]) -> float:
+    """Average of ``value`` over the opening deal (two player cards, the dealer's shown card)."""
+    total = 0.0
+    for first in _CARDS:
+        for second in _CARDS:
+            for shown in _CARDS:
+                total += _P**3 * value(first + second, first == 1 or second == 1, shown)
+    return min(1.0, max(-1.0, total))  # rounding can step just outside the possible range
+
+
+def _is_plain_blackjack(env_id: str, env_kwargs: Mapping[str, Any]) -> bool:
+    return env_id == "Blackjack-v1" and not env_kwargs.get("sab") and not env_kwargs.get("natural")
+
+
+def exact_evaluation_supported(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> bool:
+    """Whether :func:`exact_policy_value` can evaluate this env exactly: Blackjack-v1 (sab and
+    natural False) and gym_llm/KeywordBandit-v0."""
+    return _is_plain_blackjack(env_id, env_kwargs or {}) or env_id == KEYWORD_BANDIT
+
+
+KEYWORD_BANDIT = "gym_llm/KeywordBandit-v0"
+
+
+def keyword_bandit_value(model: Any, env_kwargs: Mapping[str, Any] | None = None) -> float:
+    """Exact expected reward of ``model``'s greedy replies on KeywordBandit: each target is
+    equally likely and fully determines the observation, so one question per target suffices."""
+    env = gym.make(KEYWORD_BANDIT, **dict(env_kwargs or {})).unwrapped
+    targets = list(env.options)  # type: ignore[attr-defined]
+    texts = [env.observation_for(t) for t in targets]  # type: ignore[attr-defined]
+    replies, _ = model.predict(texts, deterministic=True)
+    return sum(env.score(str(r), t) for r, t in zip(replies, targets, strict=True)) / len(targets)  # type: ignore[attr-defined]
+
+
+def greedy_hit_probabilities(
+    model: Any, env_id: str, env_kwargs: Mapping[str, Any] | None = None, batch_size: int = 64
+) -> dict[BlackjackState, float]:
+    """What ``model``'s greedy policy (``predict(deterministic=True)``) plays in every state.
+
+    Every state is formatted with the same wrappers the agent trains with and the replies are
+    parsed with the same rules; an unparseable reply counts as what the wrapper would play (its
+    fallback action, or a uniformly random one: probability 0.5).
+    """
+    from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
+
+    kwargs = dict(env_kwargs or {})
+    _require_supported(env_id, kwargs)
+    text_env = TextObservationWrapper(gym.make(env_id, **kwargs))
+    parser = ActionParserWrapper(text_env)
+    states = blackjack_states()
+    texts = [text_env.format(state) for state in states]
+    p_hit: dict[BlackjackState, float] = {}
+    for start in range(0, len(states), batch_size):
+        replies, _ = model.predict(texts[start : start + batch_size], deterministic=True)
+        for state, reply in zip(states[start : start + batch_size], replies, strict=True):
+            parsed = parser.parse(str(reply))
+            if parsed.valid:
+                p_hit[state] = float(int(parsed.action) == HIT)
+            elif parser.fallback_action is not None:
+                p_hit[state] = float(int(parser.fallback_action) == HIT)
+            else:
+                p_hit[state] = 0.5
+    text_env.close()
+    return p_hit
+
+
+def exact_policy_value(
+    model: Any, env_id: str, env_kwargs: Mapping[str, Any] | None = None, batch_size: int = 64
+) -> float:
+    """Exact expected return of ``model``'s greedy policy: one query per state, then dynamic
+    programming over the env's dynamics (see :func:`greedy_hit_probabilities`). Raises
+    ``ValueError`` for envs without an exact model here."""
+    _require_supported(env_id, env_kwargs)
+    if env_id == KEYWORD_BANDIT:
+        return keyword_bandit_value(model, env_kwargs)
+    return blackjack_value(greedy_hit_probabilities(model, env_id, env_kwargs, batch_size))
+
+
+def blackjack_chart(p_hit: Mapping[BlackjackState, float]) -> str:
+    """A basic-strategy style chart: rows are your total, columns the dealer's card; H = hit,
+    S = stick, ? = random (unparseable reply)."""
+    symbol = {0.0: "S", 1.0: "H"}
+    header = "        dealer: A  2  3  4  5  6  7  8  9  10"
+    lines = [header]
+    for usable, totals, label in ((0, range(4, 22), "hard"), (1, range(12, 22), "soft")):
+        for total in totals:
+            row = [symbol.get(p_hit[(total, shown, usable)], "?") for shown in range(1, 11)]
+            lines.append(f"{label} {total:>2}        " + "  ".join(row))
+    return "\n".join(lines)
+
+
+def exact_optimum(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> float:
+    """The optimal expected return, by dynamic programming."""
+    _require_supported(env_id, env_kwargs)
+    if env_id == KEYWORD_BANDIT:
+        return 1.0
+    return blackjack_optimum()[0]
+
+
+def exact_random_value(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> float:
+    """The expected return of uniformly random actions."""
+    _require_supported(env_id, env_kwargs)
+    if env_id == KEYWORD_BANDIT:
+        return float(gym.make(KEYWORD_BANDIT, **dict(env_kwargs or {})).unwrapped.random_return)  # type: ignore[attr-defined]
+    return blackjack_value(lambda _: 0.5)
+
+
+def _require_supported(env_id: str, env_kwargs: Mapping[str, Any] | None) -> None:
+    if not exact_evaluation_supported(env_id, env_kwargs):
+        raise ValueError(
+            f"No exact evaluation for {env_id} with {dict(env_kwargs or {})}; supported: "
+            f"Blackjack-v1 with sab=False and natural=False, {KEYWORD_BANDIT}. Use "
+            "gym_llm.evaluation.evaluate (Monte-Carlo) instead."
+        )

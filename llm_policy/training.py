@@ -1,0 +1,310 @@
+"""One training run, end to end: evaluate, train with PPO, evaluate again, save everything.
+
+``make demo``, ``benchmarks/learn.py`` (and later the CLI) all need the same run: build the text
+env, evaluate the untrained model, train with a learning curve measured on a separate evaluation
+env, evaluate again, and leave the run directory in a state someone can inspect (TensorBoard logs,
+the saved agent, the config, the curve as JSON and PNG). Keeping it in one place means they cannot
+drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+
+from gym_llm.evaluation import EvalStats, evaluate
+from gym_llm.exact import exact_evaluation_supported, exact_policy_value
+from gym_llm.models import DEFAULT_MODEL, resolve_device
+from gym_llm.ppo import PPO
+from gym_llm.vec_env import TextVecEnv, make_text_env
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a run; saved as ``config.json`` so the run can be repeated."""
+
+    env: str = "Blackjack-v1"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    model: str = DEFAULT_MODEL
+    #: ``"choice"`` scores the listed actions; ``"generate"`` samples free text.
+    mode: str = "choice"
+    timesteps: int = 2048
+    n_envs: int = 8
+    n_steps: int = 32
+    batch_size: int = 64
+    n_epochs: int = 2
+    learning_rate: float = 1e-4
+    #: LoRA rank; 0 fine-tunes all weights.
+    lora_r: int = 16
+    ent_coef: float = 0.0
+    kl_coef: float = 0.0
+    target_kl: float | None = None
+    gamma: float = 0.99
+    micro_batch_size: int = 16
+    max_new_tokens: int | None = None
+    temperature: float = 1.0
+    #: Monte-Carlo episodes per evaluation (before, after, each curve point); 0 skips them where
+    #: the env has an exact evaluation (gym_llm.exact), which every point then uses.
+    eval_episodes: int = 100
+    #: Evaluations during training (evenly spaced), besides before and after.
+    eval_points: int = 4
+    seed: int = 0
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("choice", "generate"):
+            raise ValueError(f"mode must be 'choice' or 'generate', got {self.mode!r}.")
+        for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.eval_points < 0 or self.lora_r < 0 or self.eval_episodes < 0:
+            raise ValueError("eval_points, eval_episodes and lora_r must be >= 0.")
+        if self.eval_episodes == 0 and not exact_evaluation_supported(self.env, self.env_kwargs):
+            raise ValueError(
+                f"eval_episodes=0 needs an exact evaluation, which {self.env} does not have; "
+                "give a number of Monte-Carlo episodes."
+            )
+
+    def policy_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "lora": {"r": self.lora_r, "lora_alpha": 2 * self.lora_r} if self.lora_r else None,
+            "action_mode": self.mode,
+            "temperature": self.temperature,
+        }
+        if self.max_new_tokens is not None:
+            kwargs["max_new_tokens"] = self.max_new_tokens
+        return kwargs
+
+
+@dataclass
+class CurvePoint:
+    """The greedy policy's quality after ``timesteps`` env steps (``wall_s`` of training)."""
+
+    timesteps: int
+    wall_s: float
+    #: Monte-Carlo evaluation (``None`` when skipped).
+    eval: EvalStats | None
+    #: Exact expected return (``None`` where the env has no exact evaluation).
+    exact: float | None
+
+    @property
+    def value(self) -> float:
+        """The best estimate: exact where available, else the Monte-Carlo mean."""
+        if self.exact is not None:
+            return self.exact
+        assert self.eval is not None
+        return self.eval.mean
+
+    def describe(self) -> str:
+        parts = []
+        if self.exact is not None:
+            parts.append(f"exact expected return {self.exact:+.4f}")
+        if self.eval is not None:
+            parts.append(f"Monte-Carlo {self.eval}")
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "timesteps": self.timesteps,
+            "wall_s": self.wall_s,
+            "exact": self.exact,
+            "monte_carlo": self.eval.as_dict() if self.eval is not None else None,
+        }
+
+
+@dataclass
+class TrainResult:
+    """What a run measured; ``as_dict`` is the JSON written next to the curve."""
+
+    config: TrainConfig
+    device: str
+    before: CurvePoint
+    after: CurvePoint
+    curve: list[CurvePoint]
+    train_wall_s: float
+    timesteps: int
+    run_dir: Path
+    versions: dict[str, str]
+
+    @property
+    def agent_path(self) -> Path:
+        return self.run_dir / "agent"
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        return self.run_dir / "tensorboard"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "config": asdict(self.config),
+            "device": self.device,
+            "before": self.before.as_dict(),
+            "after": self.after.as_dict(),
+            "curve": [p.as_dict() for p in self.curve],
+            "train_wall_s": self.train_wall_s,
+            "env_steps_per_s": self.timesteps / max(self.train_wall_s, 1e-9),
+            "timesteps": self.timesteps,
+            "run_dir": str(self.run_dir),
+            "versions": self.versions,
+        }
+
+
+def versions() -> dict[str, str]:
+    """Library versions that decide a run's numbers, recorded with every result."""
+    import gymnasium
+    import peft
+    import stable_baselines3
+    import transformers
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+        "stable_baselines3": stable_baselines3.__version__,
+        "gymnasium": gymnasium.__version__,
+    }
+
+
+def device_name(device: torch.device) -> str:
+    """A human-readable device for result tables (GPU model, or CPU with its core count)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import os
+
+    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+class CurveCallback(BaseCallback):
+    """Evaluates on a separate env every ``every`` env steps, recording a learning curve.
+
+    The evaluation result also goes to the logger (``eval/mean_return``...), so it shows up in
+    TensorBoard next to the training metrics.
+    """
+
+    def __init__(
+        self,
+        eval_env: TextVecEnv,
+        every: int,
+        episodes: int,
+        on_point: Callable[[CurvePoint], None] | None = None,
+        exact: Callable[[Any], float] | None = None,
+    ) -> None:
+        super().__init__()
+        self.eval_env, self.every, self.episodes = eval_env, every, episodes
+        self.exact = exact
+        self.on_point = on_point
+        self.points: list[CurvePoint] = []
+        self._next = every
+        self._start = time.perf_counter()
+        self._eval_s = 0.0
+
+    def _on_step(self) -> bool:
+        if self.every > 0 and self.num_timesteps >= self._next:
+            self._next += self.every
+            self.record()
+        return True
+
+    def record(self) -> CurvePoint:
+        start = time.perf_counter()
+        stats = evaluate(self.model, self.eval_env, self.episodes) if self.episodes else None
+        exact = self.exact(self.model) if self.exact is not None else None
+        self._eval_s += time.perf_counter() - start
+        point = CurvePoint(self.num_timesteps, self.train_seconds(), stats, exact)
+        self.points.append(point)
+        if getattr(self.model, "_logger", None) is not None:  # not before the first learn()
+            if stats is not None:
+                self.logger.record("eval/mean_return", stats.mean)
+                self.logger.record("eval/sem", stats.sem)
+                self.logger.record("eval/invalid_action_rate", stats.invalid_action_rate)
+            if exact is not None:
+                self.logger.record("eval/exact_return", exact)
+        if self.on_point is not None:
+            self.on_point(point)
+        return point
+
+    def train_seconds(self) -> float:
+        """Wall time since the start, without the time spent evaluating."""
+        return time.perf_counter() - self._start - self._eval_s
+
+
+def run(
+    config: TrainConfig,
+    run_dir: str | Path,
+    *,
+    progress_bar: bool = True,
+    verbose: int = 0,
+    on_point: Callable[[CurvePoint], None] | None = None,
+) -> TrainResult:
+    """Evaluate, train, evaluate; write ``config.json``, ``result.json``, ``curve.png``, the agent.
+
+    ``on_point`` is called with each curve point (the "before" point included) as soon as it is
+    measured, so a caller can print progress.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
+    env = make_text_env(config.env, config.n_envs, env_kwargs=config.env_kwargs, seed=config.seed)
+    eval_env = make_text_env(
+        config.env, config.n_envs, env_kwargs=config.env_kwargs, seed=config.seed + 10_000
+    )
+    model = PPO(
+        "LLMPolicy",
+        env,
+        learning_rate=config.learning_rate,
+        n_steps=config.n_steps,
+        batch_size=config.batch_size,
+        n_epochs=config.n_epochs,
+        gamma=config.gamma,
+        ent_coef=config.ent_coef,
+        kl_coef=config.kl_coef,
+        target_kl=config.target_kl,
+        micro_batch_size=config.micro_batch_size,
+        policy_kwargs=config.policy_kwargs(),
+        tensorboard_log=str(run_dir / "tensorboard"),
+        seed=config.seed,
+        device=str(resolve_device(config.device)),
+        verbose=verbose,
+    )
+    rollout = config.n_steps * config.n_envs
+    iterations = max(1, -(-config.timesteps // rollout))
+    every = rollout * max(1, iterations // (config.eval_points + 1)) if config.eval_points else 0
+    exact = None
+    if exact_evaluation_supported(config.env, config.env_kwargs):
+
+        def exact(agent: Any) -> float:
+            return exact_policy_value(agent, config.env, config.env_kwargs)
+
+    curve = CurveCallback(eval_env, every, config.eval_episodes, on_point, exact)
+    curve.init_callback(model)
+    before = curve.record()
+    model.learn(config.timesteps, callback=curve, progress_bar=progress_bar, tb_log_name="ppo")
+    after = curve.points[-1] if curve.points[-1].timesteps == model.num_timesteps else None
+    if after is None:
+        after = curve.record()
+    train_wall_s = curve.train_seconds()
+    model.save(run_dir / "agent")
+    env.close()
+    eval_env.close()
+    result = TrainResult(
+        config=config,
+        device=device_name(model.device),
+        before=before,
+        after=after,
+        curve=curve.points,
+        train_wall_s=train_wall_s,
+        timesteps=int(model.num_timesteps),
+        run_dir=run_dir,
+        versions=versions(),
+    )
+    (run_dir / "result.json").write_text(json.dumps(result.as_dict(), indent=2))
+    return result

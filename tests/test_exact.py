@@ -1,0 +1,144 @@
+"""Exact Blackjack evaluation agrees with Gymnasium's own env, played many times."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from gym_llm.exact import (
+    HIT,
+    STICK,
+    BlackjackState,
+    blackjack_chart,
+    blackjack_optimum,
+    blackjack_states,
+    blackjack_value,
+    exact_evaluation_supported,
+    exact_optimum,
+    exact_policy_value,
+    exact_random_value,
+    greedy_hit_probabilities,
+)
+
+
+def _simulate(policy: Callable[[BlackjackState], int], episodes: int, seed: int = 0) -> np.ndarray:
+    env = gym.make("Blackjack-v1", sab=False)
+    returns = np.zeros(episodes)
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        done = False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(policy(tuple(int(x) for x in obs)))
+            returns[episode] += float(reward)
+            done = terminated or truncated
+    return returns
+
+
+@pytest.mark.parametrize(
+    "name, policy",
+    [
+        ("always stick", lambda s: STICK),
+        ("hit below 17", lambda s: HIT if s[0] < 17 else STICK),
+        ("optimal", None),
+    ],
+)
+def test_exact_value_matches_simulation(name: str, policy: Any) -> None:
+    if policy is None:
+        _, table = blackjack_optimum()
+        policy = table.__getitem__
+    returns = _simulate(policy, 30_000)
+    sem = returns.std() / np.sqrt(len(returns))
+    exact = blackjack_value(policy)
+    assert abs(returns.mean() - exact) < 4 * sem, (name, exact, returns.mean(), sem)
+
+
+def test_optimum_and_random_match_known_figures() -> None:
+    assert exact_optimum("Blackjack-v1", {"sab": False}) == pytest.approx(-0.0466, abs=5e-4)
+    assert exact_random_value("Blackjack-v1") == pytest.approx(-0.396, abs=1e-3)
+    optimum, table = blackjack_optimum()
+    # The optimum is the best: no single-state change improves it.
+    for state in [(16, 10, 0), (12, 4, 0), (18, 9, 1)]:
+        flipped = dict(table)
+        flipped[state] = 1 - flipped[state]
+        assert blackjack_value(flipped) <= optimum + 1e-12
+    assert table[(11, 10, 0)] == HIT and table[(20, 10, 0)] == STICK  # basic strategy
+
+
+def test_states_cover_every_decision_state_seen_in_play() -> None:
+    states = set(blackjack_states())
+    assert len(states) == 280
+    env = gym.make("Blackjack-v1", sab=False)
+    rng = np.random.default_rng(0)
+    for episode in range(3000):
+        obs, _ = env.reset(seed=episode)
+        done = False
+        while not done:
+            assert tuple(int(x) for x in obs) in states
+            obs, _, terminated, truncated, _ = env.step(int(rng.integers(2)))
+            done = terminated or truncated
+
+
+def test_stochastic_policy_and_bad_probabilities() -> None:
+    mixed = blackjack_value(lambda s: 0.5)
+    assert blackjack_value(lambda s: STICK) > mixed > blackjack_value(lambda s: HIT)
+    with pytest.raises(ValueError, match="not in"):
+        blackjack_value(lambda s: 2.0)
+
+
+class _FakeAgent:
+    """``predict`` like a trained agent's: hits below ``threshold``, babbles at 15."""
+
+    def __init__(self, threshold: int) -> None:
+        self.threshold = threshold
+        self.calls = 0
+
+    def predict(self, observations: list[str], deterministic: bool = True) -> tuple[Any, None]:
+        self.calls += 1
+        replies = []
+        for text in observations:
+            total = int(text.split("totals ")[1].split(".")[0])
+            if total == 15:
+                replies.append("no idea")
+            else:
+                replies.append("hit" if total < self.threshold else "stick")
+        return np.array(replies, dtype=object), None
+
+
+def test_policy_value_asks_each_state_once_in_batches() -> None:
+    agent = _FakeAgent(threshold=17)
+    p_hit = greedy_hit_probabilities(agent, "Blackjack-v1", {"sab": False}, batch_size=100)
+    assert agent.calls == 3 and len(p_hit) == 280
+    assert p_hit[(12, 5, 0)] == 1.0 and p_hit[(18, 5, 0)] == 0.0
+    assert p_hit[(15, 5, 0)] == 0.5  # unparseable: the wrapper would play a random action
+    expected = blackjack_value(p_hit)
+    assert exact_policy_value(agent, "Blackjack-v1", {"sab": False}) == pytest.approx(expected)
+    chart = blackjack_chart(p_hit)
+    assert "hard 12" in chart and "?" in chart and len(chart.splitlines()) == 29
+
+
+def test_keyword_bandit_is_exact_with_one_question_per_target() -> None:
+    class FirstOption:
+        def predict(self, observations: list[str], deterministic: bool = True) -> tuple[Any, None]:
+            return np.array(["apple"] * len(observations), dtype=object), None
+
+    class Copier:
+        def predict(self, observations: list[str], deterministic: bool = True) -> tuple[Any, None]:
+            return np.array([o.split("Target: ")[1] for o in observations], dtype=object), None
+
+    kb = "gym_llm/KeywordBandit-v0"
+    assert exact_policy_value(FirstOption(), kb) == 0.25
+    assert exact_policy_value(Copier(), kb) == 1.0
+    assert exact_policy_value(FirstOption(), kb, {"options": ["apple", "pear"]}) == 0.5
+    assert exact_optimum(kb) == 1.0 and exact_random_value(kb) == 0.25
+
+
+def test_unsupported_envs_are_refused_with_a_pointer() -> None:
+    assert exact_evaluation_supported("Blackjack-v1", {"sab": False})
+    assert not exact_evaluation_supported("Blackjack-v1", {"sab": True})
+    assert not exact_evaluation_supported("CartPole-v1")
+    with pytest.raises(ValueError, match="Monte-Carlo"):
+        exact_policy_value(_FakeAgent(17), "CartPole-v1")

@@ -1,0 +1,77 @@
+"""``gym_llm.training.run``: one run leaves a complete, inspectable run directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gym_llm import PPO
+from gym_llm.training import TrainConfig, run
+
+
+def _config(model_dir: Path, **overrides: object) -> TrainConfig:
+    settings: dict[str, object] = {
+        "env": "Blackjack-v1",
+        "env_kwargs": {"sab": False},
+        "model": str(model_dir),
+        "timesteps": 64,
+        "n_envs": 4,
+        "n_steps": 8,
+        "batch_size": 16,
+        "n_epochs": 1,
+        "micro_batch_size": 16,
+        "eval_episodes": 0,
+        "eval_points": 1,
+        "device": "cpu",
+    }
+    settings.update(overrides)
+    return TrainConfig(**settings)
+
+
+def test_run_writes_config_result_agent_and_logs(tiny_model_dir: Path, tmp_path: Path) -> None:
+    seen: list[int] = []
+    result = run(
+        _config(tiny_model_dir),
+        tmp_path / "run",
+        progress_bar=False,
+        on_point=lambda p: seen.append(p.timesteps),
+    )
+    # before, one point in the middle (32 steps), and the end
+    assert seen == [0, 32, 64] and result.timesteps == 64
+    assert result.before.exact is not None and -1.0 <= result.before.exact <= 1.0
+    assert result.before.eval is None  # eval_episodes=0: exact only
+    saved = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert saved["config"]["env"] == "Blackjack-v1" and saved["timesteps"] == 64
+    assert [p["timesteps"] for p in saved["curve"]] == [0, 32, 64]
+    assert saved["versions"]["torch"] and saved["device"].startswith("CPU")
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["n_envs"] == 4
+    assert list(result.tensorboard_dir.rglob("events.out.tfevents*"))
+    agent = PPO.load(result.agent_path, device="cpu")
+    reply, _ = agent.predict("Your hand totals 15. Usable ace: no.\nThe dealer shows a 10.")
+    assert reply in ("stick", "hit")
+
+
+def test_monte_carlo_curve_where_no_exact_evaluation(tiny_model_dir: Path, tmp_path: Path) -> None:
+    config = _config(
+        tiny_model_dir,
+        env="FrozenLake-v1",
+        env_kwargs={"is_slippery": False},
+        eval_episodes=4,
+        eval_points=0,
+    )
+    result = run(config, tmp_path / "run", progress_bar=False)
+    assert [p.timesteps for p in result.curve] == [0, 64]
+    assert result.after.exact is None and result.after.eval is not None
+    assert result.after.eval.episodes == 4 and 0.0 <= result.after.value <= 1.0
+
+
+def test_config_errors_say_what_to_change(tiny_model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="mode must be"):
+        _config(tiny_model_dir, mode="sample")
+    with pytest.raises(ValueError, match="timesteps must be >= 1"):
+        _config(tiny_model_dir, timesteps=0)
+    with pytest.raises(ValueError, match="exact evaluation"):
+        _config(tiny_model_dir, env="CartPole-v1", env_kwargs={}, eval_episodes=0)
+    assert _config(tiny_model_dir, lora_r=0).policy_kwargs()["lora"] is None
