@@ -27,8 +27,7 @@ from typing import Any
 from gym_llm.demo import parse_env_kwargs, quiet_progress_bar_warning
 from gym_llm.evaluation import known_optimum, random_baseline
 from gym_llm.exact import exact_evaluation_supported, exact_random_value
-from gym_llm.plots import Series, plot_curves
-from gym_llm.training import CurvePoint, TrainConfig, run
+from gym_llm.training import CurvePoint, TrainConfig, plot_result, run
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -110,21 +109,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     references = {"random": random}
     if optimum is not None:
         references["optimum"] = optimum
-    png_path = plot_curves(
-        [
-            Series(
-                f"gym_llm PPO ({config.mode}, {config.model})",
-                [p.timesteps for p in result.curve],
-                [p.value for p in result.curve],
-                None
-                if result.curve[0].exact is not None
-                else [p.eval.sem if p.eval is not None else 0.0 for p in result.curve],
-            )
-        ],
-        args.out / f"{name}.png",
-        title=f"{config.env} — {result.device}",
-        references=references,
-    )
+    png_path = plot_result(result, args.out / f"{name}.png", references)
     print(
         f"\nbefore: {result.before.describe()}\nafter:  {result.after.describe()}\n"
         f"{result.timesteps} env steps in {result.train_wall_s:.0f} s "

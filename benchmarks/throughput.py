@@ -13,7 +13,8 @@ Measured in one run, on the same weights:
 * ``update_tokens_per_s``: tokens per second of the PPO update (prompt + action tokens of every
   sample, times epochs), and ``learn_env_steps_per_s``: ``learn()`` end to end (rollout + update,
   ``n_epochs=1``);
-* ``peak_rss_mb`` and, on CUDA, ``peak_cuda_mb``.
+* ``peak_rss_mb`` (after the main measurement; the comparison without the prefix cache needs
+  more and is reported apart) and, on CUDA, ``peak_cuda_mb``.
 
 The JSON has exactly those keys plus ``speedup_vs_naive``, ``device``, ``model``, ``mode``,
 ``n_envs`` and the settings; a short table is printed.
@@ -59,7 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--n-envs", type=int, default=8, help="parallel envs in gym_llm's rollouts")
     add("--steps", type=int, default=256, help="env steps per gym_llm measurement")
     add("--naive-steps", type=int, default=16, help="env steps of the naive loop (it is slow)")
-    add("--max-new-tokens", type=int, default=None, help="reply budget in generate mode")
+    add(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="reply budget of gym_llm's generate mode and of the naive loop (default: the "
+        f"registry's for gym_llm, LlamaGym's {NAIVE_MAX_NEW_TOKENS} for the naive loop)",
+    )
     add("--micro-batch-size", type=int, default=16, help="turns per update forward/backward")
     add("--device", default="auto", help="auto, cpu, cuda or mps")
     add("--dtype", default=None, help="weights dtype (default: bf16 on GPU, fp32 on CPU)")
@@ -87,6 +94,10 @@ class _RolloutTimer(BaseCallback):
 
     def _on_step(self) -> bool:
         return True
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _sync() -> None:
@@ -171,7 +182,7 @@ def measure_naive(args: argparse.Namespace) -> float:
         with torch.no_grad():
             output = lm.generate(
                 **inputs,
-                max_new_tokens=NAIVE_MAX_NEW_TOKENS,
+                max_new_tokens=args.max_new_tokens or NAIVE_MAX_NEW_TOKENS,
                 do_sample=True,
                 top_p=0.6,
                 top_k=0,
@@ -198,6 +209,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     fast = measure_learn(args, share_prefix=True)
+    peak_rss_mb = _peak_rss_mb()  # before the (much hungrier) comparison without the cache
+    peak_cuda_mb = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None
     slow = None if args.no_compare_prefix else measure_learn(args, share_prefix=False)
     naive = measure_naive(args)
     result: dict[str, Any] = {
@@ -207,10 +220,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "update_tokens_per_s": fast["update_tokens_per_s"],
         "learn_env_steps_per_s": fast["learn_env_steps_per_s"],
         "learn_speedup_vs_naive": fast["learn_env_steps_per_s"] / naive,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2**20
-        if device.type == "cuda"
-        else None,
+        "peak_rss_mb": peak_rss_mb,
+        "peak_rss_mb_incl_comparisons": _peak_rss_mb(),
+        "peak_cuda_mb": peak_cuda_mb,
         "device": device_name(device),
         "model": args.model,
         "mode": args.mode,

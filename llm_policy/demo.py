@@ -229,7 +229,7 @@ def train(args: argparse.Namespace) -> None:
     tensorboard = result.tensorboard_dir
     print(
         "=== Where things are\n"
-        f"run directory:  {result.run_dir}  (config.json, result.json)\n"
+        f"run directory:  {result.run_dir}  (config.json, result.json, curve.png)\n"
         f"saved agent:    {result.agent_path}  (adapter + value head + optimizer, "
         "no base weights)\n"
         f"  reload with:  gym_llm.PPO.load({str(result.agent_path)!r}, env=...)\n"

@@ -307,4 +307,34 @@ def run(
         versions=versions(),
     )
     (run_dir / "result.json").write_text(json.dumps(result.as_dict(), indent=2))
+    plot_result(result, run_dir / "curve.png")
     return result
+
+
+def plot_result(
+    result: TrainResult, path: Path, references: dict[str, float] | None = None
+) -> Path:
+    """The run's learning curve as a PNG, with random play and the optimum as lines where known
+    (``references`` overrides them)."""
+    from gym_llm.evaluation import known_optimum
+    from gym_llm.exact import exact_random_value
+    from gym_llm.plots import Series, plot_curves
+
+    config = result.config
+    if references is None:
+        references = {}
+        if exact_evaluation_supported(config.env, config.env_kwargs):
+            references["random"] = exact_random_value(config.env, config.env_kwargs)
+        optimum = known_optimum(config.env, config.env_kwargs)
+        if optimum is not None:
+            references["optimum"] = optimum
+    exact = result.curve[0].exact is not None
+    series = Series(
+        f"gym_llm PPO ({config.mode}, {config.model})" + (" - exact" if exact else ""),
+        [p.timesteps for p in result.curve],
+        [p.value for p in result.curve],
+        None if exact else [p.eval.sem if p.eval is not None else 0.0 for p in result.curve],
+    )
+    return plot_curves(
+        [series], path, title=f"{config.env} - {result.device}", references=references
+    )

@@ -48,6 +48,7 @@ def test_run_writes_config_result_agent_and_logs(tiny_model_dir: Path, tmp_path:
     assert saved["versions"]["torch"] and saved["device"].startswith("CPU")
     assert json.loads((tmp_path / "run" / "config.json").read_text())["n_envs"] == 4
     assert list(result.tensorboard_dir.rglob("events.out.tfevents*"))
+    assert (tmp_path / "run" / "curve.png").read_bytes()[:4] == b"\x89PNG"
     agent = PPO.load(result.agent_path, device="cpu")
     reply, _ = agent.predict("Your hand totals 15. Usable ace: no.\nThe dealer shows a 10.")
     assert reply in ("stick", "hit")
