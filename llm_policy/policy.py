@@ -458,26 +458,36 @@ class LLMPolicy(BasePolicy):
     def _generate(
         self, observations: Sequence[str], deterministic: bool
     ) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor]:
+        """Sample replies for all envs at once; a row leaves the decode batch at its stop token,
+        so short replies do not pay for the longest one."""
         logits, values, cache, mask = self._prompt_pass(observations)
         n = mask.shape[0]
         next_logits = logits
         stop = torch.tensor(self.stop_ids, device=self.device)
-        finished = torch.zeros(n, dtype=torch.bool, device=self.device)
+        rows = list(range(n))  # which original row each batch row is
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        log_probs: list[list[float]] = [[] for _ in range(n)]
         position = mask.sum(-1)
-        tokens, log_probs, alive = [], [], []
         for _ in range(self.max_new_tokens):
             dist = torch.log_softmax(next_logits.float() / self.temperature, dim=-1)
             if deterministic:
                 token = dist.argmax(-1)
             else:
                 token = torch.multinomial(dist.exp(), 1).squeeze(-1)
-            tokens.append(token)
-            log_probs.append(dist.gather(-1, token.unsqueeze(-1)).squeeze(-1))
-            alive.append(~finished)
-            finished = finished | torch.isin(token, stop)
-            if bool(finished.all()):
+            chosen_lp = dist.gather(-1, token.unsqueeze(-1)).squeeze(-1)
+            for row, tok, lp in zip(rows, token.tolist(), chosen_lp.tolist(), strict=True):
+                tokens[row].append(tok)
+                log_probs[row].append(lp)
+            going = ~torch.isin(token, stop)
+            if not bool(going.any()):
                 break
-            mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=self.device)], -1)
+            if not bool(going.all()):
+                keep = going.nonzero().squeeze(-1)
+                cache.batch_select_indices(keep)
+                rows = [rows[i] for i in keep.tolist()]
+                token, mask, position = token[keep], mask[keep], position[keep]
+            ones = torch.ones((len(rows), 1), dtype=mask.dtype, device=self.device)
+            mask = torch.cat([mask, ones], -1)
             out = self.lm(
                 input_ids=token.unsqueeze(-1),
                 attention_mask=mask,
@@ -486,11 +496,8 @@ class LLMPolicy(BasePolicy):
                 use_cache=True,
             )
             cache, next_logits, position = out.past_key_values, out.logits[:, -1], position + 1
-        token_mat = torch.stack(tokens, 1).cpu().numpy()
-        lp_mat = torch.stack(log_probs, 1).float().cpu().numpy()
-        alive_mat = torch.stack(alive, 1).cpu().numpy()
-        actions = [token_mat[i][alive_mat[i]].astype(np.int64) for i in range(n)]
-        token_lps = [lp_mat[i][alive_mat[i]].astype(np.float32) for i in range(n)]
+        actions = [np.asarray(t, dtype=np.int64) for t in tokens]
+        token_lps = [np.asarray(lp, dtype=np.float32) for lp in log_probs]
         return actions, token_lps, values
 
     def decode(self, token_ids: np.ndarray) -> str:

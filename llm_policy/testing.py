@@ -32,13 +32,15 @@ def make_tiny_tokenizer(words: Iterable[str] = (), alphabet: str | None = None) 
     ``alphabet`` limits the base vocabulary to the UTF-8 bytes of these characters (default: all
     256 bytes). A randomly initialised model explores its whole vocabulary, so a 40-token
     vocabulary instead of 300 is what makes free-text RL from scratch feasible in a test; text
-    outside the alphabet is dropped by the tokenizer, so include every character your prompts use.
+    outside the alphabet is dropped by the tokenizer, so include every character your prompts use
+    (a space is always included).
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     base = sorted(pre_tokenizers.ByteLevel.alphabet())
     if alphabet is not None:
+        alphabet += " "  # word tokens are built on the space marker, so it is always kept
         mapped = {
             p
             for p, _ in pre_tokenizers.ByteLevel(

@@ -217,3 +217,29 @@ def test_gradient_checkpointing_keeps_choice_log_probs_exact(kb_model_dir: Path)
     stored = np.concatenate(step.token_log_probs)
     np.testing.assert_allclose(ev.token_log_probs.detach().numpy().ravel(), stored, atol=1e-5)
     np.testing.assert_allclose(ev.values.detach().numpy(), step.values.numpy(), atol=1e-5)
+
+
+def test_rows_leave_the_decode_batch_at_their_stop_token(tmp_path: Path) -> None:
+    """Replies of different lengths in one batch: each row stops at its own EOS, and what was
+    stored for it is exactly what training recomputes (no row gets another row's tokens)."""
+    from gym_llm.testing import save_tiny_model
+
+    words = ["apple", "banana", "cherry", "grape"]
+    model_dir = save_tiny_model(tmp_path / "m", words=words, alphabet="abcdefghijklmnopqrstuvwxyz")
+    policy = _policy(
+        model_dir, lora={"r": 4}, action_mode="generate", max_new_tokens=40, temperature=5.0
+    )
+    obs = [f"options {w}" for w in words] * 4
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        step = policy.act(obs)
+    lengths = [len(a) for a in step.actions]
+    eos = policy.tokenizer.eos_token_id
+    early = [a for a in step.actions if len(a) < 40]
+    assert len(set(lengths)) > 2 and early, lengths  # rows really finished at different times
+    assert all(a[-1] == eos and eos not in a[:-1] for a in early)
+    ev = policy.evaluate_actions(obs, step.actions)
+    for i, stored in enumerate(step.token_log_probs):
+        assert len(stored) == lengths[i]
+        recomputed = ev.token_log_probs[i][ev.mask[i]].detach().numpy()
+        np.testing.assert_allclose(recomputed, stored, atol=1e-4)
