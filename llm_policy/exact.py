@@ -5,16 +5,20 @@ differences of 0.01, which is about what separates a decent policy from the opti
 policy only sees the current state, it is cheaper and exact to ask it once per state and compute
 the expected return from the transition model. This module does that for Blackjack (``Blackjack-v1``
 with an infinite deck, as Gymnasium draws with replacement); other tabular envs follow the same
-pattern. KeywordBandit is exact too: one question per target.
+pattern: FrozenLake, Taxi and CliffWalking list their transitions in ``env.unwrapped.P``, so a
+finite-horizon backup over the episode's step limit gives their exact values (``TabularModel``).
+KeywordBandit is exact too: one question per target.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 #: A card's value, drawn uniformly from 13 ranks (face cards count 10), as Gymnasium draws.
 _CARDS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 10, 10, 10)
@@ -128,14 +132,117 @@ def _initial_expectation(value: Callable[[int, bool, int], float]) -> float:
     return min(1.0, max(-1.0, total))  # rounding can step just outside the possible range
 
 
+#: Toy-text envs whose ``unwrapped.P[s][a]`` lists every transition ``(prob, next, reward, done)``.
+TABULAR_ENVS: tuple[str, ...] = ("FrozenLake-v1", "FrozenLake8x8-v1", "Taxi-v4", "CliffWalking-v1")
+
+#: Env options that make dynamics differ from ``P`` (Taxi's rain and fickle passenger).
+_UNMODELLED = ("is_rainy", "fickle_passenger")
+
+
+@dataclass(frozen=True)
+class TabularModel:
+    """An env's dynamics as arrays, with the episode's step limit as the horizon.
+
+    ``reward[s, a]`` is the expected immediate reward; ``cont[s, a, s']`` the probability of moving
+    to ``s'`` *without* the episode ending, so ``reward + cont @ V`` is one step of a
+    finite-horizon backup.
+    """
+
+    reward: np.ndarray
+    cont: np.ndarray
+    initial: np.ndarray
+    horizon: int
+
+    @classmethod
+    def of(cls, env: gym.Env[Any, Any]) -> TabularModel:
+        unwrapped: Any = env.unwrapped
+        n_states, n_actions = len(unwrapped.P), int(env.action_space.n)  # type: ignore[attr-defined]
+        reward = np.zeros((n_states, n_actions))
+        cont = np.zeros((n_states, n_actions, n_states))
+        for state, moves in unwrapped.P.items():
+            for action, outcomes in moves.items():
+                for prob, nxt, rew, done in outcomes:
+                    reward[state, action] += prob * rew
+                    if not done:
+                        cont[state, action, int(nxt)] += prob
+        horizon = env.spec.max_episode_steps if env.spec is not None else None
+        if horizon is None:
+            raise ValueError(
+                f"{env.spec.id if env.spec else env} has no step limit, so a policy that never "
+                "finishes has no finite return: pass max_episode_steps=... (e.g. 100)."
+            )
+        initial = np.asarray(unwrapped.initial_state_distrib, dtype=np.float64)
+        return cls(reward, cont, initial, int(horizon))
+
+    def value(self, policy: np.ndarray) -> float:
+        """Expected return of ``policy[s, a]`` (action probabilities) within the horizon."""
+        v = np.zeros(len(self.reward))
+        q_weighted = (policy * self.reward).sum(-1)
+        transition = np.einsum("sa,sat->st", policy, self.cont)
+        for _ in range(self.horizon):
+            v = q_weighted + transition @ v
+        return float(self.initial @ v)
+
+    def optimum(self) -> float:
+        """The best expected return within the horizon (finite-horizon value iteration)."""
+        v = np.zeros(len(self.reward))
+        for _ in range(self.horizon):
+            v = (self.reward + self.cont @ v).max(-1)
+        return float(self.initial @ v)
+
+
+def _make_tabular(env_id: str, env_kwargs: Mapping[str, Any]) -> gym.Env[Any, Any]:
+    return gym.make(env_id, **dict(env_kwargs))
+
+
+def greedy_action_probabilities(
+    model: Any, env_id: str, env_kwargs: Mapping[str, Any] | None = None, batch_size: int = 64
+) -> np.ndarray:
+    """``[state, action]`` probabilities of ``model``'s greedy policy on a tabular env, asking
+    once per state (an unparseable reply: the wrapper's fallback, or uniform)."""
+    from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
+
+    kwargs = dict(env_kwargs or {})
+    _require_supported(env_id, kwargs)
+    text_env = TextObservationWrapper(_make_tabular(env_id, kwargs))
+    parser = ActionParserWrapper(text_env)
+    n_states = len(text_env.unwrapped.P)  # type: ignore[attr-defined]
+    n_actions = int(text_env.action_space.n)  # type: ignore[attr-defined]
+    texts = [text_env.format(state) for state in range(n_states)]
+    policy = np.zeros((n_states, n_actions))
+    for start in range(0, n_states, batch_size):
+        replies, _ = model.predict(texts[start : start + batch_size], deterministic=True)
+        for offset, reply in enumerate(replies):
+            parsed = parser.parse(str(reply))
+            state = start + offset
+            if parsed.valid:
+                policy[state, int(parsed.action)] = 1.0
+            elif parser.fallback_action is not None:
+                policy[state, int(parser.fallback_action)] = 1.0
+            else:
+                policy[state] = 1.0 / n_actions
+    text_env.close()
+    return policy
+
+
 def _is_plain_blackjack(env_id: str, env_kwargs: Mapping[str, Any]) -> bool:
     return env_id == "Blackjack-v1" and not env_kwargs.get("sab") and not env_kwargs.get("natural")
 
 
 def exact_evaluation_supported(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> bool:
     """Whether :func:`exact_policy_value` can evaluate this env exactly: Blackjack-v1 (sab and
-    natural False) and gym_llm/KeywordBandit-v0."""
-    return _is_plain_blackjack(env_id, env_kwargs or {}) or env_id == KEYWORD_BANDIT
+    natural False), gym_llm/KeywordBandit-v0, and FrozenLake/Taxi/CliffWalking with a step limit
+    (their own, or ``max_episode_steps=``)."""
+    kwargs = env_kwargs or {}
+    if env_id in TABULAR_ENVS:
+        if any(kwargs.get(k) for k in _UNMODELLED):
+            return False
+        try:
+            spec = gym.spec(env_id)
+        except gym.error.Error:
+            return False
+        return kwargs.get("max_episode_steps", spec.max_episode_steps) is not None
+    return _is_plain_blackjack(env_id, kwargs) or env_id == KEYWORD_BANDIT
 
 
 KEYWORD_BANDIT = "gym_llm/KeywordBandit-v0"
@@ -192,6 +299,9 @@ def exact_policy_value(
     _require_supported(env_id, env_kwargs)
     if env_id == KEYWORD_BANDIT:
         return keyword_bandit_value(model, env_kwargs)
+    if env_id in TABULAR_ENVS:
+        policy = greedy_action_probabilities(model, env_id, env_kwargs, batch_size)
+        return TabularModel.of(_make_tabular(env_id, env_kwargs or {})).value(policy)
     return blackjack_value(greedy_hit_probabilities(model, env_id, env_kwargs, batch_size))
 
 
@@ -213,6 +323,8 @@ def exact_optimum(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> f
     _require_supported(env_id, env_kwargs)
     if env_id == KEYWORD_BANDIT:
         return 1.0
+    if env_id in TABULAR_ENVS:
+        return TabularModel.of(_make_tabular(env_id, env_kwargs or {})).optimum()
     return blackjack_optimum()[0]
 
 
@@ -221,6 +333,10 @@ def exact_random_value(env_id: str, env_kwargs: Mapping[str, Any] | None = None)
     _require_supported(env_id, env_kwargs)
     if env_id == KEYWORD_BANDIT:
         return float(gym.make(KEYWORD_BANDIT, **dict(env_kwargs or {})).unwrapped.random_return)  # type: ignore[attr-defined]
+    if env_id in TABULAR_ENVS:
+        model = TabularModel.of(_make_tabular(env_id, env_kwargs or {}))
+        n_actions = model.reward.shape[1]
+        return model.value(np.full(model.reward.shape, 1.0 / n_actions))
     return blackjack_value(lambda _: 0.5)
 
 
@@ -228,6 +344,7 @@ def _require_supported(env_id: str, env_kwargs: Mapping[str, Any] | None) -> Non
     if not exact_evaluation_supported(env_id, env_kwargs):
         raise ValueError(
             f"No exact evaluation for {env_id} with {dict(env_kwargs or {})}; supported: "
-            f"Blackjack-v1 with sab=False and natural=False, {KEYWORD_BANDIT}. Use "
-            "gym_llm.evaluation.evaluate (Monte-Carlo) instead."
+            f"Blackjack-v1 with sab=False and natural=False, {KEYWORD_BANDIT}, and "
+            f"{', '.join(TABULAR_ENVS)} with a step limit (max_episode_steps=...) and default "
+            "dynamics. Use gym_llm.evaluation.evaluate (Monte-Carlo) instead."
         )

@@ -13,6 +13,7 @@ from gym_llm.exact import (
     HIT,
     STICK,
     BlackjackState,
+    TabularModel,
     blackjack_chart,
     blackjack_optimum,
     blackjack_states,
@@ -21,6 +22,7 @@ from gym_llm.exact import (
     exact_optimum,
     exact_policy_value,
     exact_random_value,
+    greedy_action_probabilities,
     greedy_hit_probabilities,
 )
 
@@ -142,3 +144,64 @@ def test_unsupported_envs_are_refused_with_a_pointer() -> None:
     assert not exact_evaluation_supported("CartPole-v1")
     with pytest.raises(ValueError, match="Monte-Carlo"):
         exact_policy_value(_FakeAgent(17), "CartPole-v1")
+
+
+# --- tabular envs (FrozenLake, Taxi, CliffWalking) ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "env_id, kwargs, optimum",
+    [
+        ("FrozenLake-v1", {}, 0.744),
+        ("FrozenLake-v1", {"is_slippery": False}, 1.0),
+        ("Taxi-v4", {}, 7.93),
+        ("CliffWalking-v1", {"max_episode_steps": 100}, -13.0),
+    ],
+)
+def test_tabular_optimum_matches_known_values(
+    env_id: str, kwargs: dict[str, Any], optimum: float
+) -> None:
+    assert exact_optimum(env_id, kwargs) == pytest.approx(optimum, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "env_id, kwargs",
+    [("FrozenLake-v1", {}), ("Taxi-v4", {}), ("CliffWalking-v1", {"max_episode_steps": 100})],
+)
+def test_tabular_value_matches_simulation(env_id: str, kwargs: dict[str, Any]) -> None:
+    """A fixed stochastic policy, evaluated exactly and played 3000 times in Gymnasium."""
+    env = gym.make(env_id, **kwargs)
+    model = TabularModel.of(env)
+    rng = np.random.default_rng(0)
+    policy = rng.dirichlet(np.ones(model.reward.shape[1]) * 0.5, size=model.reward.shape[0])
+    returns = np.zeros(3000)
+    for episode in range(len(returns)):
+        state, _ = env.reset(seed=episode)
+        done = False
+        while not done:
+            action = int(rng.choice(len(policy[state]), p=policy[state]))
+            state, reward, terminated, truncated, _ = env.step(action)
+            returns[episode] += float(reward)
+            done = terminated or truncated
+    sem = returns.std() / np.sqrt(len(returns))
+    assert abs(returns.mean() - model.value(policy)) < 4 * sem + 1e-9
+
+
+def test_tabular_greedy_policy_from_replies() -> None:
+    class AlwaysDown:
+        def predict(self, observations: list[str], deterministic: bool = True) -> tuple[Any, None]:
+            return np.array(["down"] * len(observations), dtype=object), None
+
+    kwargs = {"is_slippery": False}
+    policy = greedy_action_probabilities(AlwaysDown(), "FrozenLake-v1", kwargs)
+    assert policy.shape == (16, 4) and (policy[:, 1] == 1.0).all()  # 1 = down
+    # Straight down from the start ends in the bottom-left hole of the 4x4 map: return 0.
+    assert exact_policy_value(AlwaysDown(), "FrozenLake-v1", kwargs) == 0.0
+
+
+def test_tabular_support_needs_a_step_limit_and_default_dynamics() -> None:
+    assert not exact_evaluation_supported("CliffWalking-v1")  # no step limit of its own
+    assert exact_evaluation_supported("CliffWalking-v1", {"max_episode_steps": 100})
+    assert not exact_evaluation_supported("Taxi-v4", {"is_rainy": True})
+    with pytest.raises(ValueError, match="max_episode_steps"):
+        exact_optimum("CliffWalking-v1")
