@@ -13,6 +13,9 @@ Measured in one run, on the same weights:
 * ``update_tokens_per_s``: tokens per second of the PPO update (prompt + action tokens of every
   sample, times epochs), and ``learn_env_steps_per_s``: ``learn()`` end to end (rollout + update,
   ``n_epochs=1``);
+* generate mode also: reply tokens generated per second by both, since the two samplers stop
+  at different lengths (LlamaGym samples with top-p 0.6 at temperature 0.9, gym_llm from the
+  full distribution at temperature 1, as exact log-probs require);
 * ``peak_rss_mb`` (after the main measurement; the comparison without the prefix cache needs
   more and is reported apart) and, on CUDA, ``peak_cuda_mb``.
 
@@ -157,12 +160,14 @@ def measure_learn(args: argparse.Namespace, share_prefix: bool) -> dict[str, flo
         "rollout_s": timer.rollout_s,
         "update_s": update_s,
         "shared_prefix_tokens": float(len(model.policy.shared_prefix)),
+        "mean_reply_tokens": action_tokens / steps,
+        "reply_tokens_per_s": action_tokens / timer.rollout_s,
         "mean_prompt_tokens": prompt_tokens / steps,
     }
 
 
-def measure_naive(args: argparse.Namespace) -> float:
-    """Env steps per second of LlamaGym's loop (batch 1, re-tokenise everything, generate)."""
+def measure_naive(args: argparse.Namespace) -> dict[str, float]:
+    """LlamaGym's loop (batch 1, re-tokenise everything, generate): env steps/s, reply tokens."""
     model = _make_ppo(args, share_prefix=False, n_steps=1)
     lm, tokenizer = model.policy.lm, model.policy.tokenizer
     env = ActionParserWrapper(
@@ -171,7 +176,7 @@ def measure_naive(args: argparse.Namespace) -> float:
     messages = [{"role": "system", "content": system_text(env.observation_space)}]
     observation, _ = env.reset(seed=args.seed)
     torch.manual_seed(args.seed)
-    steps = 0
+    steps = reply_tokens = 0
     _sync()
     start = time.perf_counter()
     while steps < args.naive_steps:
@@ -189,9 +194,9 @@ def measure_naive(args: argparse.Namespace) -> float:
                 temperature=0.9,
                 pad_token_id=tokenizer.pad_token_id,
             )
-        reply = tokenizer.decode(
-            output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True
-        )
+        new_tokens = output[0, inputs["input_ids"].shape[1] :]
+        reply_tokens += len(new_tokens)
+        reply = tokenizer.decode(new_tokens, skip_special_tokens=True)
         messages.append({"role": "assistant", "content": reply})
         observation, _, terminated, truncated, _ = env.step(reply)
         steps += 1
@@ -199,7 +204,12 @@ def measure_naive(args: argparse.Namespace) -> float:
             messages = messages[:1]
             observation, _ = env.reset()
     _sync()
-    return steps / (time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    return {
+        "env_steps_per_s": steps / elapsed,
+        "mean_reply_tokens": reply_tokens / steps,
+        "reply_tokens_per_s": reply_tokens / elapsed,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -212,7 +222,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     peak_rss_mb = _peak_rss_mb()  # before the (much hungrier) comparison without the cache
     peak_cuda_mb = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None
     slow = None if args.no_compare_prefix else measure_learn(args, share_prefix=False)
-    naive = measure_naive(args)
+    naive_details = measure_naive(args)
+    naive = naive_details["env_steps_per_s"]
     result: dict[str, Any] = {
         "rollout_env_steps_per_s": fast["rollout_env_steps_per_s"],
         "naive_env_steps_per_s": naive,
@@ -231,8 +242,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "steps": args.steps,
         "naive_steps": args.naive_steps,
         "dtype": args.dtype or ("bfloat16" if device.type == "cuda" else "float32"),
-        "details": {"prefix_cache": fast, "no_prefix_cache": slow},
+        "details": {"prefix_cache": fast, "no_prefix_cache": slow, "naive": naive_details},
     }
+    if args.mode == "generate":  # same machinery, different reply lengths: compare tokens too
+        result["reply_tokens_per_s"] = fast["reply_tokens_per_s"]
+        result["naive_reply_tokens_per_s"] = naive_details["reply_tokens_per_s"]
+        result["reply_token_speedup_vs_naive"] = (
+            fast["reply_tokens_per_s"] / naive_details["reply_tokens_per_s"]
+        )
     if slow is not None:
         result["rollout_env_steps_per_s_no_prefix_cache"] = slow["rollout_env_steps_per_s"]
         result["update_tokens_per_s_no_prefix_cache"] = slow["update_tokens_per_s"]
@@ -248,6 +265,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         ("learn() speed-up vs naive rollouts", result["learn_speedup_vs_naive"]),
         ("update tokens/s", result["update_tokens_per_s"]),
         ("update tokens/s, no prefix cache", result.get("update_tokens_per_s_no_prefix_cache")),
+        ("generated reply tokens/s (gym_llm)", result.get("reply_tokens_per_s")),
+        ("generated reply tokens/s (naive)", result.get("naive_reply_tokens_per_s")),
+        ("reply-token speed-up vs naive", result.get("reply_token_speedup_vs_naive")),
         ("peak RSS MB", result["peak_rss_mb"]),
         ("peak CUDA MB", result["peak_cuda_mb"]),
     ]

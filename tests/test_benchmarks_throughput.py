@@ -59,3 +59,5 @@ def test_throughput_writes_the_promised_keys(
     assert data["details"]["prefix_cache"]["shared_prefix_tokens"] > 0
     assert data["details"]["no_prefix_cache"]["shared_prefix_tokens"] == 0
     assert "rollout speed-up vs naive" in capsys.readouterr().out
+    if mode == "generate":
+        assert data["reply_tokens_per_s"] > 0 and data["naive_reply_tokens_per_s"] > 0
