@@ -73,7 +73,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gym_llm.demo",
         description="Train a language model with PPO on a Gymnasium env through text and show "
-        "its evaluation before and after (exact on Blackjack), the learned strategy, and where "
+        "its evaluation before and after (exact on KeywordBandit, Blackjack, FrozenLake, Taxi "
+        "and CliffWalking; Monte-Carlo elsewhere), the learned strategy on Blackjack, and where "
         "the TensorBoard logs and the saved agent are. --zero-shot only watches the untrained "
         "model play.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -94,8 +95,8 @@ def _build_parser() -> argparse.ArgumentParser:
         "--eval-episodes",
         type=int,
         default=None,
-        help="Monte-Carlo evaluation episodes (default: 0 where the env has an exact "
-        "evaluation, else 100)",
+        help="Monte-Carlo evaluation episodes; unset: 0 where the env has an exact "
+        "evaluation, else 100",
     )
     add("--out", type=Path, default=Path("runs/demo"), help="run directory (logs, agent)")
     add("--zero-shot", action="store_true", help="only watch the untrained model play")
