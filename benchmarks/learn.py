@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_llm.demo import parse_env_kwargs, quiet_progress_bar_warning
-from gym_llm.evaluation import known_optimum, random_baseline
-from gym_llm.exact import exact_evaluation_supported, exact_random_value
+from gym_llm.evaluation import reference_returns
 from gym_llm.training import CurvePoint, TrainConfig, plot_result, run
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -91,14 +90,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     def report(point: CurvePoint) -> None:
         print(f"[{point.timesteps:>7} steps, {point.wall_s:6.0f} s] {point.describe()}", flush=True)
 
-    optimum = known_optimum(config.env, config.env_kwargs)
-    if exact_evaluation_supported(config.env, config.env_kwargs):
-        random = exact_random_value(config.env, config.env_kwargs)
-        print(f"random policy: {random:+.4f} (exact); optimum: {optimum:+.4f} (exact)")
-    else:
-        stats = random_baseline(config.env, config.env_kwargs, seed=config.seed)
-        random = stats.mean
-        print(f"random policy: {stats}; optimum: {optimum}")
+    references = reference_returns(config.env, config.env_kwargs)
+    random, optimum = references.get("random"), references.get("optimum")
+    print(f"random policy: {random:+.4f}; optimum: {optimum}")
     result = run(config, run_dir, progress_bar=not args.no_progress, on_point=report)
     data = result.as_dict()
     data["random"] = random
@@ -106,9 +100,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args.out.mkdir(parents=True, exist_ok=True)
     json_path = args.out / f"{name}.json"
     json_path.write_text(json.dumps(data, indent=2))
-    references = {"random": random}
-    if optimum is not None:
-        references["optimum"] = optimum
     png_path = plot_result(result, args.out / f"{name}.png", references)
     print(
         f"\nbefore: {result.before.describe()}\nafter:  {result.after.describe()}\n"

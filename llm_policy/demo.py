@@ -172,14 +172,8 @@ def _gap_closed(value: float, random: float | None, optimum: float | None) -> st
 
 def train(args: argparse.Namespace) -> None:
     """Evaluate, train with PPO, evaluate again; print the results and where everything is."""
-    from gym_llm.evaluation import known_optimum
-    from gym_llm.exact import (
-        blackjack_chart,
-        exact_evaluation_supported,
-        exact_random_value,
-        greedy_hit_probabilities,
-    )
-    from gym_llm.ppo import PPO
+    from gym_llm.evaluation import reference_returns
+    from gym_llm.exact import blackjack_chart, exact_evaluation_supported, greedy_hit_probabilities
     from gym_llm.training import CurvePoint, TrainConfig, run
 
     env_kwargs = parse_env_kwargs(args.env_kwargs)
@@ -195,8 +189,8 @@ def train(args: argparse.Namespace) -> None:
         device=args.device,
         **settings,
     )
-    random = exact_random_value(args.env, env_kwargs) if exact else None
-    optimum = known_optimum(args.env, env_kwargs)
+    references = reference_returns(args.env, env_kwargs, measure_random=False)
+    random, optimum = references.get("random"), references.get("optimum")
     print(
         f"Training {config.model} (LoRA r={config.lora_r}) with PPO on {config.env} "
         f"{env_kwargs} for {config.timesteps} env steps ({config.n_envs} envs, choice mode).\n"
@@ -211,7 +205,7 @@ def train(args: argparse.Namespace) -> None:
         print(f"  eval {label}: {point.describe()}", flush=True)
 
     result = run(config, args.out, progress_bar=True, on_point=report)
-    agent = PPO.load(result.agent_path, device=args.device)
+    agent = result.model
     print("\n=== Result")
     for name, point in (("before", result.before), ("after ", result.after)):
         print(f"{name}: {point.describe()}{_gap_closed(point.value, random, optimum)}")

@@ -126,3 +126,23 @@ def known_optimum(env_id: str, env_kwargs: dict[str, Any] | None = None) -> floa
     value = getattr(env.unwrapped, "optimal_return", None)
     env.close()
     return float(value) if isinstance(value, int | float) else None
+
+
+def reference_returns(
+    env_id: str, env_kwargs: dict[str, Any] | None = None, *, measure_random: bool = True
+) -> dict[str, float]:
+    """The lines a learning curve is read against: ``random`` (exact where
+    :mod:`gym_llm.exact` can compute it, else measured with :func:`random_baseline` when
+    ``measure_random``) and ``optimum`` (where known). Missing keys are unknown."""
+    from gym_llm.exact import exact_evaluation_supported, exact_random_value
+
+    kwargs = env_kwargs or {}
+    references: dict[str, float] = {}
+    if exact_evaluation_supported(env_id, kwargs):
+        references["random"] = exact_random_value(env_id, kwargs)
+    elif measure_random:
+        references["random"] = random_baseline(env_id, kwargs).mean
+    optimum = known_optimum(env_id, kwargs)
+    if optimum is not None:
+        references["optimum"] = optimum
+    return references

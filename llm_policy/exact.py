@@ -12,7 +12,7 @@ KeywordBandit is exact too: one question per target.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -88,12 +88,7 @@ def blackjack_value(
                 f"policy gave {p_hit} for {(total, shown, int(usable))}, not in [0, 1]."
             )
         stick = _stick_value(total, shown) if p_hit < 1.0 else 0.0
-        hit = 0.0
-        if p_hit > 0.0:
-            for card in _CARDS:
-                new_total, _ = _total(hard + card, ace or card == 1)
-                new = value(hard + card, ace or card == 1, shown) if new_total <= 21 else -1.0
-                hit += _P * new
+        hit = _hit_value(hard, ace, shown, value) if p_hit > 0.0 else 0.0
         return (1.0 - p_hit) * stick + p_hit * hit
 
     return _initial_expectation(value)
@@ -107,10 +102,7 @@ def blackjack_optimum() -> tuple[float, dict[BlackjackState, int]]:
     def value(hard: int, ace: bool, shown: int) -> float:
         total, usable = _total(hard, ace)
         stick = _stick_value(total, shown)
-        hit = 0.0
-        for card in _CARDS:
-            new_total, _ = _total(hard + card, ace or card == 1)
-            hit += _P * (-1.0 if new_total > 21 else value(hard + card, ace or card == 1, shown))
+        hit = _hit_value(hard, ace, shown, value)
         best[(total, shown, int(usable))] = HIT if hit > stick else STICK
         return max(stick, hit)
 
@@ -120,6 +112,17 @@ def blackjack_optimum() -> tuple[float, dict[BlackjackState, int]]:
     ):
         value(hard, ace, shown)  # fill in states the initial deal can only reach by hitting
     return optimum, best
+
+
+def _hit_value(hard: int, ace: bool, shown: int, value: Callable[[int, bool, int], float]) -> float:
+    """Expected return of hitting once, then following ``value``: a bust loses 1."""
+    expected = 0.0
+    for card in _CARDS:
+        new_hard, new_ace = hard + card, ace or card == 1
+        expected += _P * (
+            value(new_hard, new_ace, shown) if _total(new_hard, new_ace)[0] <= 21 else -1.0
+        )
+    return expected
 
 
 def _initial_expectation(value: Callable[[int, bool, int], float]) -> float:
@@ -195,34 +198,47 @@ def _make_tabular(env_id: str, env_kwargs: Mapping[str, Any]) -> gym.Env[Any, An
     return gym.make(env_id, **dict(env_kwargs))
 
 
-def greedy_action_probabilities(
-    model: Any, env_id: str, env_kwargs: Mapping[str, Any] | None = None, batch_size: int = 64
+def _greedy_distribution(
+    model: Any,
+    env_id: str,
+    env_kwargs: Mapping[str, Any] | None,
+    states: Sequence[Any],
+    batch_size: int,
 ) -> np.ndarray:
-    """``[state, action]`` probabilities of ``model``'s greedy policy on a tabular env, asking
-    once per state (an unparseable reply: the wrapper's fallback, or uniform)."""
+    """``[i, action]`` probabilities of what the env plays when ``model`` is asked greedily in
+    ``states[i]``: each state is formatted and each reply parsed by the same wrappers the agent
+    trains with; an unparseable reply gets the wrapper's fallback action, or uniform (the wrapper
+    then plays a random action)."""
     from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 
     kwargs = dict(env_kwargs or {})
     _require_supported(env_id, kwargs)
-    text_env = TextObservationWrapper(_make_tabular(env_id, kwargs))
+    text_env = TextObservationWrapper(gym.make(env_id, **kwargs))
     parser = ActionParserWrapper(text_env)
-    n_states = len(text_env.unwrapped.P)  # type: ignore[attr-defined]
     n_actions = int(text_env.action_space.n)  # type: ignore[attr-defined]
-    texts = [text_env.format(state) for state in range(n_states)]
-    policy = np.zeros((n_states, n_actions))
-    for start in range(0, n_states, batch_size):
+    texts = [text_env.format(state) for state in states]
+    policy = np.zeros((len(states), n_actions))
+    for start in range(0, len(states), batch_size):
         replies, _ = model.predict(texts[start : start + batch_size], deterministic=True)
-        for offset, reply in enumerate(replies):
+        for row, reply in enumerate(replies, start=start):
             parsed = parser.parse(str(reply))
-            state = start + offset
             if parsed.valid:
-                policy[state, int(parsed.action)] = 1.0
+                policy[row, int(parsed.action)] = 1.0
             elif parser.fallback_action is not None:
-                policy[state, int(parser.fallback_action)] = 1.0
+                policy[row, int(parser.fallback_action)] = 1.0
             else:
-                policy[state] = 1.0 / n_actions
+                policy[row] = 1.0 / n_actions
     text_env.close()
     return policy
+
+
+def greedy_action_probabilities(
+    model: Any, env_id: str, env_kwargs: Mapping[str, Any] | None = None, batch_size: int = 64
+) -> np.ndarray:
+    """``[state, action]`` probabilities of ``model``'s greedy policy on a tabular env, asking
+    once per state (see :func:`_greedy_distribution`)."""
+    n_states = len(_make_tabular(env_id, env_kwargs or {}).unwrapped.P)  # type: ignore[attr-defined]
+    return _greedy_distribution(model, env_id, env_kwargs, range(n_states), batch_size)
 
 
 def _is_plain_blackjack(env_id: str, env_kwargs: Mapping[str, Any]) -> bool:
@@ -261,33 +277,12 @@ def keyword_bandit_value(model: Any, env_kwargs: Mapping[str, Any] | None = None
 def greedy_hit_probabilities(
     model: Any, env_id: str, env_kwargs: Mapping[str, Any] | None = None, batch_size: int = 64
 ) -> dict[BlackjackState, float]:
-    """What ``model``'s greedy policy (``predict(deterministic=True)``) plays in every state.
-
-    Every state is formatted with the same wrappers the agent trains with and the replies are
-    parsed with the same rules; an unparseable reply counts as what the wrapper would play (its
-    fallback action, or a uniformly random one: probability 0.5).
-    """
-    from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
-
-    kwargs = dict(env_kwargs or {})
-    _require_supported(env_id, kwargs)
-    text_env = TextObservationWrapper(gym.make(env_id, **kwargs))
-    parser = ActionParserWrapper(text_env)
+    """What ``model``'s greedy policy (``predict(deterministic=True)``) plays in every Blackjack
+    state, as the probability of hitting (0.5 where an unparseable reply makes the env play a
+    random action; see :func:`_greedy_distribution`)."""
     states = blackjack_states()
-    texts = [text_env.format(state) for state in states]
-    p_hit: dict[BlackjackState, float] = {}
-    for start in range(0, len(states), batch_size):
-        replies, _ = model.predict(texts[start : start + batch_size], deterministic=True)
-        for state, reply in zip(states[start : start + batch_size], replies, strict=True):
-            parsed = parser.parse(str(reply))
-            if parsed.valid:
-                p_hit[state] = float(int(parsed.action) == HIT)
-            elif parser.fallback_action is not None:
-                p_hit[state] = float(int(parser.fallback_action) == HIT)
-            else:
-                p_hit[state] = 0.5
-    text_env.close()
-    return p_hit
+    policy = _greedy_distribution(model, env_id, env_kwargs, states, batch_size)
+    return {state: float(p_hit) for state, p_hit in zip(states, policy[:, HIT], strict=True)}
 
 
 def exact_policy_value(

@@ -134,6 +134,8 @@ class TrainResult:
     timesteps: int
     run_dir: Path
     versions: dict[str, str]
+    #: The trained agent, as saved to ``agent_path`` (not part of the JSON).
+    model: PPO
 
     @property
     def agent_path(self) -> Path:
@@ -288,9 +290,8 @@ def run(
     curve.init_callback(model)
     before = curve.record()
     model.learn(config.timesteps, callback=curve, progress_bar=progress_bar, tb_log_name="ppo")
-    after = curve.points[-1] if curve.points[-1].timesteps == model.num_timesteps else None
-    if after is None:
-        after = curve.record()
+    last = curve.points[-1]
+    after = last if last.timesteps == model.num_timesteps else curve.record()
     train_wall_s = curve.train_seconds()
     model.save(run_dir / "agent")
     env.close()
@@ -305,6 +306,7 @@ def run(
         timesteps=int(model.num_timesteps),
         run_dir=run_dir,
         versions=versions(),
+        model=model,
     )
     (run_dir / "result.json").write_text(json.dumps(result.as_dict(), indent=2))
     plot_result(result, run_dir / "curve.png")
@@ -316,18 +318,12 @@ def plot_result(
 ) -> Path:
     """The run's learning curve as a PNG, with random play and the optimum as lines where known
     (``references`` overrides them)."""
-    from gym_llm.evaluation import known_optimum
-    from gym_llm.exact import exact_random_value
+    from gym_llm.evaluation import reference_returns
     from gym_llm.plots import Series, plot_curves
 
     config = result.config
     if references is None:
-        references = {}
-        if exact_evaluation_supported(config.env, config.env_kwargs):
-            references["random"] = exact_random_value(config.env, config.env_kwargs)
-        optimum = known_optimum(config.env, config.env_kwargs)
-        if optimum is not None:
-            references["optimum"] = optimum
+        references = reference_returns(config.env, config.env_kwargs, measure_random=False)
     exact = result.curve[0].exact is not None
     series = Series(
         f"gym_llm PPO ({config.mode}, {config.model})" + (" - exact" if exact else ""),
