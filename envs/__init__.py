@@ -2,13 +2,27 @@
 
 Importing ``gym_llm`` imports this module, so ``gym.make("gym_llm/KeywordBandit-v0")`` works after
 ``import gym_llm``. Entry points are strings: no env module is imported until an env is made.
+
+``KeywordBandit`` speaks text itself. ``GuessNumber`` and ``TextMaze`` keep numeric (Discrete)
+spaces so classic agents can play them too, and describe themselves
+(:class:`~gym_llm.envs.protocol.DescribesItself`) so the text wrappers need no arguments:
+``gym_llm.make_text_env("gym_llm/GuessNumber-v0")``.
 """
 
 import gymnasium
 
+from gym_llm.envs.protocol import DescribesItself, self_description
+
+__all__ = ["DescribesItself", "self_description"]
+
+_ENVS: dict[str, tuple[str, int | None]] = {
+    "gym_llm/KeywordBandit-v0": ("gym_llm.envs.keyword_bandit:KeywordBanditEnv", None),
+    # Episodes end by themselves after max_guesses: no step limit needed.
+    "gym_llm/GuessNumber-v0": ("gym_llm.envs.guess_number:GuessNumberEnv", None),
+    "gym_llm/TextMaze-v0": ("gym_llm.envs.text_maze:TextMazeEnv", 50),
+}
+
 # Guarded so that a second import (importlib.reload, a test re-importing) does not re-register.
-if "gym_llm/KeywordBandit-v0" not in gymnasium.registry:
-    gymnasium.register(
-        id="gym_llm/KeywordBandit-v0",
-        entry_point="gym_llm.envs.keyword_bandit:KeywordBanditEnv",
-    )
+for _id, (_entry_point, _max_steps) in _ENVS.items():
+    if _id not in gymnasium.registry:
+        gymnasium.register(id=_id, entry_point=_entry_point, max_episode_steps=_max_steps)

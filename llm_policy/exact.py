@@ -7,7 +7,8 @@ the expected return from the transition model. This module does that for Blackja
 with an infinite deck, as Gymnasium draws with replacement); other tabular envs follow the same
 pattern: FrozenLake, Taxi and CliffWalking list their transitions in ``env.unwrapped.P``, so a
 finite-horizon backup over the episode's step limit gives their exact values (``TabularModel``).
-KeywordBandit is exact too: one question per target.
+KeywordBandit is exact too: one question per target. gym_llm's GuessNumber and TextMaze list
+their transitions in ``P`` as well; there the policy is asked only in the states it reaches.
 """
 
 from __future__ import annotations
@@ -138,6 +139,10 @@ def _initial_expectation(value: Callable[[int, bool, int], float]) -> float:
 #: Toy-text envs whose ``unwrapped.P[s][a]`` lists every transition ``(prob, next, reward, done)``.
 TABULAR_ENVS: tuple[str, ...] = ("FrozenLake-v1", "FrozenLake8x8-v1", "Taxi-v4", "CliffWalking-v1")
 
+#: gym_llm's text-native envs with exact models in ``unwrapped.P`` (any constructor kwargs). Their
+#: state counts are larger (GuessNumber: 817), so a policy is only asked in the states it reaches.
+TEXT_TABULAR_ENVS: tuple[str, ...] = ("gym_llm/GuessNumber-v0", "gym_llm/TextMaze-v0")
+
 #: Env options that make dynamics differ from ``P`` (Taxi's rain and fickle passenger).
 _UNMODELLED = ("is_rainy", "fickle_passenger")
 
@@ -169,6 +174,8 @@ class TabularModel:
                     if not done:
                         cont[state, action, int(nxt)] += prob
         horizon = env.spec.max_episode_steps if env.spec is not None else None
+        if horizon is None:  # text-native envs state their own longest episode
+            horizon = getattr(unwrapped, "horizon", None)
         if horizon is None:
             raise ValueError(
                 f"{env.spec.id if env.spec else env} has no step limit, so a policy that never "
@@ -241,6 +248,26 @@ def greedy_action_probabilities(
     return _greedy_distribution(model, env_id, env_kwargs, range(n_states), batch_size)
 
 
+def reachable_greedy_probabilities(
+    model: Any, env_id: str, env_kwargs: Mapping[str, Any] | None = None, batch_size: int = 64
+) -> np.ndarray:
+    """Like :func:`greedy_action_probabilities`, but asking ``model`` only in the states its own
+    greedy policy can reach from the start (level by level from the initial distribution); the
+    rows of other states are uniform and cannot affect the value. A deterministic policy on
+    GuessNumber reaches at most a few dozen of the 817 states."""
+    tabular = TabularModel.of(_make_tabular(env_id, env_kwargs or {}))
+    n_states, n_actions = tabular.reward.shape
+    policy = np.full((n_states, n_actions), 1.0 / n_actions)
+    seen = set(np.flatnonzero(tabular.initial > 0).tolist())
+    frontier = sorted(seen)
+    while frontier:
+        policy[frontier] = _greedy_distribution(model, env_id, env_kwargs, frontier, batch_size)
+        reached = np.einsum("sa,sat->t", policy[frontier], tabular.cont[frontier])
+        frontier = sorted(set(np.flatnonzero(reached > 0).tolist()) - seen)
+        seen.update(frontier)
+    return policy
+
+
 def _is_plain_blackjack(env_id: str, env_kwargs: Mapping[str, Any]) -> bool:
     return env_id == "Blackjack-v1" and not env_kwargs.get("sab") and not env_kwargs.get("natural")
 
@@ -258,7 +285,11 @@ def exact_evaluation_supported(env_id: str, env_kwargs: Mapping[str, Any] | None
         except gym.error.Error:
             return False
         return kwargs.get("max_episode_steps", spec.max_episode_steps) is not None
-    return _is_plain_blackjack(env_id, kwargs) or env_id == KEYWORD_BANDIT
+    return (
+        _is_plain_blackjack(env_id, kwargs)
+        or env_id == KEYWORD_BANDIT
+        or env_id in TEXT_TABULAR_ENVS
+    )
 
 
 KEYWORD_BANDIT = "gym_llm/KeywordBandit-v0"
@@ -294,6 +325,9 @@ def exact_policy_value(
     _require_supported(env_id, env_kwargs)
     if env_id == KEYWORD_BANDIT:
         return keyword_bandit_value(model, env_kwargs)
+    if env_id in TEXT_TABULAR_ENVS:
+        policy = reachable_greedy_probabilities(model, env_id, env_kwargs, batch_size)
+        return TabularModel.of(_make_tabular(env_id, env_kwargs or {})).value(policy)
     if env_id in TABULAR_ENVS:
         policy = greedy_action_probabilities(model, env_id, env_kwargs, batch_size)
         return TabularModel.of(_make_tabular(env_id, env_kwargs or {})).value(policy)
@@ -318,7 +352,7 @@ def exact_optimum(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> f
     _require_supported(env_id, env_kwargs)
     if env_id == KEYWORD_BANDIT:
         return 1.0
-    if env_id in TABULAR_ENVS:
+    if env_id in TABULAR_ENVS or env_id in TEXT_TABULAR_ENVS:
         return TabularModel.of(_make_tabular(env_id, env_kwargs or {})).optimum()
     return blackjack_optimum()[0]
 
@@ -328,7 +362,7 @@ def exact_random_value(env_id: str, env_kwargs: Mapping[str, Any] | None = None)
     _require_supported(env_id, env_kwargs)
     if env_id == KEYWORD_BANDIT:
         return float(gym.make(KEYWORD_BANDIT, **dict(env_kwargs or {})).unwrapped.random_return)  # type: ignore[attr-defined]
-    if env_id in TABULAR_ENVS:
+    if env_id in TABULAR_ENVS or env_id in TEXT_TABULAR_ENVS:
         model = TabularModel.of(_make_tabular(env_id, env_kwargs or {}))
         n_actions = model.reward.shape[1]
         return model.value(np.full(model.reward.shape, 1.0 / n_actions))
@@ -339,7 +373,8 @@ def _require_supported(env_id: str, env_kwargs: Mapping[str, Any] | None) -> Non
     if not exact_evaluation_supported(env_id, env_kwargs):
         raise ValueError(
             f"No exact evaluation for {env_id} with {dict(env_kwargs or {})}; supported: "
-            f"Blackjack-v1 with sab=False and natural=False, {KEYWORD_BANDIT}, and "
+            f"Blackjack-v1 with sab=False and natural=False, {KEYWORD_BANDIT}, "
+            f"{', '.join(TEXT_TABULAR_ENVS)}, and "
             f"{', '.join(TABULAR_ENVS)} with a step limit (max_episode_steps=...) and default "
             "dynamics. Use gym_llm.evaluation.evaluate (Monte-Carlo) instead."
         )

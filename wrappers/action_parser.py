@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from gym_llm.envs.protocol import self_description
 from gym_llm.spaces import DEFAULT_ACTION_MAX_LENGTH, TextActions
 from gym_llm.wrappers import builtin_envs
 from gym_llm.wrappers.formatters import format_array, format_number
@@ -54,8 +55,9 @@ class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConst
     """Accept text replies as actions: parse them into the wrapped env's actions.
 
     The action space becomes a :class:`gym_llm.spaces.TextActions`. For a Discrete env it lists
-    the valid action strings in order (built-in names for Gymnasium's toy-text and classic-control
-    envs, ``action_names`` to override, else the action numbers); Box, MultiDiscrete and
+    the valid action strings in order (``action_names`` if given, else the env's own
+    ``action_names`` when it implements :class:`gym_llm.envs.DescribesItself`, else built-in
+    names for Gymnasium's toy-text and classic-control envs, else the action numbers); Box, MultiDiscrete and
     MultiBinary envs take numbers from the text. Parsing rules: :mod:`gym_llm.wrappers.parsing`.
 
     An unparseable reply is never silent. With ``on_invalid="fallback"`` the env gets
@@ -151,6 +153,15 @@ class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConst
             if len(names) != n:
                 raise ValueError(
                     f"action_names has {len(names)} names but the env has {n} actions: {names!r}."
+                )
+            return names
+        described = self_description(env)
+        if described is not None:
+            names = tuple(str(a) for a in described.action_names)
+            if len(names) != n:
+                raise ValueError(
+                    f"{type(env.unwrapped).__name__}.action_names has {len(names)} names but "
+                    f"its action space has {n} actions: {names!r}."
                 )
             return names
         builtin = builtin_envs.lookup(env)

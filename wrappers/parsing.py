@@ -12,7 +12,10 @@ Rules for a Discrete action set with names (first rule that yields a valid actio
    win over names they contain, so ``push left`` beats ``left``). The last one is taken because
    models usually reason first and state the decision at the end.
 
-Numbers mean env action values (``start + index``; for almost all envs simply the index).
+Numbers mean env action values (``start + index``; for almost all envs simply the index), except
+when every action name is itself a number (``GuessNumber``'s ``"1"`` … ``"16"``): then a number
+means the action of that name, so ``3``, ``"3"`` and ``{"action": 3}`` all pick the action named
+``"3"``.
 
 For numeric action spaces (Box, MultiDiscrete, MultiBinary) with ``n`` elements: a JSON
 ``{"action": [...]}`` or a JSON list, then the numbers of the last ``Action: ...`` statement, then
@@ -108,6 +111,13 @@ class DiscreteParser:
         self.names = tuple(names)
         self.start = int(start)
         self._lookup = {self._norm(n): i for i, n in enumerate(self.names)}
+        values = [_to_number(n) for n in self.names]
+        #: When every name is a number, numbers mean names (value -> index), not indices.
+        self._numeric_names: dict[float, int] | None = (
+            {v: i for i, v in enumerate(values) if v is not None}
+            if all(v is not None and math.isfinite(v) for v in values)
+            else None
+        )
         by_length = sorted(self.names, key=len, reverse=True)
         alternation = "|".join(re.escape(n) for n in by_length)
         self._mention = re.compile(rf"(?<![\w])(?:{alternation})(?![\w])", re.IGNORECASE)
@@ -118,7 +128,12 @@ class DiscreteParser:
         return " ".join(text.strip(_TRIM).lower().split())
 
     def _by_number(self, value: float | None) -> int | None:
-        if value is None or not math.isfinite(value) or value != int(value):
+        if value is None or not math.isfinite(value):
+            return None
+        if self._numeric_names is not None:
+            named = self._numeric_names.get(value)
+            return None if named is None else self.start + named
+        if value != int(value):
             return None
         index = int(value) - self.start
         return self.start + index if 0 <= index < len(self.names) else None

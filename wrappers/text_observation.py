@@ -10,6 +10,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 from gymnasium import spaces
 
+from gym_llm.envs.protocol import self_description
 from gym_llm.spaces import DEFAULT_OBS_MAX_LENGTH, TEXT_CHARSET, TextObservations
 from gym_llm.wrappers import builtin_envs
 from gym_llm.wrappers.formatters import check_supported, format_number, format_observation
@@ -44,7 +45,9 @@ def generic_instruction(env: gym.Env[Any, Any]) -> str:
 class TextObservationWrapper(gym.Wrapper[str, Any, Any, Any], gym.utils.RecordConstructorArgs):
     """Turn any env's observations into text, for a language-model policy.
 
-    The formatter is, in order of preference: ``formatter`` if given, the built-in one for
+    The formatter is, in order of preference: ``formatter`` if given, the env's own ``describe``
+    if it implements :class:`gym_llm.envs.DescribesItself` (which also supplies the default
+    ``instruction`` and the action names shown in ``history``), the built-in one for
     Gymnasium's toy-text and classic-control envs, else a generic formatter that handles Discrete,
     MultiDiscrete, MultiBinary, Box, Tuple, Dict and Text spaces, nested. The observation space
     becomes a :class:`gym_llm.spaces.TextObservations` (a ``gymnasium.spaces.Text``) that carries
@@ -97,8 +100,12 @@ class TextObservationWrapper(gym.Wrapper[str, Any, Any, Any], gym.utils.RecordCo
                 f"history must be >= 0 (the number of past steps shown), got {history}."
             )
         builtin = builtin_envs.lookup(env) if formatter is None else None
+        described = self_description(env)
         self._format: Callable[[Any, dict[str, Any]], str]
-        if formatter is not None:
+        if formatter is None and described is not None:
+            describe = described.describe
+            self._format = lambda o, i: describe(o)
+        elif formatter is not None:
             if not callable(formatter):
                 raise TypeError(f"formatter must be a callable obs -> str, got {formatter!r}.")
             user = formatter
@@ -114,13 +121,21 @@ class TextObservationWrapper(gym.Wrapper[str, Any, Any, Any], gym.utils.RecordCo
                 space, o, names=names, precision=precision
             )
 
+        if instruction is None and described is not None:
+            instruction = described.instruction
         if instruction is None:
             instruction = (
                 builtin.instruction(env) if builtin is not None else generic_instruction(env)
             )
         self.instruction: str = instruction
         self.history = history
-        self._action_names = builtin.action_names if builtin is not None else None
+        self._action_names = (
+            tuple(described.action_names)
+            if described is not None
+            else builtin.action_names
+            if builtin is not None
+            else None
+        )
         chars = set(TEXT_CHARSET) | set(charset)
         if isinstance(env.observation_space, spaces.Text):
             chars |= set(env.observation_space.character_set)
