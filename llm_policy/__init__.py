@@ -1,6 +1,7 @@
 """gym_llm: fine-tune LLM agents with online RL in any Gymnasium environment."""
 
 import gym_llm.envs  # noqa: F401  (registers gym_llm/* env ids)
+from gym_llm.agent import Agent
 from gym_llm.models import MODEL_REGISTRY, ModelSpec, load_model
 from gym_llm.policy import LLMPolicy
 from gym_llm.ppo import PPO
@@ -12,6 +13,7 @@ __version__ = "0.1.0"
 __all__ = [
     "MODEL_REGISTRY",
     "PPO",
+    "Agent",
     "LLMPolicy",
     "ModelSpec",
     "TextActions",

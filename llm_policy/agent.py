@@ -1,0 +1,727 @@
+"""``Agent``: LlamaGym's three-method API, trained by gym_llm's policy and PPO update.
+
+LlamaGym users subclass ``Agent``, write ``get_system_prompt``, ``format_observation`` and
+``extract_action``, and drive the env themselves with ``act`` / ``assign_reward`` /
+``terminate_episode``. This class is deliberately thin: replies, exact token log-probs and values
+come from :class:`gym_llm.LLMPolicy` (generate mode, with whole conversations as observations), and
+the update is :meth:`gym_llm.PPO.train` on a :class:`gym_llm.buffer.TextRolloutBuffer` holding the
+collected turns in order, so GAE, the clipped surrogate, KL early stopping and logging are the same
+code the SB3-style ``PPO.learn`` runs.
+
+What differs from LlamaGym, on purpose:
+
+* Each episode is a real conversation (system, then user/assistant turns) rendered by the model's
+  own chat template, truncated from the oldest exchange to ``max_context_tokens``.
+* Every reward belongs to the turn it was paid for; returns are discounted and advantages come from
+  turn-level GAE with the value head (LlamaGym split the last reward evenly over the turns).
+* A reply ``extract_action`` cannot turn into a valid action is handled by a declared policy
+  (parser rules, then a fallback action with a penalty), counted, and never shifts rewards onto the
+  wrong turn.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import math
+import os
+import warnings
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeVar
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.utils import configure_logger
+
+from gym_llm.buffer import TextRolloutBuffer
+from gym_llm.policy import LLMPolicy
+from gym_llm.ppo import PPO
+from gym_llm.prompts import Message
+from gym_llm.spaces import TextActions, TextObservations
+from gym_llm.wrappers.parsing import DiscreteParser, NumericParser, ParseResult
+
+SelfAgent = TypeVar("SelfAgent", bound="Agent")
+OnInvalid = Literal["fallback", "raise"]
+
+#: ``generate_config`` keys the policy honours, with the LlamaGym/transformers meaning.
+GENERATE_KEYS = ("max_new_tokens", "temperature", "do_sample")
+#: Accepted but ignored: PPO needs the exact log-prob of each sampled token under the full
+#: distribution, which top-p/top-k truncation would change.
+_IGNORED_GENERATE_KEYS = ("top_p", "top_k")
+#: Accepted silently: gym_llm takes pad and stop tokens from the tokenizer and generation config.
+_SILENT_GENERATE_KEYS = ("pad_token_id", "eos_token_id")
+
+#: ``ppo_config`` keys: TRL/LlamaGym names and gym_llm/SB3 names -> the setting they control.
+#: ``batch_size`` keeps LlamaGym's meaning (episodes per update); ``mini_batch_size`` is turns per
+#: optimizer step (PPO's ``batch_size``).
+PPO_KEYS: dict[str, str] = {
+    "batch_size": "episodes_per_update",
+    "episodes_per_update": "episodes_per_update",
+    "mini_batch_size": "mini_batch_size",
+    "learning_rate": "learning_rate",
+    "ppo_epochs": "n_epochs",
+    "n_epochs": "n_epochs",
+    "gamma": "gamma",
+    "lam": "gae_lambda",
+    "gae_lambda": "gae_lambda",
+    "cliprange": "clip_range",
+    "clip_range": "clip_range",
+    "vf_coef": "vf_coef",
+    "ent_coef": "ent_coef",
+    "target_kl": "target_kl",
+    "init_kl_coef": "kl_coef",
+    "kl_coef": "kl_coef",
+    "max_grad_norm": "max_grad_norm",
+    "micro_batch_size": "micro_batch_size",
+    "normalize_advantage": "normalize_advantage",
+    "seed": "seed",
+}
+#: Defaults: LlamaGym's batch sizes (16 episodes, 16 turns), TRL's 4 epochs, gym_llm's LoRA rate.
+_PPO_DEFAULTS: dict[str, Any] = {
+    "episodes_per_update": 16,
+    "mini_batch_size": 16,
+    "learning_rate": 1e-4,
+    "n_epochs": 4,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "clip_range": 0.2,
+    "vf_coef": 0.5,
+    "ent_coef": 0.0,
+    "target_kl": None,
+    "kl_coef": 0.0,
+    "max_grad_norm": 1.0,
+    "micro_batch_size": 8,
+    "normalize_advantage": True,
+    "seed": None,
+}
+#: KL threshold used by ``use_target_kl=True`` when ``ppo_config`` sets no ``target_kl``.
+DEFAULT_TARGET_KL = 0.1
+
+
+@dataclass
+class Turn:
+    """One act() call: what the model saw and sampled, and what it earned."""
+
+    #: The policy observation: the (truncated) conversation as a JSON message list.
+    prompt: str
+    reply: str
+    #: Sampled token ids and their log-probs, exactly as sampled.
+    tokens: np.ndarray
+    log_probs: np.ndarray
+    value: float
+    #: The env action act() returned.
+    action: Any
+    #: How the action was found: "extract_action", "parser:<rule>" or "fallback".
+    source: str
+    #: Env reward(s) assigned to this turn plus any invalid-action penalty.
+    reward: float = 0.0
+    #: Exchanges dropped from the start of the conversation to fit ``max_context_tokens``.
+    dropped_exchanges: int = 0
+
+
+@dataclass
+class _Episode:
+    turns: list[Turn]
+    messages: list[Message]
+
+    @property
+    def episode_return(self) -> float:
+        return float(sum(t.reward for t in self.turns))
+
+
+@dataclass(frozen=True)
+class ActionOutcome:
+    """What :meth:`Agent.to_action` made of a reply."""
+
+    action: Any
+    #: "extract_action", "parser:<rule>" or "fallback".
+    source: str
+    #: Why ``extract_action`` did not give a valid action (``None`` when it did).
+    error: str | None = None
+    #: Reward added to the turn (``invalid_penalty`` for a fallback, else 0).
+    penalty: float = 0.0
+
+
+@dataclass
+class _Counts:
+    extract_failures: int = 0
+    parser_recovered: int = 0
+    invalid_actions: int = 0
+    truncated_turns: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def _split_config(
+    given: Mapping[str, Any] | None, known: Sequence[str], what: str
+) -> dict[str, Any]:
+    config = dict(given or {})
+    unknown = sorted(k for k in config if k not in known)
+    if unknown:
+        raise ValueError(
+            f"Unknown {what} key(s) {unknown}; known keys: {', '.join(sorted(known))}."
+        )
+    return config
+
+
+class Agent(abc.ABC):
+    """An LLM agent you drive by hand, LlamaGym style; trained with gym_llm's PPO.
+
+    Args:
+        model: a registry name (``"smollm2-135m"``), a path or hub id, or a loaded Hugging Face
+            causal LM object (then pass ``tokenizer``; ``save`` needs it to have a
+            ``name_or_path`` it can be reloaded from).
+        tokenizer: the tokenizer of a model object (ignored for names and paths).
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ...
+        generate_config: ``max_new_tokens``, ``temperature``, ``do_sample`` (``False``: greedy).
+            ``top_p``/``top_k`` are ignored with a warning (PPO needs exact log-probs of the full
+            distribution). LlamaGym's ``generate_config_dict`` keyword works too.
+        ppo_config: TRL names (``batch_size`` = episodes per update, ``mini_batch_size`` = turns
+            per optimizer step, ``learning_rate``, ``ppo_epochs``, ``gamma``, ``lam``,
+            ``cliprange``, ``vf_coef``, ``target_kl``, ``init_kl_coef``, ``max_grad_norm``,
+            ``seed``) or gym_llm's PPO names (:data:`PPO_KEYS`). LlamaGym's ``ppo_config_dict``
+            keyword works too. Unknown keys raise.
+        sft_warm_start: run supervised fine-tuning on ``sft_demos`` before any RL
+            (:func:`gym_llm.sft.warm_start`).
+        sft_demos: chat-messages JSONL path or records for the warm start.
+        sft_replay: after each update, fine-tune one epoch on the top ``sft_replay`` share (by
+            return) of the last ``sft_replay_window`` episodes; 0 = off.
+        sft_kwargs: extra keyword arguments for ``warm_start`` (``learning_rate``, ``max_steps``,
+            ...).
+        use_target_kl: stop an update's epochs early once approx KL exceeds ``1.5 * target_kl``
+            (``ppo_config["target_kl"]``, default :data:`DEFAULT_TARGET_KL`); setting
+            ``target_kl`` alone does the same.
+        max_context_tokens: prompt budget; the oldest user/assistant exchanges are dropped to
+            fit, the system prompt and the current observation always stay.
+        action_space: the env's action space; actions outside it are invalid. Needed for a random
+            fallback and for the parser rules (with ``action_names`` for Discrete).
+        action_names: names of Discrete actions for the parser rules (implies
+            ``Discrete(len(action_names))`` when ``action_space`` is not given).
+        on_invalid: ``"fallback"``: parser rules, then ``fallback_action`` (or a random action)
+            with ``invalid_penalty``; ``"raise"``: a ``ValueError`` as soon as
+            ``extract_action`` fails.
+        lora: LoRA settings (dict or ``peft.LoraConfig``); ``"default"`` = the model's registry
+            defaults; ``None`` trains all weights.
+        tensorboard_log: folder for TensorBoard logs (``<folder>/Agent_<n>``); ``None`` = off.
+    """
+
+    #: Written to ``agent.json`` so :meth:`load` can refuse foreign directories.
+    FORMAT: ClassVar[str] = "gym_llm.Agent/1"
+
+    def __init__(
+        self,
+        model: str | Any,
+        tokenizer: Any = None,
+        device: torch.device | str = "auto",
+        generate_config: Mapping[str, Any] | None = None,
+        ppo_config: Mapping[str, Any] | None = None,
+        *,
+        generate_config_dict: Mapping[str, Any] | None = None,
+        ppo_config_dict: Mapping[str, Any] | None = None,
+        sft_warm_start: bool = False,
+        sft_demos: str | os.PathLike[str] | Sequence[Mapping[str, Any]] | None = None,
+        sft_replay: float = 0.0,
+        sft_replay_window: int = 100,
+        sft_kwargs: Mapping[str, Any] | None = None,
+        use_target_kl: bool = False,
+        max_context_tokens: int = 2048,
+        action_space: spaces.Space[Any] | None = None,
+        action_names: Sequence[str] | None = None,
+        on_invalid: OnInvalid = "fallback",
+        fallback_action: Any = None,
+        invalid_penalty: float = 0.0,
+        lora: dict[str, Any] | Any | None = "default",
+        tensorboard_log: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if generate_config is not None and generate_config_dict is not None:
+            raise ValueError("Pass generate_config or generate_config_dict, not both.")
+        if ppo_config is not None and ppo_config_dict is not None:
+            raise ValueError("Pass ppo_config or ppo_config_dict, not both.")
+        generate = _split_config(
+            generate_config if generate_config is not None else generate_config_dict,
+            (*GENERATE_KEYS, *_IGNORED_GENERATE_KEYS, *_SILENT_GENERATE_KEYS),
+            "generate_config",
+        )
+        ignored = [k for k in _IGNORED_GENERATE_KEYS if k in generate]
+        if ignored:
+            warnings.warn(
+                f"generate_config {ignored} ignored: PPO needs the exact log-prob of each sampled "
+                "token under the full distribution, which top-p/top-k truncation would change. "
+                "Use temperature to control sampling.",
+                UserWarning,
+                stacklevel=2,
+            )
+        given = _split_config(
+            ppo_config if ppo_config is not None else ppo_config_dict, tuple(PPO_KEYS), "ppo_config"
+        )
+        hyper = dict(_PPO_DEFAULTS)
+        for key, value in given.items():
+            hyper[PPO_KEYS[key]] = value
+        if use_target_kl and hyper["target_kl"] is None:
+            hyper["target_kl"] = DEFAULT_TARGET_KL
+        for name in ("episodes_per_update", "mini_batch_size", "n_epochs", "micro_batch_size"):
+            if int(hyper[name]) < 1:
+                raise ValueError(f"ppo_config {name} must be >= 1, got {hyper[name]}.")
+        if on_invalid not in ("fallback", "raise"):
+            raise ValueError(f"on_invalid must be 'fallback' or 'raise', got {on_invalid!r}.")
+        if max_context_tokens < 1:
+            raise ValueError(f"max_context_tokens must be >= 1, got {max_context_tokens}.")
+        if not 0.0 <= sft_replay <= 1.0:
+            raise ValueError(f"sft_replay is a share of episodes in [0, 1], got {sft_replay}.")
+        if sft_warm_start and sft_demos is None:
+            raise ValueError(
+                "sft_warm_start=True needs demonstrations: pass sft_demos=PATH (chat-messages "
+                "JSONL, see gym_llm.sft) or a list of {'messages': [...]} records."
+            )
+
+        self.episodes_per_update = int(hyper.pop("episodes_per_update"))
+        self.do_sample = bool(generate.get("do_sample", True))
+        self.max_context_tokens = int(max_context_tokens)
+        self.on_invalid: OnInvalid = on_invalid
+        self.invalid_penalty = float(invalid_penalty)
+        self.use_target_kl = use_target_kl
+        self.sft_replay = float(sft_replay)
+        self.sft_kwargs = dict(sft_kwargs or {})
+        self.action_names = tuple(str(n) for n in action_names) if action_names else None
+        if action_space is None and self.action_names is not None:
+            action_space = spaces.Discrete(len(self.action_names))
+        self.action_space = action_space
+        self._parser = self._make_parser()
+        self.fallback_action = self._validated_fallback(fallback_action)
+
+        self._system_prompt = self.get_system_prompt()
+        policy_kwargs: dict[str, Any] = {
+            "model": model,
+            "conversation": True,
+            "action_mode": "generate",
+            "system_prompt": self._system_prompt or None,
+            "temperature": float(generate.get("temperature", 1.0)),
+            "lora": {} if isinstance(lora, str) and lora == "default" else lora,
+        }
+        if "max_new_tokens" in generate:
+            policy_kwargs["max_new_tokens"] = int(generate["max_new_tokens"])
+        if not isinstance(model, str):
+            policy_kwargs["tokenizer"] = tokenizer
+        mini_batch = int(hyper.pop("mini_batch_size"))
+        self.ppo = PPO(
+            LLMPolicy,
+            None,
+            batch_size=mini_batch,
+            n_steps=1,
+            policy_kwargs=policy_kwargs,
+            device=device,
+            _init_setup_model=False,
+            **hyper,
+        )
+        self.ppo.observation_space = TextObservations(2**31 - 1)
+        self.ppo.action_space = TextActions(None)
+        self.ppo.n_envs = 1
+        self.ppo._setup_model()
+        self.ppo.set_logger(
+            configure_logger(0, None if tensorboard_log is None else str(tensorboard_log), "Agent")
+        )
+        self.policy: LLMPolicy = self.ppo.policy
+        self.tokenizer = self.policy.tokenizer
+        self.policy.set_training_mode(False)
+
+        self.training = True
+        self.episodes: list[_Episode] = []
+        self.last_rollout: TextRolloutBuffer | None = None
+        self._replay: deque[_Episode] = deque(maxlen=max(1, int(sft_replay_window)))
+        self._counts = _Counts()
+        self.current_episode_messages: list[Message] = []
+        self.current_episode_turns: list[Turn] = []
+        self._reset_episode()
+        self.sft_stats: dict[str, float] = {}
+        if sft_warm_start:
+            assert sft_demos is not None
+            self.sft_stats = self._warm_start(sft_demos, {})
+
+    # --- what a subclass writes ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get_system_prompt(self) -> str:
+        """The system message of every episode."""
+
+    @abc.abstractmethod
+    def format_observation(self, observation: Any) -> str:
+        """The user turn for an env observation."""
+
+    @abc.abstractmethod
+    def extract_action(self, response: str) -> Any:
+        """The env action for the model's reply. Raising or returning ``None`` (or an action
+        outside ``action_space``) makes the agent apply its invalid-action policy."""
+
+    # --- the episode loop ----------------------------------------------------------------------
+
+    @property
+    def current_episode_rewards(self) -> list[float]:
+        """The reward of each turn so far (env rewards plus invalid-action penalties)."""
+        return [t.reward for t in self.current_episode_turns]
+
+    def act(self, observation: Any) -> Any:
+        """Add the observation as a user turn, sample a reply, and return its env action."""
+        self.current_episode_messages.append(
+            {"role": "user", "content": self.format_observation(observation)}
+        )
+        prompt, dropped = self._prompt()
+        deterministic = not (self.training and self.do_sample)
+        with torch.inference_mode():
+            step = self.policy.act([prompt], deterministic=deterministic)
+        reply = step.replies[0]
+        self.current_episode_messages.append({"role": "assistant", "content": reply})
+        outcome = self.to_action(reply)
+        self._counts.truncated_turns += int(dropped > 0)
+        self.current_episode_turns.append(
+            Turn(
+                prompt=prompt,
+                reply=reply,
+                tokens=step.actions[0],
+                log_probs=step.token_log_probs[0],
+                value=float(step.values[0]),
+                action=outcome.action,
+                source=outcome.source,
+                reward=outcome.penalty,
+                dropped_exchanges=dropped,
+            )
+        )
+        return outcome.action
+
+    def assign_reward(self, reward: float) -> None:
+        """Credit ``reward`` to the latest turn (several calls add up)."""
+        if not self.current_episode_turns:
+            raise RuntimeError(
+                "assign_reward() was called before act() in this episode: a reward belongs to the "
+                "turn whose action earned it."
+            )
+        self.current_episode_turns[-1].reward += float(reward)
+
+    def terminate_episode(self, train: bool = True) -> dict[str, float]:
+        """End the episode; train when ``episodes_per_update`` episodes are collected.
+
+        Returns PPO's logger metrics (``train/approx_kl``, ``train/first_ratio_error``,
+        ``train/early_stopped``, ...) plus ``agent/*`` counts when an update ran, else ``{}``.
+        In eval mode (:meth:`eval`) episodes are not kept for training.
+        """
+        episode = _Episode(self.current_episode_turns, self.current_episode_messages)
+        self._reset_episode()
+        if not episode.turns or not self.training:
+            return {}
+        self.episodes.append(episode)
+        if self.sft_replay > 0:
+            self._replay.append(episode)
+        if train and len(self.episodes) >= self.episodes_per_update:
+            return self._update()
+        return {}
+
+    def train(self: SelfAgent, mode: bool = True) -> SelfAgent:
+        """Training mode: sample replies and keep episodes for updates (the default)."""
+        self.training = mode
+        return self
+
+    def eval(self: SelfAgent) -> SelfAgent:
+        """Inference mode: greedy replies, episodes are not kept for training."""
+        return self.train(False)
+
+    # --- prompts and actions -------------------------------------------------------------------
+
+    def _reset_episode(self) -> None:
+        self.current_episode_messages = (
+            [{"role": "system", "content": self._system_prompt}] if self._system_prompt else []
+        )
+        self.current_episode_turns = []
+
+    def _prompt(self) -> tuple[str, int]:
+        """The conversation without its system message (the policy adds it, so the shared-prefix
+        cache finds it), dropping the oldest exchanges until the prompt fits the budget."""
+        turns = [m for m in self.current_episode_messages if m["role"] != "system"]
+        dropped = 0
+        prompt = json.dumps(turns, ensure_ascii=False)
+        while len(turns) > 1 and len(self.policy.prompt_ids(prompt)) > self.max_context_tokens:
+            turns = turns[2:]  # one user/assistant exchange, the oldest
+            dropped += 1
+            prompt = json.dumps(turns, ensure_ascii=False)
+        return prompt, dropped
+
+    def _make_parser(self) -> DiscreteParser | NumericParser | None:
+        space = self.action_space
+        if isinstance(space, spaces.Discrete):
+            names = self.action_names or tuple(str(int(space.start) + i) for i in range(space.n))
+            if len(names) != int(space.n):
+                raise ValueError(
+                    f"action_names has {len(names)} names but the action space {space} has "
+                    f"{space.n} actions."
+                )
+            return DiscreteParser(names, start=int(space.start))
+        if self.action_names is not None:
+            raise ValueError(f"action_names needs a Discrete action space, got {space}.")
+        if isinstance(space, spaces.Box | spaces.MultiDiscrete | spaces.MultiBinary):
+            return NumericParser(space)
+        return None
+
+    def _validated_fallback(self, fallback: Any) -> Any:
+        if fallback is None or self.action_space is None:
+            return fallback
+        if isinstance(fallback, str) and self._parser is not None:
+            parsed = self._parser(fallback)
+            if not parsed.valid:
+                raise ValueError(f"fallback_action {fallback!r} is not valid: {parsed.error}.")
+            return parsed.action
+        if not self._contains(fallback):
+            raise ValueError(
+                f"fallback_action {fallback!r} is not in the action space {self.action_space}."
+            )
+        return fallback
+
+    def _contains(self, action: Any) -> bool:
+        if self.action_space is None:
+            return True
+        try:
+            return bool(self.action_space.contains(action))
+        except Exception:  # e.g. a str for a Box: not an action, not a crash
+            return False
+
+    def to_action(self, reply: str) -> ActionOutcome:
+        """The env action for a reply: ``extract_action``, else the parser rules (exact name,
+        JSON ``{"action": ...}``, ``Action: X``, last mention; see
+        :mod:`gym_llm.wrappers.parsing`), else ``fallback_action`` or a random action with
+        ``invalid_penalty``. With ``on_invalid="raise"`` a failing ``extract_action`` raises."""
+        try:
+            action = self.extract_action(reply)
+            error = None
+        except Exception as exc:  # a user's extractor failing is an invalid action
+            action, error = None, f"extract_action raised {type(exc).__name__}: {exc}"
+        if error is None and action is not None and self._contains(action):
+            return ActionOutcome(action, "extract_action")
+        if error is None:
+            error = (
+                "extract_action returned None"
+                if action is None
+                else f"extract_action returned {action!r}, not in {self.action_space}"
+            )
+        if self.on_invalid == "raise":
+            raise ValueError(f"Invalid action for reply {reply!r}: {error}.")
+        self._counts.extract_failures += 1
+        parsed: ParseResult | None = self._parser(reply) if self._parser is not None else None
+        if parsed is not None and parsed.valid:
+            self._counts.parser_recovered += 1
+            return ActionOutcome(parsed.action, f"parser:{parsed.method}", error)
+        if self.fallback_action is not None:
+            fallback = self.fallback_action
+        elif self.action_space is not None:
+            fallback = self.action_space.sample()
+        else:
+            raise ValueError(
+                f"Invalid action for reply {reply!r} ({error}) and nothing to fall back to: pass "
+                "action_space=env.action_space (random fallback) or fallback_action=..."
+            )
+        self._counts.invalid_actions += 1
+        return ActionOutcome(fallback, "fallback", error, self.invalid_penalty)
+
+    def predict(self, observations: Sequence[Any], batch_size: int = 32) -> list[Any]:
+        """Greedy first-turn actions for fresh episodes starting at each observation, in batches
+        (for evaluation; the current episode is untouched). ``None`` where neither
+        ``extract_action`` nor the parser found a valid action."""
+        actions: list[Any] = []
+        for start in range(0, len(observations), batch_size):
+            prompts = [
+                json.dumps(
+                    [{"role": "user", "content": self.format_observation(o)}], ensure_ascii=False
+                )
+                for o in observations[start : start + batch_size]
+            ]
+            with torch.inference_mode():
+                step = self.policy.act(prompts, deterministic=True)
+            for reply in step.replies:
+                try:
+                    action = self.extract_action(reply)
+                except Exception:
+                    action = None
+                if action is None or not self._contains(action):
+                    parsed = self._parser(reply) if self._parser is not None else None
+                    action = parsed.action if parsed is not None and parsed.valid else None
+                actions.append(action)
+        return actions
+
+    # --- the update ----------------------------------------------------------------------------
+
+    def _rollout(self, episodes: Sequence[_Episode]) -> TextRolloutBuffer:
+        """The turns in order in a one-env buffer; each episode ends in a terminal state, so GAE
+        cuts at episode starts and the last turn bootstraps from nothing."""
+        n_turns = sum(len(e.turns) for e in episodes)
+        buffer = TextRolloutBuffer(
+            n_turns, 1, device=self.ppo.device, gae_lambda=self.ppo.gae_lambda, gamma=self.ppo.gamma
+        )
+        for episode in episodes:
+            for index, turn in enumerate(episode.turns):
+                buffer.add_turns(
+                    np.array([turn.prompt], dtype=object),
+                    [turn.reply],
+                    [turn.tokens],
+                    [turn.log_probs],
+                    np.array([turn.reward], dtype=np.float32),
+                    np.array([index == 0], dtype=np.float32),
+                    torch.tensor([turn.value]),
+                )
+        buffer.compute_returns_and_advantage(
+            last_values=torch.zeros(1), dones=np.array([True], dtype=bool)
+        )
+        return buffer
+
+    def _update(self) -> dict[str, float]:
+        episodes, self.episodes = self.episodes, []
+        turns = [t for e in episodes for t in e.turns]
+        self.last_rollout = self.ppo.rollout_buffer = self._rollout(episodes)
+        self.ppo.num_timesteps += len(turns)
+        self.ppo.train()
+        logger = self.ppo.logger
+        counts, self._counts = self._counts, _Counts()
+        agent_stats = {
+            "agent/episodes": float(len(episodes)),
+            "agent/turns": float(len(turns)),
+            "agent/mean_return": float(np.mean([e.episode_return for e in episodes])),
+            "agent/mean_turns_per_episode": len(turns) / len(episodes),
+            "agent/mean_reply_tokens": float(np.mean([len(t.tokens) for t in turns])),
+            "agent/extract_failures": float(counts.extract_failures),
+            "agent/parser_recovered": float(counts.parser_recovered),
+            "agent/invalid_actions": float(counts.invalid_actions),
+            "agent/invalid_action_rate": counts.invalid_actions / len(turns),
+            "agent/truncated_turns": float(counts.truncated_turns),
+        }
+        if self.sft_replay > 0 and self._replay:
+            ranked = sorted(self._replay, key=lambda e: e.episode_return, reverse=True)
+            top = ranked[: max(1, math.ceil(self.sft_replay * len(ranked)))]
+            records = [{"messages": list(e.messages)} for e in top]
+            sft = self._warm_start(records, {"epochs": 1})
+            agent_stats.update({f"agent/replay_{k.split('/')[-1]}": v for k, v in sft.items()})
+            agent_stats["agent/replay_episodes"] = float(len(records))
+        for key, value in agent_stats.items():
+            logger.record(key, value)
+        stats = {
+            key: float(value)
+            for key, value in logger.name_to_value.items()
+            if key.startswith(("train/", "agent/"))
+        }
+        logger.dump(step=self.ppo.num_timesteps)
+        return stats
+
+    def _warm_start(
+        self,
+        demos: str | os.PathLike[str] | Sequence[Mapping[str, Any]],
+        overrides: Mapping[str, Any],
+    ) -> dict[str, float]:
+        from gym_llm import sft
+
+        kwargs = {**self.sft_kwargs, **overrides}
+        stats = sft.warm_start(self.policy, demos, **kwargs)
+        self.policy.invalidate_prefix_cache()
+        self.policy.set_training_mode(False)
+        return stats
+
+    # --- save / load ---------------------------------------------------------------------------
+
+    def _agent_config(self) -> dict[str, Any]:
+        space = self.action_space
+        discrete = (
+            {"n": int(space.n), "start": int(space.start)}
+            if isinstance(space, spaces.Discrete)
+            else None
+        )
+        fallback = self.fallback_action
+        if isinstance(fallback, np.integer | np.floating):
+            fallback = fallback.item()
+        return {
+            "format": self.FORMAT,
+            "class": type(self).__qualname__,
+            "generate_config": {
+                "max_new_tokens": self.policy.max_new_tokens,
+                "temperature": self.policy.temperature,
+                "do_sample": self.do_sample,
+            },
+            "episodes_per_update": self.episodes_per_update,
+            "use_target_kl": self.use_target_kl,
+            "sft_replay": self.sft_replay,
+            "max_context_tokens": self.max_context_tokens,
+            "discrete_action_space": discrete,
+            "action_names": list(self.action_names) if self.action_names else None,
+            "on_invalid": self.on_invalid,
+            "fallback_action": fallback,
+            "invalid_penalty": self.invalid_penalty,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write ``PPO.save``'s directory (adapter, value head, optimizer, config) plus
+        ``agent.json`` (the Agent's own settings). Never the base weights."""
+        self.ppo.save(path)
+        (Path(path) / "agent.json").write_text(json.dumps(self._agent_config(), indent=2))
+
+    @classmethod
+    def load(
+        cls: type[SelfAgent],
+        path: str | os.PathLike[str],
+        device: torch.device | str = "auto",
+        **kwargs: Any,
+    ) -> SelfAgent:
+        """Rebuild an agent saved by :meth:`save` (call it on your subclass:
+        ``BlackjackAgent.load(dir)``). ``kwargs`` override saved constructor arguments, e.g.
+        ``action_space=`` for a non-Discrete space, ``tensorboard_log=``, or ``model=`` when the
+        base model moved."""
+        directory = Path(path)
+        agent_file, ppo_file = directory / "agent.json", directory / "config.json"
+        if not agent_file.is_file() or not ppo_file.is_file():
+            raise FileNotFoundError(
+                f"{directory} is not a saved gym_llm Agent (needs agent.json and config.json); "
+                "save one with agent.save(path)."
+            )
+        saved = json.loads(agent_file.read_text())
+        if saved.get("format") != cls.FORMAT:
+            raise ValueError(f"{agent_file} has format {saved.get('format')!r}, not {cls.FORMAT}.")
+        ppo = json.loads(ppo_file.read_text())
+        hyper = dict(ppo["hyperparameters"])
+        ppo_config = {
+            "episodes_per_update": saved["episodes_per_update"],
+            "mini_batch_size": hyper["batch_size"],
+            "clip_range": hyper["clip_range_value"],
+            **{
+                k: hyper[k]
+                for k in (
+                    "learning_rate",
+                    "n_epochs",
+                    "gamma",
+                    "gae_lambda",
+                    "vf_coef",
+                    "ent_coef",
+                    "target_kl",
+                    "kl_coef",
+                    "max_grad_norm",
+                    "micro_batch_size",
+                    "normalize_advantage",
+                    "seed",
+                )
+            },
+        }
+        discrete = saved["discrete_action_space"]
+        arguments: dict[str, Any] = {
+            "model": ppo["policy_kwargs"]["model"],
+            "device": device,
+            "generate_config": saved["generate_config"],
+            "ppo_config": ppo_config,
+            "use_target_kl": saved["use_target_kl"],
+            "sft_replay": saved["sft_replay"],
+            "max_context_tokens": saved["max_context_tokens"],
+            "action_space": None
+            if discrete is None
+            else spaces.Discrete(discrete["n"], start=discrete["start"]),
+            "action_names": saved["action_names"],
+            "on_invalid": saved["on_invalid"],
+            "fallback_action": saved["fallback_action"],
+            "invalid_penalty": saved["invalid_penalty"],
+            "lora": ppo["policy_kwargs"]["lora"],
+        }
+        arguments.update(kwargs)
+        agent = cls(**arguments)
+        agent.ppo.load_policy_state(directory)
+        return agent
