@@ -28,7 +28,7 @@ from stable_baselines3.common.policies import BasePolicy
 from torch import nn
 
 from gym_llm.models import MODEL_REGISTRY, load_model
-from gym_llm.prompts import build_messages, render_prompt
+from gym_llm.prompts import build_conversation, build_messages, render_prompt
 from gym_llm.spaces import TextActions
 
 ActionMode = Literal["choice", "generate"]
@@ -80,6 +80,14 @@ def _default_lora(target_modules: Sequence[str] | str) -> dict[str, Any]:
     }
 
 
+def _name_or_path(model: Any) -> str:
+    """The hub id or path a model object was loaded from ("" for one built in memory)."""
+    name = getattr(model, "name_or_path", None) or getattr(
+        getattr(model, "config", None), "_name_or_path", None
+    )
+    return str(name or "")
+
+
 class LLMPolicy(BasePolicy):
     """Actor-critic policy over text built from the spaces plus ``policy_kwargs``.
 
@@ -89,7 +97,14 @@ class LLMPolicy(BasePolicy):
         action_space: a ``gymnasium.spaces.Text``; a :class:`TextActions` listing actions enables
             choice mode.
         lr_schedule: SB3 learning-rate schedule.
-        model: registry name or path (never a model object, so save/load can rebuild it).
+        model: registry name or path; or a loaded Hugging Face causal LM object (then
+            ``tokenizer`` is required, and ``PPO.save`` records the model's ``name_or_path`` so
+            ``load`` can rebuild it, refusing when it has none).
+        tokenizer: the tokenizer of a ``model`` object (ignored for names and paths).
+        conversation: observations may be whole conversations: a JSON list of
+            ``{"role", "content"}`` user/assistant turns, rendered after the system message by
+            the model's chat template (:func:`gym_llm.prompts.build_conversation`); a plain
+            string is still one user turn.
         lora: LoRA settings (dict or ``peft.LoraConfig``); ``None`` fine-tunes all weights.
         action_mode: ``"choice"`` (default when actions are listed) or ``"generate"``.
         max_new_tokens: reply budget in generate mode (default: the registry's, else 24).
@@ -110,7 +125,9 @@ class LLMPolicy(BasePolicy):
         action_space: spaces.Space[Any],
         lr_schedule: Callable[[float], float],
         *,
-        model: str = "smollm2-135m",
+        model: str | Any = "smollm2-135m",
+        tokenizer: Any = None,
+        conversation: bool = False,
         lora: dict[str, Any] | Any | None = None,
         action_mode: ActionMode | None = None,
         max_new_tokens: int | None = None,
@@ -134,10 +151,16 @@ class LLMPolicy(BasePolicy):
                 f"{action_space}. " + NOT_TEXT_HELP
             )
         if not isinstance(model, str):
-            raise TypeError(
-                "policy_kwargs['model'] must be a registry name or a path (a string), so that a "
-                f"saved agent can be rebuilt; got {type(model).__name__}."
-            )
+            if not hasattr(model, "config") or not callable(model):
+                raise TypeError(
+                    "policy_kwargs['model'] must be a registry name, a path or a Hugging Face "
+                    f"causal LM object; got {type(model).__name__}, which is not a model object "
+                    "(it has no .config or is not callable)."
+                )
+            if tokenizer is None:
+                raise ValueError(
+                    "LLMPolicy(model=<model object>) needs its tokenizer too: pass tokenizer=..."
+                )
         super().__init__(
             observation_space,
             action_space,
@@ -160,8 +183,10 @@ class LLMPolicy(BasePolicy):
             )
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}.")
-        spec = MODEL_REGISTRY.get(model.lower())
-        self.model_name = model
+        name = model if isinstance(model, str) else _name_or_path(model)
+        spec = MODEL_REGISTRY.get(name.lower())
+        self.model_name = name
+        self.conversation = conversation
         self.action_mode: ActionMode = action_mode
         self.actions_list: tuple[str, ...] = tuple(listed or ())
         self.max_new_tokens = max_new_tokens or (spec.max_new_tokens if spec else 24)
@@ -169,7 +194,12 @@ class LLMPolicy(BasePolicy):
         self.system_prompt = system_prompt
         self.choice_normalization: Normalization = choice_normalization
 
-        lm, self.tokenizer = load_model(model, device=device, dtype=dtype)
+        if isinstance(model, str):
+            lm, self.tokenizer = load_model(model, device=device, dtype=dtype)
+        else:
+            lm, self.tokenizer = model, tokenizer
+            if str(device) != "auto":
+                lm = lm.to(device)
         if lora is not None:
             from peft import LoraConfig, get_peft_model
 
@@ -235,6 +265,7 @@ class LLMPolicy(BasePolicy):
         data = super()._get_constructor_parameters()
         data.update(
             model=self.model_name,
+            conversation=self.conversation,
             action_mode=self.action_mode,
             max_new_tokens=self.max_new_tokens,
             temperature=self.temperature,
@@ -248,9 +279,8 @@ class LLMPolicy(BasePolicy):
 
     def prompt_text(self, observation: str) -> str:
         """The exact prompt the model sees for ``observation``."""
-        messages = build_messages(
-            observation, self.observation_space, self.action_space, self.system_prompt
-        )
+        build = build_conversation if self.conversation else build_messages
+        messages = build(observation, self.observation_space, self.action_space, self.system_prompt)
         return render_prompt(self.tokenizer, messages)
 
     def prompt_ids(self, observation: str) -> list[int]:

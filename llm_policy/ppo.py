@@ -107,11 +107,6 @@ class PPO(OnPolicyAlgorithm):
         device: torch.device | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
-        if policy_kwargs is not None and not isinstance(policy_kwargs.get("model", ""), str):
-            raise TypeError(
-                "policy_kwargs['model'] must be a registry name or a path, not a model object, "
-                "so that save/load can rebuild the policy."
-            )
         super().__init__(
             policy,  # type: ignore[arg-type]
             env,  # type: ignore[arg-type]
@@ -380,7 +375,19 @@ class PPO(OnPolicyAlgorithm):
 
     def _config(self) -> dict[str, Any]:
         obs_space, act_space = self.observation_space, self.action_space
-        policy_kwargs = {k: v for k, v in self.policy_kwargs.items() if k != "lora"}
+        policy_kwargs = {
+            k: v for k, v in self.policy_kwargs.items() if k not in ("lora", "tokenizer")
+        }
+        if not isinstance(policy_kwargs.get("model", ""), str):
+            # Built from a model object: record where it came from, so load() can rebuild it.
+            if not self.policy.model_name:
+                raise ValueError(
+                    "This agent's policy was built from a model object with no name_or_path, so "
+                    "a saved agent could not be rebuilt. Save the model first with "
+                    "model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR), then build "
+                    "the agent with model=DIR."
+                )
+            policy_kwargs["model"] = self.policy.model_name
         lora = self.policy_kwargs.get("lora")
         if lora is not None and not isinstance(lora, dict):
             lora = {k: (sorted(v) if isinstance(v, set) else v) for k, v in lora.to_dict().items()}
@@ -478,9 +485,16 @@ class PPO(OnPolicyAlgorithm):
                 f"saved agent's {saved_actions}."
             )
         model._setup_model()
-        state = torch.load(directory / "policy.pt", map_location=model.device, weights_only=True)
-        model.policy.load_trainable_state_dict(state["trainable"])
-        model.policy.optimizer.load_state_dict(state["optimizer"])
-        model.num_timesteps = int(config["num_timesteps"])
-        model._n_updates = int(config["n_updates"])
+        model.load_policy_state(directory)
         return model
+
+    def load_policy_state(self, path: str | os.PathLike[str]) -> None:
+        """Load the trained state a :meth:`save` directory holds (adapter, value head, optimizer,
+        counters) into this already-built agent; shared by :meth:`load` and ``Agent.load``."""
+        directory = Path(path)
+        config = json.loads((directory / "config.json").read_text())
+        state = torch.load(directory / "policy.pt", map_location=self.device, weights_only=True)
+        self.policy.load_trainable_state_dict(state["trainable"])
+        self.policy.optimizer.load_state_dict(state["optimizer"])
+        self.num_timesteps = int(config["num_timesteps"])
+        self._n_updates = int(config["n_updates"])

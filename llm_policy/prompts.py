@@ -6,6 +6,7 @@ model exactly the same text for the same observation.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from gym_llm.spaces import TextActions, TextObservations
@@ -39,6 +40,45 @@ def build_messages(
         messages.append({"role": "system", "content": system})
     messages.append({"role": "user", "content": user_text(observation, action_space)})
     return messages
+
+
+def parse_conversation(observation: str) -> list[Message] | None:
+    """The messages of an observation that is a JSON list of ``{"role", "content"}`` objects
+    (user/assistant turns, oldest first), or ``None`` when it is a plain observation string."""
+    if not observation.lstrip().startswith("["):
+        return None
+    try:
+        value = json.loads(observation)
+    except ValueError:
+        return None
+    if not isinstance(value, list) or not value:
+        return None
+    if not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in value
+    ):
+        return None
+    return [{"role": str(m["role"]), "content": str(m["content"])} for m in value]
+
+
+def build_conversation(
+    observation: str, observation_space: Any, action_space: Any, system_prompt: str | None = None
+) -> list[Message]:
+    """Messages for a whole conversation: the system message (as :func:`build_messages` builds
+    it), then the turns of ``observation`` (see :func:`parse_conversation`); the reply
+    instructions go at the end of the last user turn. A plain string is one user turn, so a
+    conversation policy and a single-turn policy show the same first prompt."""
+    turns = parse_conversation(observation)
+    if turns is None:
+        return build_messages(observation, observation_space, action_space, system_prompt)
+    messages: list[Message] = []
+    system = system_text(observation_space, system_prompt)
+    if system:
+        messages.append({"role": "system", "content": system})
+    if turns[-1]["role"] == "user":
+        last = {"role": "user", "content": user_text(turns[-1]["content"], action_space)}
+        turns = [*turns[:-1], last]
+    return [*messages, *turns]
 
 
 def render_prompt(tokenizer: Any, messages: list[Message]) -> str:
