@@ -31,33 +31,53 @@ from gym_llm.vec_env import TextVecEnv, make_text_env
 class TrainConfig:
     """Everything that defines a run; saved as ``config.json`` so the run can be repeated."""
 
+    #: Gymnasium env id (any registered id; gym_llm/<Name>-v0 after ``import gym_llm``).
     env: str = "Blackjack-v1"
+    #: Keyword arguments for ``gym.make`` (e.g. ``{"sab": False}``).
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Registry name (see ``gym-llm models``), local directory or hub id.
     model: str = DEFAULT_MODEL
     #: ``"choice"`` scores the listed actions; ``"generate"`` samples free text.
     mode: str = "choice"
+    #: Env steps to train for (summed over the parallel envs).
     timesteps: int = 2048
+    #: Parallel envs per rollout.
     n_envs: int = 8
+    #: Steps per env per rollout (a rollout is n_steps * n_envs turns).
     n_steps: int = 32
+    #: PPO minibatch size, in turns.
     batch_size: int = 64
+    #: Passes over each rollout.
     n_epochs: int = 2
+    #: Adam learning rate.
     learning_rate: float = 1e-4
     #: LoRA rank; 0 fine-tunes all weights.
     lora_r: int = 16
+    #: Entropy bonus coefficient.
     ent_coef: float = 0.0
+    #: Coefficient of the KL penalty to the base model (adapter disabled).
     kl_coef: float = 0.0
+    #: Stop an update's epochs early when the approximate KL exceeds this (None: never).
     target_kl: float | None = None
+    #: Discount factor.
     gamma: float = 0.99
+    #: Turns per forward/backward pass (gradient accumulation up to batch_size).
     micro_batch_size: int = 16
+    #: Reply length in generate mode (None: the model's registry default).
     max_new_tokens: int | None = None
+    #: Sampling temperature of the policy.
     temperature: float = 1.0
     #: Monte-Carlo episodes per evaluation (before, after, each curve point); 0 skips them where
     #: the env has an exact evaluation (gym_llm.exact), which every point then uses.
     eval_episodes: int = 100
     #: Evaluations during training (evenly spaced), besides before and after.
     eval_points: int = 4
+    #: Seed of the envs, the policy's sampling and the weights' initialisation.
     seed: int = 0
+    #: "auto" (cuda, then mps, then cpu), "cpu", "cuda", "cuda:1", ...
     device: str = "auto"
+    #: Save the agent every N env steps to run_dir/checkpoints/<steps>/ (0: only the final agent).
+    checkpoint_every: int = 0
 
     def __post_init__(self) -> None:
         if self.mode not in ("choice", "generate"):
@@ -67,6 +87,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.eval_points < 0 or self.lora_r < 0 or self.eval_episodes < 0:
             raise ValueError("eval_points, eval_episodes and lora_r must be >= 0.")
+        if self.checkpoint_every < 0:
+            raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}.")
         if self.eval_episodes == 0 and not exact_evaluation_supported(self.env, self.env_kwargs):
             raise ValueError(
                 f"eval_episodes=0 needs an exact evaluation, which {self.env} does not have; "
@@ -186,6 +208,22 @@ def device_name(device: torch.device) -> str:
     return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
+class CheckpointCallback(BaseCallback):
+    """Saves the agent with ``PPO.save`` to ``directory/<env steps>/`` every ``every`` env steps
+    (SB3's own ``CheckpointCallback`` counts calls, not env steps, and names files ``.zip``)."""
+
+    def __init__(self, directory: Path, every: int) -> None:
+        super().__init__()
+        self.directory, self.every = directory, every
+        self._next = every
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps >= self._next:
+            self._next = (self.num_timesteps // self.every + 1) * self.every
+            self.model.save(self.directory / str(self.num_timesteps))
+        return True
+
+
 class CurveCallback(BaseCallback):
     """Evaluates on a separate env every ``every`` env steps, recording a learning curve.
 
@@ -289,7 +327,10 @@ def run(
     curve = CurveCallback(eval_env, every, config.eval_episodes, on_point, exact)
     curve.init_callback(model)
     before = curve.record()
-    model.learn(config.timesteps, callback=curve, progress_bar=progress_bar, tb_log_name="ppo")
+    callbacks: list[BaseCallback] = [curve]
+    if config.checkpoint_every:
+        callbacks.append(CheckpointCallback(run_dir / "checkpoints", config.checkpoint_every))
+    model.learn(config.timesteps, callback=callbacks, progress_bar=progress_bar, tb_log_name="ppo")
     last = curve.points[-1]
     after = last if last.timesteps == model.num_timesteps else curve.record()
     train_wall_s = curve.train_seconds()
