@@ -28,7 +28,7 @@ import os
 import warnings
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -152,7 +152,6 @@ class _Counts:
     parser_recovered: int = 0
     invalid_actions: int = 0
     truncated_turns: int = 0
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 def _split_config(
@@ -374,7 +373,11 @@ class Agent(abc.ABC):
         reply = step.replies[0]
         self.current_episode_messages.append({"role": "assistant", "content": reply})
         outcome = self.to_action(reply)
-        self._counts.truncated_turns += int(dropped > 0)
+        counts = self._counts
+        counts.truncated_turns += int(dropped > 0)
+        counts.extract_failures += int(outcome.error is not None)
+        counts.parser_recovered += int(outcome.source.startswith("parser:"))
+        counts.invalid_actions += int(outcome.source == "fallback")
         self.current_episode_turns.append(
             Turn(
                 prompt=prompt,
@@ -504,10 +507,8 @@ class Agent(abc.ABC):
             )
         if self.on_invalid == "raise":
             raise ValueError(f"Invalid action for reply {reply!r}: {error}.")
-        self._counts.extract_failures += 1
         parsed: ParseResult | None = self._parser(reply) if self._parser is not None else None
         if parsed is not None and parsed.valid:
-            self._counts.parser_recovered += 1
             return ActionOutcome(parsed.action, f"parser:{parsed.method}", error)
         if self.fallback_action is not None:
             fallback = self.fallback_action
@@ -518,7 +519,6 @@ class Agent(abc.ABC):
                 f"Invalid action for reply {reply!r} ({error}) and nothing to fall back to: pass "
                 "action_space=env.action_space (random fallback) or fallback_action=..."
             )
-        self._counts.invalid_actions += 1
         return ActionOutcome(fallback, "fallback", error, self.invalid_penalty)
 
     def predict(self, observations: Sequence[Any], batch_size: int = 32) -> list[Any]:
