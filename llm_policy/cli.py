@@ -103,7 +103,7 @@ def parse_env_kwargs(text: str) -> dict[str, Any]:
             raise CLIError(f"--env-kwargs {text!r} must be a JSON object; {syntax}.")
         return value
     kwargs: dict[str, Any] = {}
-    for pair in text.split(","):
+    for pair in _split_pairs(text):
         key, sep, raw = pair.partition("=")
         key = key.strip()
         if not sep or not _KEY.fullmatch(key):
@@ -112,6 +112,25 @@ def parse_env_kwargs(text: str) -> dict[str, Any]:
             raise CLIError(f"--env-kwargs: {key!r} is given twice in {text!r}.")
         kwargs[key] = parse_value(raw)
     return kwargs
+
+
+def _split_pairs(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets and quotes (``a=[1,2],b=3`` → 2 pairs)."""
+    pairs, depth, quote, start = [], 0, "", 0
+    for i, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{(":
+            depth += 1
+        elif char in "]})":
+            depth = max(depth - 1, 0)
+        elif char == "," and depth == 0:
+            pairs.append(text[start:i])
+            start = i + 1
+    pairs.append(text[start:])
+    return pairs
 
 
 def _env_kwargs_arg(text: str) -> dict[str, Any]:

