@@ -1,0 +1,440 @@
+"""Classic RL baselines on the raw env: uniform random, and SB3 PPO/DQN with ``MlpPolicy``.
+
+The comparison suite (:mod:`gym_llm.compare`) puts an LLM agent next to what a classic agent
+reaches on the *same* env with the *same* number of env steps. SB3's ``MlpPolicy`` needs a flat
+``Box`` observation, so :class:`OneHotObservation` turns ``Discrete`` observations into one-hots
+and Blackjack's ``Tuple`` of ``Discrete`` into concatenated one-hots (Box observations such as
+CartPole's pass through).
+
+Every agent is scored the same way: exactly where :mod:`gym_llm.exact` has a model of the env
+(the greedy action is asked once per raw state, then the same dynamic programming that scores the
+LLM), by Monte-Carlo with a 95% interval elsewhere. :class:`Score` also carries the probability
+of *succeeding* (ending the episode on its best terminal reward: reaching the goal), because on
+CliffWalking a return of -100 beats random play by far while never reaching the goal.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3 import DQN
+from stable_baselines3 import PPO as SB3PPO
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from gym_llm.exact import (
+    KEYWORD_BANDIT,
+    TabularModel,
+    blackjack_states,
+    blackjack_value,
+    exact_evaluation_supported,
+)
+
+ClassicAlgo = Literal["ppo", "dqn"]
+#: SB3 PPO's usual rollout length (its default ``n_steps``) and minibatch size.
+PPO_N_STEPS = 2048
+PPO_BATCH_SIZE = 64
+#: SB3 DQN's default ``train_freq``: it collects this many steps between updates.
+DQN_TRAIN_FREQ = 4
+
+
+class OneHotObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
+    """Flattens the observation for ``MlpPolicy``: ``Discrete`` → one-hot, ``Tuple`` of
+    ``Discrete`` → concatenated one-hots, ``Box`` → flat float32 (``gymnasium.spaces.flatten``).
+
+    >>> env = OneHotObservation(gym.make("Blackjack-v1"))
+    >>> env.observation_space.shape  # 32 player sums + 11 dealer cards + 2 usable-ace values
+    (45,)
+    """
+
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
+        super().__init__(env)
+        self.raw_space = env.observation_space
+        flat = spaces.flatten_space(self.raw_space)
+        if not isinstance(flat, spaces.Box):
+            raise ValueError(
+                f"Cannot flatten {self.raw_space} into a Box for MlpPolicy; wrap the env so its "
+                "observation is Discrete, Tuple/Dict of Discrete or Box."
+            )
+        self.observation_space = spaces.Box(
+            flat.low.astype(np.float32), flat.high.astype(np.float32), dtype=np.float32
+        )
+
+    def observation(self, observation: Any) -> np.ndarray:
+        return flatten_observation(self.raw_space, observation)
+
+
+def flatten_observation(space: spaces.Space[Any], observation: Any) -> np.ndarray:
+    """One raw observation as :class:`OneHotObservation` shows it to the network."""
+    return np.asarray(spaces.flatten(space, observation), dtype=np.float32)
+
+
+def make_flat_env(
+    env_id: str, env_kwargs: Mapping[str, Any] | None = None, seed: int | None = None
+) -> gym.Env[np.ndarray, Any]:
+    """``gym.make(env_id, **env_kwargs)`` with flat observations, seeded when ``seed`` is given."""
+    env = OneHotObservation(gym.make(env_id, **dict(env_kwargs or {})))
+    if seed is not None:
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+    return env
+
+
+@dataclass(frozen=True)
+class Score:
+    """How good a policy is: its expected return and how sure we are of it."""
+
+    value: float
+    #: Standard error of ``value``: 0 for an exact evaluation.
+    sem: float
+    #: ``"exact"`` (dynamic programming) or ``"mc"`` (Monte-Carlo over ``episodes``).
+    kind: str
+    episodes: int = 0
+    #: Probability of ending the episode on the env's best terminal reward (reaching the goal);
+    #: ``None`` where that is not defined (Blackjack, CartPole).
+    success: float | None = None
+
+
+# --- exact evaluation of any action table -------------------------------------------------
+
+
+def tabular_supported(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> bool:
+    """Whether the env is scored by :class:`~gym_llm.exact.TabularModel` (one raw state per
+    index of ``unwrapped.P``); Blackjack and KeywordBandit have their own exact evaluation."""
+    kwargs = dict(env_kwargs or {})
+    return (
+        exact_evaluation_supported(env_id, kwargs)
+        and env_id not in ("Blackjack-v1", KEYWORD_BANDIT)
+        and hasattr(gym.make(env_id, **kwargs).unwrapped, "P")
+    )
+
+
+def exact_supported(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> bool:
+    """Whether :func:`exact_score` can score a raw-observation policy on this env."""
+    kwargs = dict(env_kwargs or {})
+    return tabular_supported(env_id, kwargs) or (
+        env_id == "Blackjack-v1" and exact_evaluation_supported(env_id, kwargs)
+    )
+
+
+def success_probability(env: gym.Env[Any, Any], policy: np.ndarray) -> float:
+    """Probability that ``policy[s, a]`` ends an episode on the env's best terminal reward
+    within the step limit (FrozenLake: the goal, not a hole; CliffWalking/Taxi: the goal)."""
+    model = TabularModel.of(env)
+    unwrapped: Any = env.unwrapped
+    # Terminal self-loops are the toy-text convention for states already over (a hole, the
+    # goal, a wall cell): they never end a live episode, so they do not say what success is.
+    terminal_rewards = [
+        float(rew)
+        for state, moves in unwrapped.P.items()
+        for outcomes in moves.values()
+        for _, nxt, rew, done in outcomes
+        if done and nxt != state
+    ]
+    if not terminal_rewards:
+        return 0.0
+    best = max(terminal_rewards)
+    succeed = np.zeros_like(model.reward)
+    for state, moves in unwrapped.P.items():
+        for action, outcomes in moves.items():
+            for prob, nxt, rew, done in outcomes:
+                if done and nxt != state and float(rew) >= best - 1e-12:
+                    succeed[state, action] += prob
+    p = np.zeros(len(model.reward))
+    step_success = (policy * succeed).sum(-1)
+    transition = np.einsum("sa,sat->st", policy, model.cont)
+    for _ in range(model.horizon):
+        p = step_success + transition @ p
+    return float(model.initial @ p)
+
+
+def exact_score(
+    env_id: str,
+    env_kwargs: Mapping[str, Any] | None,
+    act: Callable[[list[Any]], np.ndarray],
+) -> Score:
+    """Exact score of a policy given as ``act(raw_states) -> [state, action] probabilities``.
+
+    The raw states are the env's own observations (Blackjack's ``(sum, dealer, ace)`` tuples,
+    the tabular envs' indices), asked once each.
+    """
+    kwargs = dict(env_kwargs or {})
+    if tabular_supported(env_id, kwargs):
+        env = gym.make(env_id, **kwargs)
+        n_states = len(env.unwrapped.P)  # type: ignore[attr-defined]
+        policy = np.asarray(act(list(range(n_states))), dtype=np.float64)
+        value = TabularModel.of(env).value(policy)
+        success = success_probability(env, policy)
+        env.close()
+        return Score(value, 0.0, "exact", success=success)
+    if env_id == "Blackjack-v1" and exact_evaluation_supported(env_id, kwargs):
+        states = blackjack_states()
+        policy = np.asarray(act(list(states)), dtype=np.float64)
+        p_hit = {s: float(p) for s, p in zip(states, policy[:, 1], strict=True)}
+        return Score(blackjack_value(p_hit), 0.0, "exact")
+    raise ValueError(
+        f"No exact evaluation of raw-observation policies for {env_id} with {kwargs}; "
+        "use monte_carlo_score."
+    )
+
+
+ActionTable = Callable[[list[Any]], np.ndarray]
+
+
+def sb3_action_table(
+    model: BaseAlgorithm, env_id: str, env_kwargs: Mapping[str, Any] | None
+) -> ActionTable:
+    """``act`` for :func:`exact_score`: the SB3 model's greedy action in each raw state, asked in
+    one batch of flattened observations."""
+    raw_space = gym.make(env_id, **dict(env_kwargs or {})).observation_space
+
+    def act(states: list[Any]) -> np.ndarray:
+        batch = np.stack([flatten_observation(raw_space, s) for s in states])
+        actions, _ = model.predict(batch, deterministic=True)
+        n_actions = int(model.action_space.n)  # type: ignore[attr-defined]
+        table = np.zeros((len(states), n_actions))
+        table[np.arange(len(states)), np.asarray(actions, dtype=np.int64)] = 1.0
+        return table
+
+    return act
+
+
+def uniform_action_table(env_id: str, env_kwargs: Mapping[str, Any] | None) -> ActionTable:
+    """``act`` for :func:`exact_score`: uniformly random actions."""
+    n_actions = int(gym.make(env_id, **dict(env_kwargs or {})).action_space.n)  # type: ignore[attr-defined]
+
+    def act(states: list[Any]) -> np.ndarray:
+        return np.full((len(states), n_actions), 1.0 / n_actions)
+
+    return act
+
+
+# --- Monte-Carlo ---------------------------------------------------------------------------
+
+
+def _mc(returns: np.ndarray, successes: np.ndarray | None) -> Score:
+    std = float(returns.std(ddof=1)) if len(returns) > 1 else 0.0
+    success = float(successes.mean()) if successes is not None else None
+    return Score(float(returns.mean()), std / math.sqrt(len(returns)), "mc", len(returns), success)
+
+
+def monte_carlo_score(
+    model: BaseAlgorithm,
+    env_id: str,
+    env_kwargs: Mapping[str, Any] | None,
+    episodes: int,
+    seed: int = 0,
+    n_envs: int = 8,
+) -> Score:
+    """Greedy returns of an SB3 model over ``episodes`` episodes on ``n_envs`` seeded envs."""
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}.")
+    n_envs = max(1, min(n_envs, episodes))
+    vec = DummyVecEnv(
+        [lambda i=i: Monitor(make_flat_env(env_id, env_kwargs, seed + i)) for i in range(n_envs)]
+    )
+    vec.seed(seed)
+    returns, _ = evaluate_policy(
+        model, vec, n_eval_episodes=episodes, deterministic=True, return_episode_rewards=True
+    )
+    vec.close()
+    return _mc(np.asarray(returns, dtype=np.float64), None)
+
+
+def random_score(
+    env_id: str, env_kwargs: Mapping[str, Any] | None, episodes: int = 1000, seed: int = 0
+) -> Score:
+    """Uniform random play: exact where possible, else Monte-Carlo on the raw env."""
+    if exact_supported(env_id, env_kwargs):
+        return exact_score(env_id, env_kwargs, uniform_action_table(env_id, env_kwargs))
+    from gym_llm.evaluation import random_baseline
+
+    stats = random_baseline(env_id, dict(env_kwargs or {}), episodes=episodes, seed=seed)
+    return Score(stats.mean, stats.sem, "mc", stats.episodes)
+
+
+def score_sb3(
+    model: BaseAlgorithm,
+    env_id: str,
+    env_kwargs: Mapping[str, Any] | None,
+    episodes: int,
+    seed: int = 0,
+) -> Score:
+    """Exact where :func:`exact_supported`, else Monte-Carlo over ``episodes``."""
+    if exact_supported(env_id, env_kwargs):
+        return exact_score(env_id, env_kwargs, sb3_action_table(model, env_id, env_kwargs))
+    return monte_carlo_score(model, env_id, env_kwargs, episodes, seed)
+
+
+# --- training ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """A classic agent's score after ``steps`` env steps."""
+
+    steps: int
+    score: Score
+
+
+@dataclass
+class ClassicResult:
+    """One SB3 run: its learning curve (the last point is the final score)."""
+
+    algo: str
+    curve: list[CurvePoint]
+    env_steps: int
+    train_wall_s: float
+    model: BaseAlgorithm
+
+    @property
+    def final(self) -> Score:
+        return self.curve[-1].score
+
+
+def ppo_rollout(budget: int) -> tuple[int, int]:
+    """``(n_steps, total)`` for SB3 PPO on one env so that it never collects more than
+    ``budget`` env steps: SB3 finishes every rollout it starts, so ``total`` is a whole number
+    of rollouts of at most :data:`PPO_N_STEPS` steps (``budget`` minus at most a few steps)."""
+    if budget < 2:
+        raise ValueError(f"SB3 PPO needs a budget of at least 2 env steps, got {budget}.")
+    rollouts = -(-budget // PPO_N_STEPS)
+    n_steps = budget // rollouts
+    return n_steps, n_steps * rollouts
+
+
+def build_sb3(
+    algo: ClassicAlgo, env: gym.Env[Any, Any], budget: int, seed: int
+) -> tuple[BaseAlgorithm, int]:
+    """The SB3 agent with ``MlpPolicy`` and SB3's defaults, except where a default assumes a
+    budget far above ``budget``; returns it with the steps to pass to ``learn``.
+
+    PPO: ``n_steps`` capped by :func:`ppo_rollout` (``batch_size`` ≤ ``n_steps``). DQN: replay
+    buffer ``min(1e6, budget)``, ``learning_starts = min(100, budget // 10)``, target network
+    updated every ``clip(budget // 100, 1, 10000)`` steps and exploration decaying over the
+    first 20% of the budget (SB3's 10000-step target interval would never fire within 128 steps).
+    """
+    if algo == "ppo":
+        n_steps, total = ppo_rollout(budget)
+        return (
+            SB3PPO(
+                "MlpPolicy",
+                env,
+                n_steps=n_steps,
+                batch_size=min(PPO_BATCH_SIZE, n_steps),
+                seed=seed,
+                device="cpu",
+            ),
+            total,
+        )
+    if algo == "dqn":
+        return (
+            DQN(
+                "MlpPolicy",
+                env,
+                buffer_size=min(1_000_000, budget),
+                learning_starts=min(100, budget // 10),
+                target_update_interval=int(np.clip(budget // 100, 1, 10_000)),
+                exploration_fraction=0.2,
+                train_freq=DQN_TRAIN_FREQ,
+                seed=seed,
+                device="cpu",
+            ),
+            budget - budget % DQN_TRAIN_FREQ,  # SB3 collects whole train_freq chunks
+        )
+    raise ValueError(f"Unknown classic algorithm {algo!r}; choose 'ppo' or 'dqn'.")
+
+
+class _CurveCallback(BaseCallback):
+    """Scores the model every ``every`` env steps, timing the evaluation apart from training."""
+
+    def __init__(
+        self, every: int, score: Callable[[BaseAlgorithm], Score], per_rollout: bool
+    ) -> None:
+        super().__init__()
+        self.every, self.score, self.per_rollout = every, score, per_rollout
+        self.points: list[CurvePoint] = []
+        self.eval_s = 0.0
+        self._next = every
+
+    def _on_step(self) -> bool:
+        if not self.per_rollout:
+            self._maybe_record()
+        return True
+
+    def _on_rollout_start(self) -> None:
+        # PPO only changes between rollouts: scoring mid-rollout would repeat the last point.
+        if self.per_rollout and self.num_timesteps > 0:
+            self._maybe_record()
+
+    def _maybe_record(self) -> None:
+        if self.num_timesteps >= self._next:
+            while self._next <= self.num_timesteps:
+                self._next += self.every
+            self.record()
+
+    def record(self) -> None:
+        start = time.perf_counter()
+        self.points.append(CurvePoint(int(self.num_timesteps), self.score(self.model)))
+        self.eval_s += time.perf_counter() - start
+
+
+def train_sb3(
+    algo: ClassicAlgo,
+    env_id: str,
+    env_kwargs: Mapping[str, Any] | None,
+    budget: int,
+    seed: int = 0,
+    *,
+    eval_points: int = 4,
+    eval_episodes: int = 100,
+) -> ClassicResult:
+    """Train an SB3 agent for at most ``budget`` env steps, scoring it before, at
+    ``eval_points`` evenly spaced points during, and after training."""
+    threads = torch.get_num_threads()
+    # A small MLP gains nothing from intra-op threads and loses a lot when the CPU is shared.
+    torch.set_num_threads(1)
+    try:
+        return _train_sb3(algo, env_id, env_kwargs, budget, seed, eval_points, eval_episodes)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_sb3(
+    algo: ClassicAlgo,
+    env_id: str,
+    env_kwargs: Mapping[str, Any] | None,
+    budget: int,
+    seed: int,
+    eval_points: int,
+    eval_episodes: int,
+) -> ClassicResult:
+    env = make_flat_env(env_id, env_kwargs, seed)
+    model, total = build_sb3(algo, env, budget, seed)
+
+    def score(agent: BaseAlgorithm) -> Score:
+        return score_sb3(agent, env_id, env_kwargs, eval_episodes, seed + 10_000)
+
+    every = max(1, total // (eval_points + 1)) if eval_points else total + 1
+    callback = _CurveCallback(every, score, per_rollout=algo == "ppo")
+    callback.init_callback(model)
+    callback.record()
+    callback.eval_s = 0.0  # training time excludes only the evaluations made while training
+    start = time.perf_counter()
+    model.learn(total, callback=callback)
+    if callback.points[-1].steps != model.num_timesteps:
+        callback.record()
+    wall = time.perf_counter() - start - callback.eval_s
+    env.close()
+    return ClassicResult(algo, callback.points, int(model.num_timesteps), wall, model)
