@@ -360,8 +360,8 @@ def _check_env_id(env_id: str, env_kwargs: dict[str, Any]) -> None:
         gym.make(env_id, **env_kwargs).close()
     except gym.error.Error as exc:
         raise CLIError(f"--env {env_id}: {exc}. See `gym.pprint_registry()` for ids.") from None
-    except TypeError as exc:
-        raise CLIError(f"--env-kwargs {env_kwargs} do not fit {env_id}: {exc}.") from None
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"--env-kwargs {env_kwargs} do not fit {env_id}: {exc}") from None
 
 
 def _train(args: argparse.Namespace) -> int:

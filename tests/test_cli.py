@@ -202,6 +202,11 @@ def test_bad_flags_and_settings(tmp_path: Path, capsys: pytest.CaptureFixture[st
         ["train", "--env", "CartPole-v1", "--env-kwargs", "colour=1", "--dry-run"], capsys
     )
     assert "colour" in err
+    err = _usage_error(
+        ["train", "--env", "gym_llm/GuessNumber-v0", "--env-kwargs", "max_number=1", "--dry-run"],
+        capsys,
+    )
+    assert "max_number must be between 2 and 64" in err
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.json").write_text("{}")
