@@ -35,7 +35,7 @@ typecheck: $(STAMP)
 	@for f in llm_policy/*; do ln -s ../../$$f .typecheck/gym_llm/; done
 	@ln -s ../../wrappers .typecheck/gym_llm/wrappers && ln -s ../../envs .typecheck/gym_llm/envs
 	MYPYPATH=.typecheck $(VENV)/bin/mypy -p gym_llm
-	MYPYPATH=.typecheck $(VENV)/bin/mypy tests benchmarks
+	MYPYPATH=.typecheck $(VENV)/bin/mypy tests benchmarks examples
 
 lint: $(STAMP) typecheck
 	$(VENV)/bin/ruff check .

@@ -337,7 +337,7 @@ class Agent(abc.ABC):
         self.sft_stats: dict[str, float] = {}
         if sft_warm_start:
             assert sft_demos is not None
-            self.sft_stats = self._warm_start(sft_demos, {})
+            self.sft_stats = self.warm_start(sft_demos)
 
     # --- what a subclass writes ----------------------------------------------------------------
 
@@ -595,7 +595,7 @@ class Agent(abc.ABC):
             ranked = sorted(self._replay, key=lambda e: e.episode_return, reverse=True)
             top = ranked[: max(1, math.ceil(self.sft_replay * len(ranked)))]
             records = [{"messages": list(e.messages)} for e in top]
-            sft = self._warm_start(records, {"epochs": 1})
+            sft = self.warm_start(records, epochs=1)
             agent_stats.update({f"agent/replay_{k.split('/')[-1]}": v for k, v in sft.items()})
             agent_stats["agent/replay_episodes"] = float(len(records))
         for key, value in agent_stats.items():
@@ -608,15 +608,14 @@ class Agent(abc.ABC):
         logger.dump(step=self.ppo.num_timesteps)
         return stats
 
-    def _warm_start(
-        self,
-        demos: str | os.PathLike[str] | Sequence[Mapping[str, Any]],
-        overrides: Mapping[str, Any],
+    def warm_start(
+        self, demos: str | os.PathLike[str] | Sequence[Mapping[str, Any]], **kwargs: Any
     ) -> dict[str, float]:
+        """Supervised fine-tuning of this agent's policy on chat-messages demonstrations
+        (:func:`gym_llm.sft.warm_start`, with ``sft_kwargs`` then ``kwargs``); returns its stats."""
         from gym_llm import sft
 
-        kwargs = {**self.sft_kwargs, **overrides}
-        stats = sft.warm_start(self.policy, demos, **kwargs)
+        stats = sft.warm_start(self.policy, demos, **{**self.sft_kwargs, **kwargs})
         self.policy.invalidate_prefix_cache()
         self.policy.set_training_mode(False)
         return stats
