@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, SupportsFloat, TypeVar
 
 import numpy as np
 import torch
@@ -393,7 +393,7 @@ class Agent(abc.ABC):
         )
         return outcome.action
 
-    def assign_reward(self, reward: float) -> None:
+    def assign_reward(self, reward: SupportsFloat) -> None:
         """Credit ``reward`` to the latest turn (several calls add up)."""
         if not self.current_episode_turns:
             raise RuntimeError(

@@ -168,7 +168,7 @@ def test_invalid_actions(model_dir: Path) -> None:
     gibberish = agent.to_action("zzz")
     assert (gibberish.action, gibberish.source, gibberish.penalty) == (0, "fallback", -0.5)
     # Penalty and env reward land on the same turn; the counts reach the stats.
-    agent.policy.act = lambda *a, **k: _fixed_step(agent, "zzz")  # type: ignore[method-assign]
+    agent.policy.act = lambda *a, **k: _fixed_step(agent, "zzz")
     assert agent.act((12, 3, 0)) == 0
     agent.assign_reward(1.0)
     assert agent.current_episode_rewards == [0.5]

@@ -45,8 +45,8 @@ def test_blackjack_example_trains_and_prints_exact_value(
     )
     out = capsys.readouterr().out
     assert out.count("update: mean return") == 2
-    value = float(re.search(r"greedy strategy: ([-+]\d\.\d+)", out).group(1))  # type: ignore[union-attr]
-    assert -1.0 <= value <= 1.0
+    match = re.search(r"greedy strategy: ([-+]\d\.\d+)", out)
+    assert match is not None and -1.0 <= float(match.group(1)) <= 1.0
     chart = out[out.index("dealer:") :].strip().splitlines()
     assert len(chart) == 1 + 28  # header, hard 4-21, soft 12-21
     assert (tmp_path / "agent" / "agent.json").is_file()
