@@ -78,6 +78,11 @@ class TrainConfig:
     device: str = "auto"
     #: Save the agent every N env steps to run_dir/checkpoints/<steps>/ (0: only the final agent).
     checkpoint_every: int = 0
+    #: Chat-messages JSONL of demonstrations (``gym-llm demos``, gym_llm.sft.make_demos) to
+    #: fine-tune on with SFT after the "before" evaluation and before PPO (None: no warm start).
+    sft_demos: str | None = None
+    #: Passes over the demonstrations in that SFT warm start.
+    sft_epochs: float = 1.0
 
     def __post_init__(self) -> None:
         if self.mode not in ("choice", "generate"):
@@ -87,6 +92,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.eval_points < 0 or self.lora_r < 0 or self.eval_episodes < 0:
             raise ValueError("eval_points, eval_episodes and lora_r must be >= 0.")
+        if self.sft_demos is not None and self.sft_epochs <= 0:
+            raise ValueError(f"sft_epochs must be > 0, got {self.sft_epochs}.")
         if self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}.")
         if self.eval_episodes == 0 and not exact_evaluation_supported(self.env, self.env_kwargs):
@@ -158,6 +165,10 @@ class TrainResult:
     versions: dict[str, str]
     #: The trained agent, as saved to ``agent_path`` (not part of the JSON).
     model: PPO
+    #: Evaluation right after the SFT warm start (``None`` without ``sft_demos``).
+    after_sft: CurvePoint | None = None
+    #: The warm start's statistics (gym_llm.sft.warm_start), ``None`` without ``sft_demos``.
+    sft: dict[str, float] | None = None
 
     @property
     def agent_path(self) -> Path:
@@ -179,6 +190,8 @@ class TrainResult:
             "timesteps": self.timesteps,
             "run_dir": str(self.run_dir),
             "versions": self.versions,
+            "after_sft": self.after_sft.as_dict() if self.after_sft is not None else None,
+            "sft": self.sft,
         }
 
 
@@ -327,6 +340,14 @@ def run(
     curve = CurveCallback(eval_env, every, config.eval_episodes, on_point, exact)
     curve.init_callback(model)
     before = curve.record()
+    after_sft, sft_stats = None, None
+    if config.sft_demos is not None:
+        from gym_llm.sft import warm_start
+
+        sft_stats = warm_start(
+            model.policy, config.sft_demos, epochs=config.sft_epochs, seed=config.seed
+        )
+        after_sft = curve.record()  # a second point at 0 env steps: the jump SFT made
     callbacks: list[BaseCallback] = [curve]
     if config.checkpoint_every:
         callbacks.append(CheckpointCallback(run_dir / "checkpoints", config.checkpoint_every))
@@ -348,6 +369,8 @@ def run(
         run_dir=run_dir,
         versions=versions(),
         model=model,
+        after_sft=after_sft,
+        sft=sft_stats,
     )
     (run_dir / "result.json").write_text(json.dumps(result.as_dict(), indent=2))
     plot_result(result, run_dir / "curve.png")

@@ -1,0 +1,522 @@
+"""Supervised warm start: fine-tune on demonstrations before (or between) PPO updates.
+
+Online RL from a pretrained chat model can stall when the model never samples the good action
+(untrained SmolLM2-135M sticks in every Blackjack state and samples ``hit`` 0.4% of the time, so
+PPO has nothing to reinforce). A few passes of supervised fine-tuning on a reference policy's
+choices put the good actions where PPO can find them. This module is that bridge:
+
+* :func:`make_demos` plays a reference policy in a built-in env and writes chat-messages JSONL, with
+  exactly the system and user messages the :class:`~gym_llm.LLMPolicy` sees (built by
+  :mod:`gym_llm.prompts` from the text wrappers' instruction and formatter) and the action's name
+  as the assistant reply. ``balanced=True`` writes each state once instead of as often as
+  episodes visit it: 200 optimal Blackjack episodes give 307 turns over only 137 of the 280
+  states, dominated by a few common hands, while the balanced set has every state, rare hands
+  and the whole hit/stick boundary included, exactly once.
+* :func:`read_demos` reads and checks such a file (errors name the file and line).
+* :func:`warm_start` fine-tunes an ``LLMPolicy`` (its LoRA adapter; never the value head) or a
+  plain ``transformers`` model with TRL's ``SFTTrainer``: one prompt -> completion example per
+  assistant reply, loss on the reply tokens (and the end-of-turn token) only.
+
+The prompt of each example is tokenised exactly as the policy tokenises its prompts (the same
+chat-template rendering, no extra special tokens), and the reply as choice mode scores it, so SFT
+trains the very log-probs PPO later samples from. TRL's defaults that would break a policy are
+switched off or undone afterwards: activation checkpointing and ``use_cache=False`` (the policy's
+rollouts rely on KV caches), bf16 autocast, logging integrations, checkpoints on disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from gym_llm.prompts import Message, build_messages, render_prompt
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from gym_llm.policy import LLMPolicy
+
+ROLES: tuple[str, ...] = ("system", "user", "assistant")
+
+#: A demonstration: ``{"messages": [{"role": ..., "content": ...}, ...]}`` (extra keys ignored).
+Record = Mapping[str, Any]
+
+#: Envs with a built-in reference policy, besides any env whose ``unwrapped`` has
+#: ``reference_action()`` (``gym_llm/GuessNumber-v0``, ``gym_llm/TextMaze-v0``).
+BLACKJACK = "Blackjack-v1"
+KEYWORD_BANDIT = "gym_llm/KeywordBandit-v0"
+
+
+class DemoError(ValueError):
+    """A demonstration is malformed; the message says where and how to fix it."""
+
+
+# --- reading and checking demonstrations ---------------------------------------------------------
+
+
+def _check_record(record: Any, where: str) -> list[Message]:
+    """The record's messages, or a :class:`DemoError` naming ``where`` and the problem."""
+    fmt = 'each demonstration is {"messages": [{"role": "user", "content": "..."}, ...]}'
+    if not isinstance(record, Mapping):
+        raise DemoError(f"{where}: expected a JSON object, got {type(record).__name__}; {fmt}.")
+    if "messages" not in record:
+        raise DemoError(f'{where}: no "messages" key (keys: {sorted(record)}); {fmt}.')
+    messages = record["messages"]
+    if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
+        raise DemoError(f'{where}: "messages" must be a non-empty list; {fmt}.')
+    checked: list[Message] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping) or "role" not in message or "content" not in message:
+            raise DemoError(
+                f'{where}: message {i} must be an object with "role" and "content", '
+                f"got {message!r}."
+            )
+        role, content = message["role"], message["content"]
+        if role not in ROLES:
+            raise DemoError(
+                f"{where}: message {i} has role {role!r}; roles are {', '.join(ROLES)}."
+            )
+        if not isinstance(content, str):
+            raise DemoError(
+                f"{where}: message {i} content must be a string, got {type(content).__name__}."
+            )
+        if role == "system" and i != 0:
+            raise DemoError(f"{where}: message {i} is a system message; only the first may be.")
+        if role == "assistant":
+            if i == 0 or checked[-1]["role"] != "user":
+                raise DemoError(
+                    f"{where}: assistant message {i} must follow a user message (the prompt it "
+                    "answers)."
+                )
+            if not content.strip():
+                raise DemoError(f"{where}: assistant message {i} is empty; nothing to learn.")
+        checked.append({"role": role, "content": content})
+    if not any(m["role"] == "assistant" for m in checked):
+        raise DemoError(f"{where}: no assistant message, so nothing to learn from this record.")
+    return checked
+
+
+def read_demos(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read chat-messages JSONL (one episode or one turn per line; blank lines skipped).
+
+    Every record is checked: valid JSON, a ``"messages"`` list, roles ``system`` (first only) /
+    ``user`` / ``assistant``, string contents, each assistant reply after a user turn. Errors are
+    :class:`DemoError` (a ``ValueError``) naming the file and line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"No demonstrations file {path}; write one with gym_llm.sft.make_demos or "
+            "`gym-llm demos`."
+        )
+    records: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as file:
+        for number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DemoError(
+                    f"{where}: not valid JSON ({exc.msg} at column {exc.colno})."
+                ) from None
+            _check_record(record, where)
+            records.append(record)
+    if not records:
+        raise DemoError(f"{path}: no demonstrations in the file.")
+    return records
+
+
+def _load_records(demos: str | os.PathLike[str] | Sequence[Record]) -> list[list[Message]]:
+    if isinstance(demos, str | os.PathLike):
+        return [_check_record(r, "") for r in read_demos(demos)]
+    if isinstance(demos, Mapping) or not isinstance(demos, Sequence):
+        raise TypeError(
+            'demos must be a JSONL path or a list of {"messages": [...]} records, got '
+            f"{type(demos).__name__}."
+        )
+    if not demos:
+        raise DemoError("demos is empty: give at least one demonstration.")
+    return [_check_record(r, f"demos[{i}]") for i, r in enumerate(demos)]
+
+
+def sft_examples(
+    demos: str | os.PathLike[str] | Sequence[Record], tokenizer: Any
+) -> list[dict[str, list[int]]]:
+    """Token ids and completion masks, one example per assistant reply.
+
+    The prompt is every message before the reply, rendered with :func:`gym_llm.prompts.render_prompt`
+    and tokenised without added special tokens (as :meth:`LLMPolicy.prompt_ids` does); the
+    completion is the reply tokenised on its own (as choice mode scores actions) plus the EOS token
+    (where generate mode stops).
+    """
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError("The tokenizer has no eos_token: set tokenizer.eos_token first.")
+    examples: list[dict[str, list[int]]] = []
+    for messages in _load_records(demos):
+        for i, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            prompt = render_prompt(tokenizer, messages[:i])
+            prompt_ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+            reply_ids = list(tokenizer(message["content"], add_special_tokens=False)["input_ids"])
+            reply_ids.append(int(eos))
+            examples.append(
+                {
+                    "input_ids": prompt_ids + reply_ids,
+                    "completion_mask": [0] * len(prompt_ids) + [1] * len(reply_ids),
+                }
+            )
+    return examples
+
+
+# --- fine-tuning ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _preserved(model: Any, policy: Any | None) -> Iterator[None]:
+    """Undo what ``Trainer``/``SFTTrainer`` change on a model that outlives them.
+
+    ``Trainer`` sets ``config.use_cache = False`` and leaves the model in train mode; TRL patches
+    the base model's ``forward`` with a fused LM head. Each would silently change the policy's
+    later rollouts, so all are restored, as are the random number generators (SFT then does not
+    shift the caller's sampling streams) and ``requires_grad`` flags.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    had_forward = "forward" in vars(base)
+    forward = vars(base).get("forward")
+    use_cache = getattr(model.config, "use_cache", None)
+    checkpointing = bool(getattr(base, "is_activation_checkpointing", False))
+    modules = [model] if policy is None else [policy, model]
+    training = [m.training for m in modules]
+    grads = {name: p.requires_grad for name, p in model.named_parameters()}
+    rng = (random.getstate(), np.random.get_state(), torch.random.get_rng_state())
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        if had_forward:
+            base.forward = forward
+        elif "forward" in vars(base):
+            del base.forward
+        if use_cache is not None:
+            model.config.use_cache = use_cache
+        if not checkpointing and getattr(base, "is_activation_checkpointing", False):
+            base.activation_checkpointing_disable()
+        for name, p in model.named_parameters():
+            p.requires_grad_(grads.get(name, p.requires_grad))
+        for module, mode in zip(modules, training, strict=True):
+            module.train(mode)
+        random.setstate(rng[0])
+        np.random.set_state(rng[1])
+        torch.random.set_rng_state(rng[2])
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+
+
+def warm_start(
+    target: LLMPolicy | PreTrainedModel,
+    demos: str | os.PathLike[str] | Sequence[Mapping[str, Any]],
+    *,
+    tokenizer: Any = None,
+    epochs: float = 1.0,
+    learning_rate: float = 1e-4,
+    batch_size: int = 8,
+    max_steps: int = -1,
+    output_dir: str | os.PathLike[str] | None = None,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Supervised fine-tuning on demonstrations with TRL's ``SFTTrainer``.
+
+    Args:
+        target: an :class:`~gym_llm.LLMPolicy` (its LoRA adapter is trained, or all LM weights
+            when it has none; the value head never) or a ``transformers`` causal LM (a
+            ``peft`` model trains its adapter, a plain one all its weights).
+        demos: a chat-messages JSONL path (see :func:`read_demos`) or the same records in memory.
+        tokenizer: needed for a plain model; an ``LLMPolicy`` brings its own.
+        epochs: passes over the examples (fractions allowed).
+        learning_rate: AdamW learning rate, decayed linearly to 0 over the run.
+        batch_size: examples per optimizer step.
+        max_steps: optimizer steps; overrides ``epochs`` when > 0.
+        output_dir: where the trainer may write (its ``trainer_state.json`` with the loss log is
+            kept there); default a temporary directory, removed afterwards. No checkpoints, no
+            hub, no logging integrations.
+        seed: data order and any randomness of the run; the caller's RNG states are restored.
+
+    Returns:
+        ``sft/loss`` (mean over the run), ``sft/final_loss`` and ``sft/token_accuracy`` (the last
+        logged values), ``sft/examples`` (assistant replies trained on), ``sft/steps``,
+        ``sft/epochs``, ``sft/wall_s``.
+
+    With an ``LLMPolicy`` its prefix KV cache is invalidated afterwards (the weights changed).
+    """
+    from gym_llm.policy import LLMPolicy
+
+    if not (epochs > 0 or max_steps > 0):
+        raise ValueError(f"Give epochs > 0 or max_steps > 0 (got epochs={epochs}, {max_steps=}).")
+    if learning_rate <= 0 or batch_size < 1:
+        raise ValueError(
+            f"learning_rate must be > 0 and batch_size >= 1, got {learning_rate} and {batch_size}."
+        )
+    policy = target if isinstance(target, LLMPolicy) else None
+    model: Any = target.lm if policy is not None else target
+    tokenizer = tokenizer if tokenizer is not None else getattr(policy, "tokenizer", None)
+    if tokenizer is None:
+        raise ValueError("warm_start on a model needs its tokenizer: pass tokenizer=...")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ValueError("The model has no trainable parameters (all requires_grad=False).")
+    examples = sft_examples(demos, tokenizer)
+    steps_per_epoch = math.ceil(len(examples) / batch_size)
+    total_steps = max_steps if max_steps > 0 else math.ceil(epochs * steps_per_epoch)
+    device = next(model.parameters()).device
+
+    from datasets import Dataset
+    from trl.trainer.sft_config import SFTConfig
+    from trl.trainer.sft_trainer import SFTTrainer
+
+    start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        if output_dir is None:
+            out = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gym_llm-sft-")))
+        else:
+            out = Path(output_dir)
+            out.mkdir(parents=True, exist_ok=True)
+        stack.enter_context(_preserved(model, policy))
+        args = SFTConfig(
+            output_dir=str(out),
+            num_train_epochs=float(epochs),
+            max_steps=max_steps,
+            learning_rate=learning_rate,
+            per_device_train_batch_size=batch_size,
+            seed=seed,
+            data_seed=seed,
+            # TRL turns these on by default; they break the policy's KV caches / fp32 numerics.
+            activation_checkpointing=False,
+            bf16=False,
+            fp16=False,
+            use_cache=bool(getattr(model.config, "use_cache", True)),
+            use_cpu=device.type == "cpu",
+            max_length=None,  # never cut a reply off
+            completion_only_loss=True,
+            packing=False,
+            report_to="none",
+            save_strategy="no",
+            push_to_hub=False,
+            logging_strategy="steps",
+            logging_steps=max(1, total_steps // 10),
+            dataloader_num_workers=0,
+        )
+        trainer = SFTTrainer(
+            model=model,
+            args=args,
+            train_dataset=Dataset.from_list(examples),
+            processing_class=tokenizer,
+        )
+        output = trainer.train()
+        history = list(trainer.state.log_history)
+        if output_dir is not None:
+            trainer.state.save_to_json(str(out / "trainer_state.json"))
+        del trainer
+    if policy is not None:
+        policy.invalidate_prefix_cache()
+    logged = [h for h in history if "loss" in h]
+    last = logged[-1] if logged else {}
+    return {
+        "sft/loss": float(output.training_loss),
+        "sft/final_loss": float(last.get("loss", output.training_loss)),
+        "sft/token_accuracy": float(last.get("mean_token_accuracy", float("nan"))),
+        "sft/examples": float(len(examples)),
+        "sft/steps": float(output.global_step),
+        "sft/epochs": float(output.global_step / steps_per_epoch),
+        "sft/wall_s": time.perf_counter() - start,
+    }
+
+
+# --- demonstrations from reference policies ------------------------------------------------------
+
+
+def _text_envs(env: gym.Env[Any, Any]) -> tuple[Any, Any]:
+    """The observation and action spaces the policy would see for ``env`` (wrapped if needed)."""
+    from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
+
+    text_env = env
+    if not isinstance(env.observation_space, gym.spaces.Text):
+        text_env = TextObservationWrapper(env)
+    parser = text_env
+    if not isinstance(env.action_space, gym.spaces.Text):
+        parser = ActionParserWrapper(text_env)
+    return text_env, parser
+
+
+def supported_demo_envs() -> list[str]:
+    """Env ids :func:`make_demos` has a reference policy for."""
+    ids = [f"{BLACKJACK} (sab=False)", KEYWORD_BANDIT]
+    for env_id, spec in gym.registry.items():
+        if not env_id.startswith("gym_llm/") or env_id == KEYWORD_BANDIT:
+            continue
+        entry = spec.entry_point
+        if isinstance(entry, str):
+            module, _, name = entry.partition(":")
+            try:
+                cls = getattr(__import__(module, fromlist=[name]), name)
+            except (ImportError, AttributeError):
+                continue
+        else:
+            cls = entry
+        if callable(getattr(cls, "reference_action", None)):
+            ids.append(env_id)
+    return ids
+
+
+def _unsupported(env_id: str, why: str) -> ValueError:
+    return ValueError(
+        f"make_demos has no reference policy for {env_id}: {why}. Supported: "
+        f"{', '.join(supported_demo_envs())}; or write demonstrations yourself as chat-messages "
+        "JSONL (see gym_llm.sft.read_demos)."
+    )
+
+
+def _record(system_user: list[Message], reply: str) -> dict[str, Any]:
+    return {"messages": [*system_user, {"role": "assistant", "content": reply}]}
+
+
+def make_demos(
+    env_id: str,
+    episodes: int,
+    path: str | Path,
+    *,
+    seed: int = 0,
+    env_kwargs: dict[str, Any] | None = None,
+    balanced: bool = False,
+) -> int:
+    """Play a reference policy and write its turns as chat-messages JSONL; returns lines written.
+
+    One line per turn: the system and user messages the policy sees for that observation (built
+    with :mod:`gym_llm.prompts` from the text wrappers' instruction and formatter, as PPO builds
+    them) and the reference action's name as the assistant reply. Reference policies:
+    ``Blackjack-v1`` (``sab=False``, ``natural=False``): the optimal strategy
+    (:func:`gym_llm.exact.blackjack_optimum`); ``gym_llm/KeywordBandit-v0``: the target; any env
+    whose ``unwrapped`` has ``reference_action()`` (``gym_llm/GuessNumber-v0``,
+    ``gym_llm/TextMaze-v0``): that action.
+
+    ``balanced=False`` writes every turn of ``episodes`` episodes (reset with ``seed``), so states
+    appear as often as play visits them. ``balanced=True`` writes each state once: every Blackjack
+    decision state (280, from :func:`gym_llm.exact.blackjack_states`) and every KeywordBandit
+    target, where ``episodes`` is not used; for other envs each distinct observation met in
+    ``episodes`` episodes. Prefer it for SFT: episodes repeat common states and miss rare ones
+    (200 optimal Blackjack episodes: 307 turns over 137 of the 280 states).
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}.")
+    kwargs = dict(env_kwargs or {})
+    if env_id == BLACKJACK:
+        if kwargs.get("sab") or kwargs.get("natural"):
+            raise _unsupported(
+                env_id, "the optimal strategy is computed for sab=False, natural=False"
+            )
+        records = _blackjack_demos(episodes, seed, kwargs, balanced)
+    else:
+        try:
+            env = gym.make(env_id, **kwargs)
+        except gym.error.Error as exc:
+            raise _unsupported(env_id, f"Gymnasium cannot make it ({exc})") from None
+        try:
+            if env_id == KEYWORD_BANDIT or hasattr(env.unwrapped, "observation_for"):
+                records = _keyword_demos(env, episodes, seed, balanced)
+            elif callable(getattr(env.unwrapped, "reference_action", None)):
+                records = _reference_demos(env, episodes, seed, balanced)
+            else:
+                raise _unsupported(env_id, "it has no reference_action()")
+        finally:
+            env.close()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as file:
+        for record in records:
+            file.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return len(records)
+
+
+def _blackjack_demos(
+    episodes: int, seed: int, kwargs: dict[str, Any], balanced: bool
+) -> list[dict[str, Any]]:
+    from gym_llm.exact import blackjack_optimum, blackjack_states
+
+    _, best = blackjack_optimum()
+    env = gym.make(BLACKJACK, **{**kwargs, "sab": False})
+    text_env, parser = _text_envs(env)
+    names = parser.action_space.actions
+
+    def turn(state: tuple[int, int, int]) -> dict[str, Any]:
+        messages = build_messages(
+            text_env.format(state), text_env.observation_space, parser.action_space
+        )
+        return _record(messages, names[best[state]])
+
+    if balanced:
+        return [turn(state) for state in blackjack_states()]
+    records = []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed if episode == 0 else None)
+        done = False
+        while not done:
+            state = (int(obs[0]), int(obs[1]), int(obs[2]))
+            records.append(turn(state))
+            obs, _, terminated, truncated, _ = env.step(best[state])
+            done = terminated or truncated
+    env.close()
+    return records
+
+
+def _keyword_demos(
+    env: gym.Env[Any, Any], episodes: int, seed: int, balanced: bool
+) -> list[dict[str, Any]]:
+    unwrapped: Any = env.unwrapped
+
+    def turn(text: str, target: str) -> dict[str, Any]:
+        messages = build_messages(text, env.observation_space, env.action_space)
+        return _record(messages, target)
+
+    if balanced:
+        return [turn(unwrapped.observation_for(t), t) for t in unwrapped.options]
+    records = []
+    for episode in range(episodes):
+        text, info = env.reset(seed=seed if episode == 0 else None)
+        records.append(turn(text, info["target"]))
+    return records
+
+
+def _reference_demos(
+    env: gym.Env[Any, Any], episodes: int, seed: int, balanced: bool
+) -> list[dict[str, Any]]:
+    text_env, parser = _text_envs(env)
+    names = parser.action_space.actions
+    start = int(getattr(env.action_space, "start", 0))
+    records: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for episode in range(episodes):
+        text, _ = text_env.reset(seed=seed if episode == 0 else None)
+        done = False
+        while not done:
+            action = int(env.unwrapped.reference_action())  # type: ignore[attr-defined]
+            if not balanced or text not in seen:
+                seen.add(text)
+                messages = build_messages(text, text_env.observation_space, parser.action_space)
+                records.append(_record(messages, names[action - start]))
+            text, _, terminated, truncated, _ = text_env.step(action)
+            done = terminated or truncated
+    return records
