@@ -1,0 +1,171 @@
+"""gym-llm bench: env specs, the run plan, and the CSV / summary / PNG it writes."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from gym_llm.compare import (
+    EnvSpec,
+    Row,
+    build_parser,
+    env_table,
+    main,
+    parse_agents,
+    parse_env_spec,
+    parse_envs,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> object:
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_env_spec_parses_kwargs_with_types() -> None:
+    spec = parse_env_spec("FrozenLake-v1:is_slippery=False,map_name=4x4")
+    assert spec == EnvSpec("FrozenLake-v1", {"is_slippery": False, "map_name": "4x4"})
+    assert parse_env_spec("CliffWalking-v1:max_episode_steps=100").kwargs == {
+        "max_episode_steps": 100
+    }
+    assert parse_env_spec("CartPole-v1") == EnvSpec("CartPole-v1")
+    assert spec.slug == "FrozenLake-v1-is_slippery=False-map_name=4x4"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("Nope-v9", "unknown env id 'Nope-v9'"),
+        (":is_slippery=False", "no env id"),
+        ("FrozenLake-v1:is_slippery", "'is_slippery' is not key=value"),
+        ("FrozenLake-v1:colour=red", "does not take these kwargs"),
+    ],
+)
+def test_bad_env_specs_say_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_env_spec(text)
+
+
+def test_suite_and_agents() -> None:
+    suite = parse_envs(["suite"])
+    assert EnvSpec("Blackjack-v1", {"sab": False}) in suite
+    assert EnvSpec("CliffWalking-v1", {"max_episode_steps": 100}) in suite
+    assert len(parse_envs(["suite", "CartPole-v1"])) == len(suite) + 1
+    assert parse_agents("random, ppo") == ["random", "ppo"]
+    with pytest.raises(ValueError, match="choose a comma-separated list"):
+        parse_agents("random,a2c")
+
+
+def test_cli_errors_exit_with_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--envs", "Nope-v9", "--no-progress"])
+    assert exit_info.value.code == 2
+    assert "unknown env id" in capsys.readouterr().err
+
+
+def test_help_shows_every_flag_with_its_default() -> None:
+    parser = build_parser()
+    text = parser.format_help()
+    flags = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    for action in flags:
+        assert action.option_strings[-1] in text
+    assert text.count("(default:") >= len(flags)
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_classic_run_writes_csv_summary_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    common = ["--eval-episodes", "4", "--random-episodes", "50", "--curve-points", "1"]
+    common += ["--out", str(out), "--no-progress"]
+    lake_args = ["--envs", "FrozenLake-v1:is_slippery=False", "--agents", "random,ppo,dqn"]
+    lake_args += ["--budget", "32", "--classic-budget", "48", "--seeds", "0", "1"]
+    assert main([*lake_args, *common]) == 0
+    # A second invocation adds its env beside the first one's rows.
+    cart_args = ["--envs", "CartPole-v1", "--agents", "random,dqn", "--budget", "32"]
+    cart_args += ["--classic-budget", "0", "--seeds", "0", "1"]
+    assert main([*cart_args, *common]) == 0
+    rows = _read(out / "results.csv")
+    lake = [r for r in rows if r["env"] == "FrozenLake-v1"]
+    cart = [r for r in rows if r["env"] == "CartPole-v1"]
+    # exact random play runs once; PPO and DQN at two budgets x two seeds
+    assert sorted((r["agent"], r["budget"]) for r in lake) == sorted(
+        [("random", "0")] + [(a, b) for a in ("ppo", "dqn") for b in ("32", "48") for _ in (0, 1)]
+    )
+    assert sorted(r["agent"] for r in cart) == ["dqn", "dqn", "random", "random"]  # MC: per seed
+    for row in rows:
+        curve = json.loads(row["curve"])
+        assert int(row["env_steps"]) <= int(row["budget"])
+        assert curve[-1][0] == int(row["env_steps"])
+        assert float(row["value"]) == pytest.approx(curve[-1][1])
+    assert {r["eval_kind"] for r in lake} == {"exact"} and {r["eval_kind"] for r in cart} == {"mc"}
+    assert all(r["success"] != "" for r in lake) and all(r["success"] == "" for r in cart)
+    summary = (out / "summary.md").read_text()
+    assert "### FrozenLake-v1 (is_slippery=False)" in summary and "### CartPole-v1" in summary
+    assert "optimum 1.000" in summary and "optimum 500.0" in summary
+    assert summary.count("| SB3 PPO (MlpPolicy) |") == 2
+    assert summary.count("| SB3 DQN (MlpPolicy) |") == 3
+    for name in ("FrozenLake-v1-is_slippery=False.png", "CartPole-v1.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.suffix for p in out.iterdir()) == [".csv", ".md", ".png", ".png"]
+
+    # Re-running an env's agent replaces its rows instead of duplicating them.
+    assert main(["--envs", "FrozenLake-v1:is_slippery=False", "--agents", "random", *common]) == 0
+    again = _read(out / "results.csv")
+    assert len(again) == len(rows)
+    assert sum(r["agent"] == "random" and r["env"] == "FrozenLake-v1" for r in again) == 1
+
+
+def test_llm_agents_through_training_run(tiny_model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    status = main(
+        [
+            "--envs", "FrozenLake-v1:is_slippery=False",
+            "--agents", "llm-zero-shot,llm-choice",
+            "--model", str(tiny_model_dir),
+            "--budget", "8", "--llm-n-envs", "2", "--llm-n-steps", "2",
+            "--llm-batch-size", "4", "--llm-micro-batch-size", "4",
+            "--seeds", "0", "--out", str(out), "--no-progress",
+        ]
+    )  # fmt: skip
+    assert status == 0
+    rows = {r["agent"]: r for r in _read(out / "results.csv")}
+    assert set(rows) == {"llm-zero-shot", "llm-choice"}
+    trained = rows["llm-choice"]
+    assert int(trained["env_steps"]) == 8 and trained["eval_kind"] == "exact"
+    assert trained["model"] == str(tiny_model_dir) and trained["success"] != ""
+    assert json.loads(trained["curve"])[0][0] == 0
+    assert 0.0 <= float(rows["llm-zero-shot"]["value"]) <= 1.0
+    assert sorted(p.suffix for p in out.iterdir()) == [".csv", ".md", ".png"]  # no weights
+
+
+def _row(agent: str, value: float, success: float | None, seed: int = 0) -> Row:
+    return Row(
+        "CliffWalking-v1", "{}", agent, 128, seed, 128, value, 0.0, "exact", 0, success, 1.0,
+        "CPU", "", [(0, -1000.0), (128, value)],
+    )  # fmt: skip
+
+
+def test_summary_flags_a_gap_closed_without_reaching_the_goal() -> None:
+    refs = {"random": -1083.0, "optimum": -13.0}
+    lines = "\n".join(
+        env_table(
+            "CliffWalking-v1",
+            [_row("ppo", -100.0, 0.0), _row("ppo", -100.0, 0.0, seed=1), _row("dqn", -13.0, 1.0)],
+            refs,
+        )
+    )
+    assert "| SB3 PPO (MlpPolicy) | 128 | 128 | 2 | -100.0 ± 0.000 | 92% | 0.0% ⚠ |" in lines
+    assert "closes 92% of the gap but reaches the goal in 0.0% of episodes" in lines
+    assert "| SB3 DQN (MlpPolicy) | 128 | 128 | 1 | -13.000 | 100% | 100.0% |" in lines
