@@ -220,7 +220,8 @@ def _reference_reply(env: GuessNumberEnv, state: int) -> str:
 def test_exact_policy_value_asks_only_reachable_states() -> None:
     agent = _ReplyingAgent(_reference_reply)
     assert exact_policy_value(agent, ENV_ID) == pytest.approx(0.7625, abs=1e-12)
-    assert agent.asked <= 31  # a binary-search tree over 16 numbers, not all 817 states
+    # the binary-search tree over 16 numbers (1 + 2 + 4 + 8 + 1 intervals), not all 817 states
+    assert agent.asked == 16
     garbage = _ReplyingAgent(lambda env, state: "no idea")  # invalid -> random guesses
     assert exact_policy_value(garbage, ENV_ID) == pytest.approx(exact_random_value(ENV_ID))
 
