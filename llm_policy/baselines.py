@@ -241,9 +241,11 @@ def monte_carlo_score(
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}.")
     n_envs = max(1, min(n_envs, episodes))
-    vec = DummyVecEnv(
-        [lambda i=i: Monitor(make_flat_env(env_id, env_kwargs, seed + i)) for i in range(n_envs)]
-    )
+
+    def factory(index: int) -> Callable[[], gym.Env[Any, Any]]:
+        return lambda: Monitor(make_flat_env(env_id, env_kwargs, seed + index))
+
+    vec = DummyVecEnv([factory(i) for i in range(n_envs)])
     vec.seed(seed)
     returns, _ = evaluate_policy(
         model, vec, n_eval_episodes=episodes, deterministic=True, return_episode_rewards=True

@@ -362,9 +362,9 @@ def llm_score(model: Any, spec: EnvSpec, episodes: int, seed: int) -> Score:
         return score
     if exact_evaluation_supported(spec.id, spec.kwargs):
         return Score(exact_policy_value(model, spec.id, spec.kwargs), 0.0, "exact")
-    env = make_text_env(spec.id, min(8, episodes), env_kwargs=spec.kwargs, seed=seed + 10_000)
-    stats = evaluate(model, env, episodes)
-    env.close()
+    text_env = make_text_env(spec.id, min(8, episodes), env_kwargs=spec.kwargs, seed=seed + 10_000)
+    stats = evaluate(model, text_env, episodes)
+    text_env.close()
     return Score(stats.mean, stats.sem, "mc", stats.episodes)
 
 

@@ -48,7 +48,7 @@ def test_blackjack_tuple_becomes_concatenated_one_hots() -> None:
 def test_discrete_becomes_one_hot_and_box_passes_through() -> None:
     lake = make_flat_env("FrozenLake-v1", {"is_slippery": False}, seed=0)
     assert lake.observation_space.shape == (16,)
-    assert np.flatnonzero(lake.observation(5)).tolist() == [5]  # type: ignore[attr-defined]
+    assert np.flatnonzero(lake.observation(5)).tolist() == [5]
     cart = make_flat_env("CartPole-v1", seed=0)
     obs, _ = cart.reset(seed=1)
     raw, _ = gym.make("CartPole-v1").reset(seed=1)
@@ -69,7 +69,7 @@ class _StepCounter(gym.Wrapper[Any, Any, Any, Any]):
 @pytest.mark.parametrize("budget", [100, 130])
 def test_sb3_never_collects_more_than_the_budget(algo: str, budget: int) -> None:
     env = _StepCounter(make_flat_env("FrozenLake-v1", {"is_slippery": True}, seed=0))
-    model, total = build_sb3(algo, env, budget, seed=0)  # type: ignore[arg-type]
+    model, total = build_sb3(algo, env, budget, seed=0)
     model.learn(total)
     assert env.steps <= budget
     assert env.steps >= budget - 3  # and uses (nearly) all of it (DQN: whole train_freq)
@@ -143,6 +143,6 @@ def test_random_score_is_exact_where_possible_else_monte_carlo() -> None:
 
 def test_bad_algorithm_and_env_errors_say_what_to_do() -> None:
     with pytest.raises(ValueError, match="'ppo' or 'dqn'"):
-        build_sb3("a2c", make_flat_env("CartPole-v1"), 64, 0)  # type: ignore[arg-type]
+        build_sb3("a2c", make_flat_env("CartPole-v1"), 64, 0)
     with pytest.raises(ValueError, match="monte_carlo_score"):
         exact_score("CartPole-v1", {}, lambda s: np.zeros((len(s), 2)))
