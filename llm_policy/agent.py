@@ -373,7 +373,7 @@ class Agent(abc.ABC):
         reply = step.replies[0]
         self.current_episode_messages.append({"role": "assistant", "content": reply})
         outcome = self.to_action(reply)
-        counts = self._counts
+        counts = self._counts if self.training else _Counts()  # eval turns are not trained on
         counts.truncated_turns += int(dropped > 0)
         counts.extract_failures += int(outcome.error is not None)
         counts.parser_recovered += int(outcome.source.startswith("parser:"))

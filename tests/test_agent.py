@@ -227,6 +227,13 @@ def test_truncation_keeps_system_prompt_and_latest_turns(model_dir: Path) -> Non
         assert [m["role"] for m in messages] == ["user", "assistant"] * (len(messages) // 2) + [
             "user"
         ]
+    # The policy renders the conversation with the model's own chat template.
+    conversation = json.loads(turns[2].prompt)
+    assert agent.policy.prompt_text(turns[2].prompt) == agent.tokenizer.apply_chat_template(
+        [{"role": "system", "content": system}, *conversation],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     last = json.loads(turns[-1].prompt)
     assert last[-1]["content"] == "Your current total is 15"
     assert "Your current total is 10" not in turns[-1].prompt  # the oldest exchange went first
@@ -269,6 +276,19 @@ def test_save_load_and_model_objects(model_dir: Path, tmp_path: Path) -> None:
         in_memory.save(tmp_path / "object")
     with pytest.raises(ValueError, match="needs its tokenizer"):
         BlackjackAgent(make_tiny_model(len(tokenizer)), None, "cpu")
+    # A model object loaded from a path is saved by that path.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from_path = BlackjackAgent(
+        AutoModelForCausalLM.from_pretrained(model_dir),
+        AutoTokenizer.from_pretrained(model_dir),
+        "cpu",
+        FAST,
+    )
+    from_path.save(tmp_path / "by-path")
+    saved = json.loads((tmp_path / "by-path" / "config.json").read_text())
+    assert saved["policy_kwargs"]["model"] == str(model_dir)
+    assert "tokenizer" not in saved["policy_kwargs"]
 
 
 def test_target_kl_stops_early_and_logs(model_dir: Path, tmp_path: Path) -> None:
