@@ -3,50 +3,69 @@
     python benchmarks/throughput.py --model smollm2-135m --env Blackjack-v1 --n-envs 8 \\
         --steps 256 --mode choice --json out.json
 
-Measured in one run, on the same weights:
+Measured in one run, on the same weights (one PPO agent; the naive loop drives its model):
 
 * ``rollout_env_steps_per_s``: PPO rollout collection (batched prompts, shared prefix KV cache,
-  choice scoring or batched sampling) - also without the prefix cache, to show what it buys;
+  choice scoring or batched sampling into a pre-allocated KV cache);
 * ``naive_env_steps_per_s``: the loop LlamaGym runs, written out below: one env, the whole
   conversation re-tokenised every step, a batch-1 ``generate`` (LlamaGym's defaults: up to 32 new
-  tokens, sampling) and no cache kept between steps;
+  tokens, sampling with top-p 0.6 at temperature 0.9) and no cache kept between steps;
 * ``update_tokens_per_s``: tokens per second of the PPO update (prompt + action tokens of every
   sample, times epochs), and ``learn_env_steps_per_s``: ``learn()`` end to end (rollout + update,
   ``n_epochs=1``);
-* generate mode also: reply tokens generated per second by both, since the two samplers stop
-  at different lengths (LlamaGym samples with top-p 0.6 at temperature 0.9, gym_llm from the
-  full distribution at temperature 1, as exact log-probs require);
-* ``peak_rss_mb`` (after the main measurement; the comparison without the prefix cache needs
-  more and is reported apart) and, on CUDA, ``peak_cuda_mb``.
+* generate mode also: reply tokens generated per second and mean reply lengths of both, since the
+  two samplers stop at different lengths;
+* ``peak_rss_mb`` (peak RSS during gym_llm's own blocks) and, on CUDA, ``peak_cuda_mb``; on CUDA
+  also the update's model FLOP utilisation (``update_mfu``, see :func:`update_flops`).
 
-The JSON has exactly those keys plus ``speedup_vs_naive``, ``device``, ``model``, ``mode``,
-``n_envs`` and the settings; a short table is printed.
+**Robust to drift and to other processes.** The machine's speed changes while a benchmark runs
+(other jobs, thermal limits), so the measurements are interleaved: ``--repeats`` rounds, each
+running a short block of every contender in turn (gym_llm ``learn()``, the naive loop, then gym_llm
+with each compared speed-up switched off). Every figure is the median over rounds;
+``speedup_vs_naive`` is the ratio of the medians, and the per-round ratios are kept in
+``rounds`` to show the spread.
+
+**Switches** (``--compare``): ``prefix`` (the shared prompt-prefix KV cache, rollouts and update)
+and ``reserve`` (generate mode: the pre-allocated decode KV cache instead of ``torch.cat`` per
+token) are measured off in their own blocks of every round, on the same weights.
+
+The JSON has the keys above plus ``speedup_vs_naive``, ``device``, ``model``, ``mode``, ``n_envs``,
+the settings, per-round figures and the switch comparisons; a short table is printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import resource
+import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
+from tqdm.auto import tqdm
 
 from gym_llm import PPO, make_text_env
 from gym_llm.demo import parse_env_kwargs, quiet_progress_bar_warning
 from gym_llm.models import DEFAULT_MODEL, resolve_device
+from gym_llm.policy import LLMPolicy
 from gym_llm.prompts import render_prompt, system_text
 from gym_llm.training import device_name
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 
 #: LlamaGym's default generation settings (its README's ``generate_config_dict``).
 NAIVE_MAX_NEW_TOKENS = 32
+#: Switches the benchmark can turn off, per mode.
+SWITCHES = {"choice": ("prefix",), "generate": ("prefix", "reserve")}
+#: Dense bf16 tensor-core peak (TFLOP/s) by GPU name, for MFU; ``--peak-tflops`` overrides.
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,20 +80,29 @@ def build_parser() -> argparse.ArgumentParser:
     add("--env-kwargs", nargs="*", default=["sab=False"], metavar="KEY=VALUE", help="env kwargs")
     add("--mode", choices=["choice", "generate"], default="choice", help="action mode")
     add("--n-envs", type=int, default=8, help="parallel envs in gym_llm's rollouts")
-    add("--steps", type=int, default=256, help="env steps per gym_llm measurement")
-    add("--naive-steps", type=int, default=16, help="env steps of the naive loop (it is slow)")
+    add("--steps", type=int, default=256, help="gym_llm env steps per contender, all rounds")
+    add("--naive-steps", type=int, default=16, help="naive-loop env steps, all rounds (it is slow)")
+    add("--repeats", type=int, default=3, help="interleaved rounds; figures are their medians")
     add(
         "--max-new-tokens",
         type=int,
-        default=None,
-        help="reply budget of gym_llm's generate mode and of the naive loop (default: the "
-        f"registry's for gym_llm, LlamaGym's {NAIVE_MAX_NEW_TOKENS} for the naive loop)",
+        default=NAIVE_MAX_NEW_TOKENS,
+        help="reply budget of gym_llm's generate mode and of the naive loop alike",
     )
     add("--micro-batch-size", type=int, default=16, help="turns per update forward/backward")
+    add(
+        "--compare",
+        nargs="*",
+        default=None,
+        choices=["prefix", "reserve"],
+        help="speed-ups to also measure switched off (default: all that apply to the mode; "
+        "give the flag alone for none)",
+    )
     add("--device", default="auto", help="auto, cpu, cuda or mps")
-    add("--dtype", default=None, help="weights dtype (default: bf16 on GPU, fp32 on CPU)")
-    add("--no-compare-prefix", action="store_true", help="skip the run without prefix cache")
+    add("--dtype", default=None, help="weights dtype, e.g. bf16 (default: bf16 on GPU, fp32 CPU)")
+    add("--peak-tflops", type=float, default=None, help="device peak for MFU (default: by GPU)")
     add("--seed", type=int, default=0, help="seed")
+    add("--no-progress", action="store_true", help="no progress bar")
     add("--json", type=Path, default=None, help="write the results here")
     return parser
 
@@ -99,16 +127,53 @@ class _RolloutTimer(BaseCallback):
         return True
 
 
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def _sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
 
 
-def _make_ppo(args: argparse.Namespace, share_prefix: bool, n_steps: int) -> PPO:
+class PeakMemory:
+    """Peak memory over a block: RSS (Linux resets its high-water mark) and CUDA allocations."""
+
+    def __init__(self) -> None:
+        self.rss_mb = 0.0
+        self.cuda_mb: float | None = None
+
+    @contextlib.contextmanager
+    def watch(self) -> Iterator[None]:
+        resettable = _reset_rss_peak()
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        yield
+        rss = _rss_peak_mb() if resettable else None
+        self.rss_mb = max(self.rss_mb, rss if rss is not None else _lifetime_rss_mb())
+        if torch.cuda.is_available():
+            self.cuda_mb = max(self.cuda_mb or 0.0, torch.cuda.max_memory_allocated() / 2**20)
+
+
+def _reset_rss_peak() -> bool:
+    try:  # Linux: "5" resets VmHWM, the process's peak RSS
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _rss_peak_mb() -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def _lifetime_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _make_ppo(args: argparse.Namespace, n_steps: int) -> PPO:
     env = make_text_env(
         args.env, args.n_envs, env_kwargs=parse_env_kwargs(args.env_kwargs), seed=args.seed
     )
@@ -116,11 +181,9 @@ def _make_ppo(args: argparse.Namespace, share_prefix: bool, n_steps: int) -> PPO
         "model": args.model,
         "lora": {"r": 16},
         "action_mode": args.mode,
-        "share_prefix": share_prefix,
         "dtype": args.dtype,
+        "max_new_tokens": args.max_new_tokens,
     }
-    if args.max_new_tokens:
-        policy_kwargs["max_new_tokens"] = args.max_new_tokens
     return PPO(
         "LLMPolicy",
         env,
@@ -134,81 +197,205 @@ def _make_ppo(args: argparse.Namespace, share_prefix: bool, n_steps: int) -> PPO
     )
 
 
-def measure_learn(args: argparse.Namespace, share_prefix: bool) -> dict[str, float]:
-    """One ``learn()`` of ``--steps`` env steps: rollout and update timed apart."""
-    n_steps = max(1, args.steps // args.n_envs)
-    model = _make_ppo(args, share_prefix, n_steps)
-    with torch.inference_mode():  # warm-up: first-call allocations are not throughput
-        model.policy.act(list(model.env.reset()))
+@contextlib.contextmanager
+def switched_off(policy: LLMPolicy, switch: str | None) -> Iterator[None]:
+    """Run a block with one speed-up off, on the same weights; restore it afterwards."""
+    if switch is None:
+        yield
+        return
+    if switch == "prefix":
+        saved = policy.shared_prefix
+        policy.shared_prefix = []
+        policy.invalidate_prefix_cache()
+        try:
+            yield
+        finally:
+            policy.shared_prefix = saved
+            policy.invalidate_prefix_cache()
+    elif switch == "reserve":
+        policy.reserve_kv_cache = False
+        try:
+            yield
+        finally:
+            policy.reserve_kv_cache = True
+    else:
+        raise ValueError(f"unknown switch {switch!r}; known: prefix, reserve")
+
+
+def update_flops(policy: LLMPolicy, computed_tokens: int) -> float:
+    """FLOPs of an update that ran ``computed_tokens`` tokens through the model.
+
+    Per token, a forward costs ``2 N`` (``N`` = parameters in matrix multiplies: everything but
+    the input embedding, LoRA included), the backward ``2 N`` for activation gradients through
+    every layer plus ``2 N_trainable`` for weight gradients of the trainable ones (LoRA and value
+    head; all of them without LoRA). So ``(4 N + 2 N_trainable)`` per token: ``6 N`` for full
+    fine-tuning, close to ``4 N`` with LoRA. Attention score FLOPs (``~ 4 L d T`` per token) are
+    left out, so the figure is a slight underestimate.
+    """
+    lm = policy.lm
+    embedding = lm.get_input_embeddings().weight
+    tied = lm.get_output_embeddings().weight is embedding
+    total = sum(p.numel() for p in policy.parameters())
+    matmul = total - (0 if tied else embedding.numel())  # tied: the weight is the LM head too
+    trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    return float(computed_tokens) * (4 * matmul + 2 * trainable)
+
+
+def _computed_update_tokens(
+    model: PPO, prompt_lengths: list[int], action_lengths: list[int]
+) -> int:
+    """Tokens the update really ran: prompt suffixes and actions per sample, plus the shared
+    prefix once per micro-batch (choice mode: candidate tokens after the first, per candidate)."""
+    policy: LLMPolicy = model.policy
+    prefix = len(policy.shared_prefix)
+    per_sample = [p - prefix for p in prompt_lengths]
+    if policy.action_mode == "choice":
+        assert policy._candidates is not None
+        k, width = policy._candidates[0].shape
+        actions = k * (width - 1) * len(prompt_lengths)
+    else:
+        actions = sum(action_lengths)
+    micro_batches = math.ceil(len(prompt_lengths) / model.micro_batch_size) * model.n_epochs
+    return model.n_epochs * (sum(per_sample) + actions) + micro_batches * prefix
+
+
+def learn_block(model: PPO, peak: PeakMemory | None = None) -> dict[str, float]:
+    """One ``learn()`` of ``n_steps x n_envs`` env steps: rollout and update timed apart."""
     timer = _RolloutTimer()
-    _sync()
-    start = time.perf_counter()
-    model.learn(n_steps * args.n_envs, callback=timer)
-    _sync()
-    total = time.perf_counter() - start
+    steps = model.n_steps * model.n_envs
+    with peak.watch() if peak is not None else contextlib.nullcontext():
+        _sync()
+        start = time.perf_counter()
+        model.learn(steps, callback=timer, reset_num_timesteps=False)
+        _sync()
+        total = time.perf_counter() - start
     buffer = model.rollout_buffer
-    prompt_tokens = sum(
-        len(model.policy.prompt_ids(str(o))) for o in buffer.observations_text.ravel()
-    )
-    action_tokens = sum(len(a) for a in buffer.action_tokens.ravel())
-    steps = n_steps * args.n_envs
+    policy: LLMPolicy = model.policy
+    prompt_lengths = [len(policy.prompt_ids(str(o))) for o in buffer.observations_text.ravel()]
+    action_lengths = [len(a) for a in buffer.action_tokens.ravel()]
+    prompt_tokens, action_tokens = sum(prompt_lengths), sum(action_lengths)
     update_s = max(total - timer.rollout_s, 1e-9)
+    computed = _computed_update_tokens(model, prompt_lengths, action_lengths)
     return {
         "rollout_env_steps_per_s": steps / timer.rollout_s,
-        "update_tokens_per_s": (prompt_tokens + action_tokens) / update_s,
+        "update_tokens_per_s": model.n_epochs * (prompt_tokens + action_tokens) / update_s,
+        "update_flops_per_s": update_flops(policy, computed) / update_s,
         "learn_env_steps_per_s": steps / total,
         "rollout_s": timer.rollout_s,
         "update_s": update_s,
-        "shared_prefix_tokens": float(len(model.policy.shared_prefix)),
+        "shared_prefix_tokens": float(len(policy.shared_prefix)),
         "mean_reply_tokens": action_tokens / steps,
         "reply_tokens_per_s": action_tokens / timer.rollout_s,
         "mean_prompt_tokens": prompt_tokens / steps,
     }
 
 
-def measure_naive(args: argparse.Namespace) -> dict[str, float]:
-    """LlamaGym's loop (batch 1, re-tokenise everything, generate): env steps/s, reply tokens."""
-    model = _make_ppo(args, share_prefix=False, n_steps=1)
-    lm, tokenizer = model.policy.lm, model.policy.tokenizer
-    env = ActionParserWrapper(
-        TextObservationWrapper(gym.make(args.env, **parse_env_kwargs(args.env_kwargs)))
-    )
-    messages = [{"role": "system", "content": system_text(env.observation_space)}]
-    observation, _ = env.reset(seed=args.seed)
-    torch.manual_seed(args.seed)
-    steps = reply_tokens = 0
-    _sync()
-    start = time.perf_counter()
-    while steps < args.naive_steps:
-        # LlamaGym keeps the episode as one growing chat and re-encodes all of it every step.
-        messages.append({"role": "user", "content": observation})
-        prompt = render_prompt(tokenizer, messages)
-        inputs = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(lm.device)
-        with torch.no_grad():
-            output = lm.generate(
-                **inputs,
-                max_new_tokens=args.max_new_tokens or NAIVE_MAX_NEW_TOKENS,
-                do_sample=True,
-                top_p=0.6,
-                top_k=0,
-                temperature=0.9,
-                pad_token_id=tokenizer.pad_token_id,
+class NaiveLoop:
+    """LlamaGym's loop (batch 1, re-tokenise the whole chat, ``generate``), resumable in blocks.
+
+    It drives the agent's own model object (LoRA included, as LlamaGym's peft model did), so both
+    contenders always run the same weights.
+    """
+
+    def __init__(self, model: PPO, args: argparse.Namespace) -> None:
+        policy: LLMPolicy = model.policy
+        self.lm, self.tokenizer = policy.lm, policy.tokenizer
+        self.max_new_tokens = args.max_new_tokens
+        self.env = ActionParserWrapper(
+            TextObservationWrapper(gym.make(args.env, **parse_env_kwargs(args.env_kwargs)))
+        )
+        self.system = {"role": "system", "content": system_text(self.env.observation_space)}
+        self.messages = [self.system]
+        self.observation, _ = self.env.reset(seed=args.seed)
+        self.generator_seed = args.seed
+
+    def run(self, steps: int) -> dict[str, float]:
+        reply_tokens = 0
+        _sync()
+        start = time.perf_counter()
+        for _ in range(steps):
+            # LlamaGym keeps the episode as one growing chat and re-encodes all of it every step.
+            self.messages.append({"role": "user", "content": self.observation})
+            prompt = render_prompt(self.tokenizer, self.messages)
+            inputs = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=False).to(
+                self.lm.device
             )
-        new_tokens = output[0, inputs["input_ids"].shape[1] :]
-        reply_tokens += len(new_tokens)
-        reply = tokenizer.decode(new_tokens, skip_special_tokens=True)
-        messages.append({"role": "assistant", "content": reply})
-        observation, _, terminated, truncated, _ = env.step(reply)
-        steps += 1
-        if terminated or truncated:
-            messages = messages[:1]
-            observation, _ = env.reset()
-    _sync()
-    elapsed = time.perf_counter() - start
+            with torch.no_grad():
+                output = self.lm.generate(
+                    **inputs,
+                    max_new_tokens=self.max_new_tokens,
+                    do_sample=True,
+                    top_p=0.6,
+                    top_k=0,
+                    temperature=0.9,
+                    pad_token_id=self.tokenizer.pad_token_id,
+                )
+            new_tokens = output[0, inputs["input_ids"].shape[1] :]
+            reply_tokens += len(new_tokens)
+            reply = self.tokenizer.decode(new_tokens, skip_special_tokens=True)
+            self.messages.append({"role": "assistant", "content": reply})
+            self.observation, _, terminated, truncated, _ = self.env.step(reply)
+            if terminated or truncated:
+                self.messages = [self.system]
+                self.observation, _ = self.env.reset()
+        _sync()
+        elapsed = time.perf_counter() - start
+        return {
+            "env_steps_per_s": steps / elapsed,
+            "mean_reply_tokens": reply_tokens / steps,
+            "reply_tokens_per_s": reply_tokens / elapsed,
+            "seconds": elapsed,
+        }
+
+
+def _median(rounds: list[dict[str, float]], key: str) -> float:
+    return float(statistics.median(r[key] for r in rounds))
+
+
+def _summary(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Median of every figure over rounds."""
+    return {key: _median(rounds, key) for key in rounds[0]}
+
+
+def run_rounds(args: argparse.Namespace) -> dict[str, Any]:
+    """Interleave gym_llm, the naive loop and the switched-off variants over ``--repeats`` rounds."""
+    if args.repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {args.repeats}.")
+    switches = SWITCHES[args.mode] if args.compare is None else tuple(args.compare)
+    unknown = [s for s in switches if s not in SWITCHES[args.mode]]
+    if unknown:
+        raise ValueError(f"--compare {unknown} does not apply to {args.mode} mode.")
+    n_steps = max(1, args.steps // (args.n_envs * args.repeats))
+    naive_per_round = max(1, math.ceil(args.naive_steps / args.repeats))
+    model = _make_ppo(args, n_steps)
+    policy: LLMPolicy = model.policy
+    naive = NaiveLoop(model, args)
+    with torch.inference_mode():  # warm-up: first-call allocations are not throughput
+        policy.act(list(model.env.reset()))
+    naive.run(1)
+    peak = PeakMemory()
+    contenders = ["gym_llm", "naive", *switches]
+    blocks: dict[str, list[dict[str, float]]] = {name: [] for name in contenders}
+    bar = tqdm(total=args.repeats * len(contenders), desc="throughput", disable=args.no_progress)
+    for _ in range(args.repeats):
+        for name in contenders:
+            bar.set_postfix_str(name)
+            if name == "gym_llm":
+                blocks[name].append(learn_block(model, peak))
+            elif name == "naive":
+                blocks[name].append(naive.run(naive_per_round))
+            else:
+                with switched_off(policy, name):
+                    blocks[name].append(learn_block(model))
+            bar.update()
+    bar.close()
     return {
-        "env_steps_per_s": steps / elapsed,
-        "mean_reply_tokens": reply_tokens / steps,
-        "reply_tokens_per_s": reply_tokens / elapsed,
+        "blocks": blocks,
+        "peak": peak,
+        "policy": policy,
+        "switches": switches,
+        "steps_per_round": n_steps * args.n_envs,
+        "naive_steps_per_round": naive_per_round,
     }
 
 
@@ -216,70 +403,118 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     quiet_progress_bar_warning()
     device = resolve_device(args.device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    fast = measure_learn(args, share_prefix=True)
-    peak_rss_mb = _peak_rss_mb()  # before the (much hungrier) comparison without the cache
-    peak_cuda_mb = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None
-    slow = None if args.no_compare_prefix else measure_learn(args, share_prefix=False)
-    naive_details = measure_naive(args)
-    naive = naive_details["env_steps_per_s"]
+    measured = run_rounds(args)
+    blocks: dict[str, list[dict[str, float]]] = measured["blocks"]
+    fast, naive = _summary(blocks["gym_llm"]), _summary(blocks["naive"])
+    round_ratios = [
+        g["rollout_env_steps_per_s"] / n["env_steps_per_s"]
+        for g, n in zip(blocks["gym_llm"], blocks["naive"], strict=True)
+    ]
+    naive_rate = naive["env_steps_per_s"]
+    peak: PeakMemory = measured["peak"]
+    peak_tflops = args.peak_tflops
+    if peak_tflops is None and device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        peak_tflops = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+    dtype = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")
     result: dict[str, Any] = {
         "rollout_env_steps_per_s": fast["rollout_env_steps_per_s"],
-        "naive_env_steps_per_s": naive,
-        "speedup_vs_naive": fast["rollout_env_steps_per_s"] / naive,
+        "naive_env_steps_per_s": naive_rate,
+        "speedup_vs_naive": fast["rollout_env_steps_per_s"] / naive_rate,
+        "speedup_vs_naive_per_round": round_ratios,
+        "speedup_vs_naive_median_of_rounds": float(statistics.median(round_ratios)),
         "update_tokens_per_s": fast["update_tokens_per_s"],
+        "update_tflops_per_s": fast["update_flops_per_s"] / 1e12,
+        "update_mfu": fast["update_flops_per_s"] / (peak_tflops * 1e12) if peak_tflops else None,
         "learn_env_steps_per_s": fast["learn_env_steps_per_s"],
-        "learn_speedup_vs_naive": fast["learn_env_steps_per_s"] / naive,
-        "peak_rss_mb": peak_rss_mb,
-        "peak_rss_mb_incl_comparisons": _peak_rss_mb(),
-        "peak_cuda_mb": peak_cuda_mb,
+        "learn_speedup_vs_naive": fast["learn_env_steps_per_s"] / naive_rate,
+        "peak_rss_mb": peak.rss_mb,
+        "peak_rss_mb_incl_comparisons": _lifetime_rss_mb(),
+        "peak_cuda_mb": peak.cuda_mb if device.type == "cuda" else None,
         "device": device_name(device),
         "model": args.model,
         "mode": args.mode,
         "n_envs": args.n_envs,
         "env": args.env,
-        "steps": args.steps,
-        "naive_steps": args.naive_steps,
-        "dtype": args.dtype or ("bfloat16" if device.type == "cuda" else "float32"),
-        "details": {"prefix_cache": fast, "no_prefix_cache": slow, "naive": naive_details},
+        "dtype": dtype,
+        "max_new_tokens": args.max_new_tokens,
+        "repeats": args.repeats,
+        "steps": measured["steps_per_round"] * args.repeats,
+        "naive_steps": measured["naive_steps_per_round"] * args.repeats,
+        "mean_reply_tokens": fast["mean_reply_tokens"],
+        "naive_mean_reply_tokens": naive["mean_reply_tokens"],
+        "shared_prefix_tokens": fast["shared_prefix_tokens"],
+        "mean_prompt_tokens": fast["mean_prompt_tokens"],
+        "peak_tflops": peak_tflops,
+        "switched_off": {},
+        "rounds": blocks,
     }
     if args.mode == "generate":  # same machinery, different reply lengths: compare tokens too
         result["reply_tokens_per_s"] = fast["reply_tokens_per_s"]
-        result["naive_reply_tokens_per_s"] = naive_details["reply_tokens_per_s"]
+        result["naive_reply_tokens_per_s"] = naive["reply_tokens_per_s"]
         result["reply_token_speedup_vs_naive"] = (
-            fast["reply_tokens_per_s"] / naive_details["reply_tokens_per_s"]
+            fast["reply_tokens_per_s"] / naive["reply_tokens_per_s"]
         )
-    if slow is not None:
-        result["rollout_env_steps_per_s_no_prefix_cache"] = slow["rollout_env_steps_per_s"]
-        result["update_tokens_per_s_no_prefix_cache"] = slow["update_tokens_per_s"]
-    rows = [
-        ("rollout env-steps/s (gym_llm)", result["rollout_env_steps_per_s"]),
-        (
-            "rollout env-steps/s, no prefix cache",
-            result.get("rollout_env_steps_per_s_no_prefix_cache"),
-        ),
-        ("naive loop env-steps/s (LlamaGym-style)", naive),
-        ("rollout speed-up vs naive", result["speedup_vs_naive"]),
-        ("learn() env-steps/s (rollout + update)", result["learn_env_steps_per_s"]),
-        ("learn() speed-up vs naive rollouts", result["learn_speedup_vs_naive"]),
-        ("update tokens/s", result["update_tokens_per_s"]),
-        ("update tokens/s, no prefix cache", result.get("update_tokens_per_s_no_prefix_cache")),
-        ("generated reply tokens/s (gym_llm)", result.get("reply_tokens_per_s")),
-        ("generated reply tokens/s (naive)", result.get("naive_reply_tokens_per_s")),
-        ("reply-token speed-up vs naive", result.get("reply_token_speedup_vs_naive")),
-        ("peak RSS MB", result["peak_rss_mb"]),
-        ("peak CUDA MB", result["peak_cuda_mb"]),
-    ]
-    print(f"\n{args.model} on {args.env}, {args.mode} mode, {args.n_envs} envs, {result['device']}")
-    for name, value in rows:
-        shown = "n/a" if value is None else f"{value:,.2f}"
-        print(f"  {name:<42} {shown:>12}")
+    for switch in measured["switches"]:
+        off = _summary(blocks[switch])
+        per_round = [
+            g["rollout_env_steps_per_s"] / o["rollout_env_steps_per_s"]
+            for g, o in zip(blocks["gym_llm"], blocks[switch], strict=True)
+        ]
+        result["switched_off"][switch] = {
+            **off,
+            "rollout_gain": fast["rollout_env_steps_per_s"] / off["rollout_env_steps_per_s"],
+            "rollout_gain_per_round": per_round,
+            "update_gain": fast["update_tokens_per_s"] / off["update_tokens_per_s"],
+        }
+    _print_table(args, result)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2, default=float))
         print(f"wrote {args.json}")
     return result
+
+
+def _print_table(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    labels = {"prefix": "prefix cache", "reserve": "reserved KV cache"}
+    rows: list[tuple[str, Any]] = [
+        ("rollout env-steps/s (gym_llm)", result["rollout_env_steps_per_s"]),
+        ("naive loop env-steps/s (LlamaGym-style)", result["naive_env_steps_per_s"]),
+        ("rollout speed-up vs naive", result["speedup_vs_naive"]),
+        ("  per round", result["speedup_vs_naive_per_round"]),
+        ("learn() env-steps/s (rollout + update)", result["learn_env_steps_per_s"]),
+        ("learn() speed-up vs naive rollouts", result["learn_speedup_vs_naive"]),
+        ("update tokens/s", result["update_tokens_per_s"]),
+        ("update TFLOP/s (MFU)", (result["update_tflops_per_s"], result["update_mfu"])),
+        (
+            "reply tokens/step gym_llm / naive",
+            (result["mean_reply_tokens"], result["naive_mean_reply_tokens"]),
+        ),
+        ("generated reply tokens/s (gym_llm)", result.get("reply_tokens_per_s")),
+        ("generated reply tokens/s (naive)", result.get("naive_reply_tokens_per_s")),
+        ("reply-token speed-up vs naive", result.get("reply_token_speedup_vs_naive")),
+    ]
+    for switch, off in result["switched_off"].items():
+        rows.append((f"rollout env-steps/s, no {labels[switch]}", off["rollout_env_steps_per_s"]))
+        rows.append((f"  gain from {labels[switch]} (rollout)", off["rollout_gain"]))
+        rows.append((f"  gain from {labels[switch]} (update)", off["update_gain"]))
+    rows += [("peak RSS MB", result["peak_rss_mb"]), ("peak CUDA MB", result["peak_cuda_mb"])]
+    print(
+        f"\n{args.model} on {args.env}, {args.mode} mode, {args.n_envs} envs, {result['device']}, "
+        f"medians of {args.repeats} interleaved rounds"
+    )
+    for name, value in rows:
+        print(f"  {name:<42} {_fmt(value):>20}")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, list | tuple):
+        return " / ".join(_fmt(v) for v in value)
+    if isinstance(value, float) and abs(value) < 0.01:
+        return f"{value:.2e}"
+    return f"{value:,.2f}"
 
 
 if __name__ == "__main__":

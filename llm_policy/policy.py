@@ -27,6 +27,7 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 from torch import nn
 
+from gym_llm.kv_cache import ReservedCache
 from gym_llm.models import MODEL_REGISTRY, load_model
 from gym_llm.prompts import build_conversation, build_messages, render_prompt
 from gym_llm.spaces import TextActions
@@ -116,6 +117,9 @@ class LLMPolicy(BasePolicy):
         share_prefix: encode the prompt part every observation shares (system message,
             instruction) once and reuse its KV cache: per policy version in rollouts, per
             micro-batch (with gradients) in training. Results are the same either way.
+        reserve_kv_cache: in generate mode, decode into a KV cache allocated once with room for
+            the reply (:class:`gym_llm.kv_cache.ReservedCache`) instead of growing it with
+            ``torch.cat`` every token. Results are the same either way.
         device: where the model lives (set by PPO).
     """
 
@@ -137,6 +141,7 @@ class LLMPolicy(BasePolicy):
         dtype: str | None = None,
         gradient_checkpointing: bool = False,
         share_prefix: bool = True,
+        reserve_kv_cache: bool = True,
         device: torch.device | str = "auto",
         optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
         optimizer_kwargs: dict[str, Any] | None = None,
@@ -230,6 +235,7 @@ class LLMPolicy(BasePolicy):
         #: Token ids every prompt starts with, encoded once and shared (see _prefix_cache).
         self.share_prefix = share_prefix
         self.shared_prefix: list[int] = self._find_shared_prefix() if share_prefix else []
+        self.reserve_kv_cache = reserve_kv_cache
         self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self._candidates = self._tokenize_candidates() if self.action_mode == "choice" else None
         self._reference_mode = False
@@ -321,8 +327,9 @@ class LLMPolicy(BasePolicy):
             return size
         return 0
 
-    def _prefix_cache(self, n: int) -> Any:
-        """A KV cache holding the shared prefix for ``n`` rows.
+    def _prefix_cache(self, n: int, reserve: int | None = None) -> Any:
+        """A KV cache holding the shared prefix for ``n`` rows (with ``reserve`` free positions
+        after it in a :class:`ReservedCache` if given, else a ``DynamicCache``).
 
         Without gradients (rollouts, evaluation) the prefix is encoded once per policy version and
         reused across steps; optimizer steps, ``set_training_mode(True)`` and weight loads
@@ -337,10 +344,10 @@ class LLMPolicy(BasePolicy):
             if self._prefix_kv is None:
                 self._prefix_kv = self._encode_prefix()
             layers = self._prefix_kv
-        return DynamicCache(
-            ddp_cache_data=[(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in layers],
-            config=self.lm.config,
-        )
+        rows = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in layers]
+        if reserve is not None:
+            return ReservedCache(len(layers), reserve, initial=rows)
+        return DynamicCache(ddp_cache_data=rows, config=self.lm.config)
 
     def _encode_prefix(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         ids = torch.tensor([self.shared_prefix], dtype=torch.long, device=self.device)
@@ -360,6 +367,7 @@ class LLMPolicy(BasePolicy):
         self,
         observations: Sequence[str],
         extra: tuple[torch.Tensor, torch.Tensor] | None = None,
+        reserve: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any, int]:
         """Inputs for one batched pass: (ids, full attention mask, position ids, cache, width).
 
@@ -367,7 +375,8 @@ class LLMPolicy(BasePolicy):
         ``cache``), followed by ``extra`` columns if given (e.g. replies); the mask covers prefix,
         suffix and extra columns. ``width`` is the number of prompt columns in ``ids``, so the last
         prompt token is column ``width - 1``. Pads sit between prefix and suffix, masked out,
-        with positions counting only real tokens.
+        with positions counting only real tokens. ``reserve``: the cache is a
+        :class:`ReservedCache` with room for the prompt and ``reserve`` more tokens.
         """
         prompts = [self.prompt_ids(str(o)) for o in observations]
         size = self._split_prefix(prompts)
@@ -380,7 +389,13 @@ class LLMPolicy(BasePolicy):
             ones = torch.ones((len(prompts), size), dtype=mask.dtype, device=self.device)
             mask = torch.cat([ones, mask], -1)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, size:]
-        cache = self._prefix_cache(len(prompts)) if size else None
+        room = None if reserve is None else ids.shape[1] + reserve
+        if size:
+            cache = self._prefix_cache(len(prompts), room)
+        elif room is not None:
+            cache = ReservedCache(int(self.lm.config.get_text_config().num_hidden_layers), room)
+        else:
+            cache = None
         return ids, mask, positions, cache, width
 
     def _pad(
@@ -399,10 +414,10 @@ class LLMPolicy(BasePolicy):
     # --- model passes --------------------------------------------------------------------------
 
     def _prompt_pass(
-        self, observations: Sequence[str]
+        self, observations: Sequence[str], reserve: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, Any, torch.Tensor]:
         """Run the prompts once: next-token logits, values, KV cache and the full mask."""
-        ids, mask, positions, cache, _ = self._encode_prompts(observations)
+        ids, mask, positions, cache, _ = self._encode_prompts(observations, reserve=reserve)
         out = self.lm(
             input_ids=ids,
             attention_mask=mask,
@@ -490,7 +505,8 @@ class LLMPolicy(BasePolicy):
     ) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor]:
         """Sample replies for all envs at once; a row leaves the decode batch at its stop token,
         so short replies do not pay for the longest one."""
-        logits, values, cache, mask = self._prompt_pass(observations)
+        reserve = self.max_new_tokens if self.reserve_kv_cache else None
+        logits, values, cache, mask = self._prompt_pass(observations, reserve)
         n = mask.shape[0]
         next_logits = logits
         stop = torch.tensor(self.stop_ids, device=self.device)

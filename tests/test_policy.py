@@ -100,7 +100,7 @@ def test_bad_arguments(kb_model_dir: Path) -> None:
         LLMPolicy(
             gym.spaces.Discrete(3), TextActions(["a", "b"]), lambda _: 1e-3, model=str(kb_model_dir)
         )
-    with pytest.raises(TypeError, match="registry name or a path"):
+    with pytest.raises(TypeError, match="registry name, a path"):
         LLMPolicy(TextObservations(), TextActions(["a", "b"]), lambda _: 1e-3, model=object())
     with pytest.raises(ValueError, match="temperature"):
         _policy(kb_model_dir, temperature=0)
@@ -243,3 +243,35 @@ def test_rows_leave_the_decode_batch_at_their_stop_token(tmp_path: Path) -> None
         assert len(stored) == lengths[i]
         recomputed = ev.token_log_probs[i][ev.mask[i]].detach().numpy()
         np.testing.assert_allclose(recomputed, stored, atol=1e-4)
+
+
+@pytest.mark.parametrize("share_prefix", [True, False])
+def test_reserved_kv_cache_samples_exactly_what_the_dynamic_cache_samples(
+    tmp_path: Path, share_prefix: bool
+) -> None:
+    """The pre-allocated decode cache changes speed only: same seed, same tokens and log-probs,
+    with rows of different lengths leaving the batch."""
+    from gym_llm.testing import save_tiny_model
+
+    words = ["apple", "banana", "cherry", "grape"]
+    model_dir = save_tiny_model(tmp_path / "m", words=words, alphabet="abcdefghijklmnopqrstuvwxyz")
+    steps = []
+    for reserve in (True, False):
+        policy = _policy(
+            model_dir,
+            lora={"r": 4},
+            action_mode="generate",
+            max_new_tokens=30,
+            temperature=5.0,
+            share_prefix=share_prefix,
+            reserve_kv_cache=reserve,
+        )
+        torch.manual_seed(0)
+        with torch.inference_mode():
+            steps.append(policy.act([f"options {w}" for w in words] * 2))
+    reserved, dynamic = steps
+    assert len({len(a) for a in dynamic.actions}) > 1  # rows really left the batch
+    for a, b in zip(reserved.actions, dynamic.actions, strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(reserved.token_log_probs, dynamic.token_log_probs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)

@@ -1,0 +1,113 @@
+"""``ReservedCache`` gives the model the same keys/values as Hugging Face's ``DynamicCache``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+from gym_llm.kv_cache import ReservedCache, ReservedLayer
+
+PAD = 0
+
+
+@pytest.fixture(scope="module")
+def model() -> Any:
+    """A tiny Llama with grouped-query attention (2 KV heads for 4 query heads), like SmolLM2."""
+    config = LlamaConfig(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=PAD,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+def _decode(
+    model: Any, cache: Any, steps: int, leave: dict[int, list[int]] | None = None
+) -> tuple[list[torch.Tensor], list[list[int]]]:
+    """Greedy decode of 3 left-padded prompts; rows in ``leave[step]`` leave the batch there."""
+    prompts = [[5, 6, 7, 8, 9], [11, 12, 13], [20, 21, 22, 23]]
+    width = max(map(len, prompts))
+    ids = torch.tensor([[PAD] * (width - len(p)) + p for p in prompts])
+    mask = (ids != PAD).long()
+    position = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits_seen: list[torch.Tensor] = []
+    tokens: list[list[int]] = [[] for _ in prompts]
+    rows = list(range(len(prompts)))
+    with torch.no_grad():
+        out = model(
+            input_ids=ids, attention_mask=mask, position_ids=position, past_key_values=cache
+        )
+        position = mask.sum(-1)
+        for step in range(steps):
+            logits = out.logits[:, -1]
+            logits_seen.append(logits)
+            token = logits.argmax(-1)
+            for row, tok in zip(rows, token.tolist(), strict=True):
+                tokens[row].append(tok)
+            if leave and step in leave:
+                keep = torch.tensor([i for i, r in enumerate(rows) if r not in leave[step]])
+                out.past_key_values.batch_select_indices(keep)
+                rows = [rows[i] for i in keep.tolist()]
+                token, mask, position = token[keep], mask[keep], position[keep]
+            mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype)], -1)
+            out = model(
+                input_ids=token.unsqueeze(-1),
+                attention_mask=mask,
+                position_ids=position.unsqueeze(-1),
+                past_key_values=out.past_key_values,
+            )
+            position = position + 1
+    return logits_seen, tokens
+
+
+@pytest.mark.parametrize("reserve", [0, 3, 64])
+def test_reserved_cache_matches_dynamic_cache(model: Any, reserve: int) -> None:
+    """Same logits and greedy tokens, with rows leaving the batch and growth past the room."""
+    leave = {2: [1], 5: [0]}
+    expected_logits, expected = _decode(model, DynamicCache(config=model.config), 9, leave)
+    cache = ReservedCache(model.config.num_hidden_layers, reserve)
+    logits, tokens = _decode(model, cache, 9, leave)
+    assert tokens == expected
+    for got, want in zip(logits, expected_logits, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    assert cache.get_seq_length() == 5 + 9  # prompt width + the fed tokens
+
+
+def test_reserved_layer_writes_in_place_until_full() -> None:
+    layer = ReservedLayer(reserve=2)
+    first = torch.randn(2, 3, 4, 5)
+    layer.update(first, first + 1)
+    buffer = layer.capacity
+    assert buffer == 6
+    step = torch.randn(2, 3, 1, 5)
+    keys, values = layer.update(step, step + 1)
+    assert layer.capacity == buffer  # written in place, no new buffer
+    torch.testing.assert_close(keys, torch.cat([first, step], -2), rtol=0, atol=0)
+    torch.testing.assert_close(values, torch.cat([first, step], -2) + 1, rtol=0, atol=0)
+    layer.update(step, step)
+    layer.update(step, step)  # 7 positions > 6: grows, keeps what it had
+    assert layer.capacity == 9 and layer.get_seq_length() == 7
+    torch.testing.assert_close(layer.keys[:, :, :5], torch.cat([first, step], -2), rtol=0, atol=0)
+
+
+def test_initial_prefix_is_copied_per_row(model: Any) -> None:
+    """A shared prefix given expanded to the batch becomes real per-row storage."""
+    prefix = [(torch.randn(1, 2, 3, 8).expand(4, -1, -1, -1),) * 2 for _ in range(2)]
+    cache = ReservedCache(2, reserve=5, initial=prefix)
+    assert cache.get_seq_length() == 3
+    layer = cache.layers[0]
+    assert isinstance(layer, ReservedLayer) and layer.capacity == 8
+    torch.testing.assert_close(layer.keys, prefix[0][0], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="initial has 2 layers"):
+        ReservedCache(3, reserve=1, initial=prefix)
+    with pytest.raises(ValueError, match="reserve must be >= 0"):
+        ReservedLayer(-1)
