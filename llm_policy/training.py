@@ -83,6 +83,8 @@ class TrainConfig:
     sft_demos: str | None = None
     #: Passes over the demonstrations in that SFT warm start.
     sft_epochs: float = 1.0
+    #: AdamW learning rate of the SFT warm start (decayed linearly to 0 over its steps).
+    sft_learning_rate: float = 1e-4
 
     def __post_init__(self) -> None:
         if self.mode not in ("choice", "generate"):
@@ -345,7 +347,11 @@ def run(
         from gym_llm.sft import warm_start
 
         sft_stats = warm_start(
-            model.policy, config.sft_demos, epochs=config.sft_epochs, seed=config.seed
+            model.policy,
+            config.sft_demos,
+            epochs=config.sft_epochs,
+            learning_rate=config.sft_learning_rate,
+            seed=config.seed,
         )
         after_sft = curve.record()  # a second point at 0 env steps: the jump SFT made
     callbacks: list[BaseCallback] = [curve]

@@ -1,0 +1,211 @@
+"""SFT warm start then PPO, against PPO alone on the same PPO budget, evaluated exactly.
+
+    python benchmarks/sft_vs_ppo.py --model smollm2-135m --timesteps 128 --sft-epochs 1
+
+Two runs of :func:`gym_llm.training.run` from the same base model, seed and PPO settings:
+
+* ``ppo``: PPO for ``--timesteps`` env steps;
+* ``sft+ppo``: first supervised fine-tuning (:func:`gym_llm.sft.warm_start`) on demonstrations of
+  the env's reference policy (:func:`gym_llm.sft.make_demos`, one per state with the default
+  ``--balanced``; or ``--demos FILE``), then the same PPO.
+
+Each is evaluated exactly (:mod:`gym_llm.exact`: one greedy question per state, expected return by
+dynamic programming) before, after SFT and after PPO. Writes ``sft-<env>-<model>.json`` (both
+runs, the summary, demo stats, wall times, device, versions) and ``.png`` to ``--out`` (default
+``benchmarks/results/``); TensorBoard logs and agents go to ``--run-dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gym_llm.demo import parse_env_kwargs, quiet_progress_bar_warning
+from gym_llm.evaluation import reference_returns
+from gym_llm.exact import exact_evaluation_supported
+from gym_llm.plots import Series, plot_curves
+from gym_llm.sft import make_demos
+from gym_llm.training import CurvePoint, TrainConfig, TrainResult, run
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = TrainConfig()
+    parser = argparse.ArgumentParser(
+        prog="python benchmarks/sft_vs_ppo.py",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--env", default="Blackjack-v1", help="env with an exact evaluation and reference policy")
+    add("--env-kwargs", nargs="*", default=["sab=False"], metavar="KEY=VALUE", help="env kwargs")
+    add("--model", default=defaults.model, help="registry name or local model path")
+    add("--mode", choices=["choice", "generate"], default="choice", help="action mode")
+    add("--timesteps", type=int, default=128, help="PPO env steps, in both runs")
+    add("--n-envs", type=int, default=8, help="parallel envs (the rollout batch)")
+    add("--n-steps", type=int, default=16, help="steps per env per rollout")
+    add("--batch-size", type=int, default=64, help="turns per PPO minibatch")
+    add("--n-epochs", type=int, default=1, help="PPO epochs per rollout")
+    add("--learning-rate", type=float, default=defaults.learning_rate, help="PPO Adam step size")
+    add("--lora-r", type=int, default=defaults.lora_r, help="LoRA rank; 0 = full fine-tuning")
+    add("--ent-coef", type=float, default=defaults.ent_coef, help="entropy bonus")
+    add("--temperature", type=float, default=defaults.temperature, help="sampling temperature")
+    add("--micro-batch-size", type=int, default=defaults.micro_batch_size, help="turns per pass")
+    add("--sft-epochs", type=float, default=1.0, help="passes over the demonstrations")
+    add("--sft-learning-rate", type=float, default=1e-3, help="SFT AdamW step size")
+    add("--demos", type=Path, default=None, help="demonstrations JSONL (default: generated)")
+    add(
+        "--episode-demos",
+        type=int,
+        default=0,
+        metavar="EPISODES",
+        help="generate demos from this many reference episodes instead of one per state",
+    )
+    add("--seed", type=int, default=defaults.seed, help="seed for envs, sampling, init, SFT")
+    add("--device", default=defaults.device, help="auto, cpu, cuda or mps")
+    add("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    add("--out", type=Path, default=RESULTS_DIR, help="where the JSON and PNG go")
+    add("--run-dir", type=Path, default=None, help="logs + agents (default: runs/<name>)")
+    add("--no-progress", action="store_true", help="no progress bars (for logs)")
+    return parser
+
+
+def result_name(args: argparse.Namespace) -> str:
+    model = Path(args.model).name if "/" in args.model else args.model
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"sft-{args.env}-{model}")
+
+
+def _config(args: argparse.Namespace, sft_demos: str | None) -> TrainConfig:
+    return TrainConfig(
+        env=args.env,
+        env_kwargs=parse_env_kwargs(args.env_kwargs),
+        model=args.model,
+        mode=args.mode,
+        timesteps=args.timesteps,
+        n_envs=args.n_envs,
+        n_steps=args.n_steps,
+        batch_size=args.batch_size,
+        n_epochs=args.n_epochs,
+        learning_rate=args.learning_rate,
+        lora_r=args.lora_r,
+        ent_coef=args.ent_coef,
+        temperature=args.temperature,
+        micro_batch_size=args.micro_batch_size,
+        eval_episodes=0,
+        eval_points=0,
+        seed=args.seed,
+        device=args.device,
+        sft_demos=sft_demos,
+        sft_epochs=args.sft_epochs,
+        sft_learning_rate=args.sft_learning_rate,
+    )
+
+
+def plot(results: dict[str, TrainResult], references: dict[str, float], path: Path) -> Path:
+    """Exact return against PPO env steps; the SFT jump is the vertical segment at step 0."""
+    series = []
+    for label, result in results.items():
+        points = [result.before, *([result.after_sft] if result.after_sft else []), result.after]
+        series.append(Series(label, [p.timesteps for p in points], [p.value for p in points], None))
+    first = next(iter(results.values()))
+    return plot_curves(
+        series,
+        path,
+        title=f"{first.config.env}: SFT warm start vs PPO alone - {first.device}",
+        references=references,
+        ylabel="exact expected return (greedy)",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    quiet_progress_bar_warning()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    env_kwargs = parse_env_kwargs(args.env_kwargs)
+    if not exact_evaluation_supported(args.env, env_kwargs):
+        raise SystemExit(f"{args.env} {env_kwargs} has no exact evaluation; see gym_llm.exact.")
+    name = result_name(args)
+    run_dir = args.run_dir or Path("runs") / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    demos = args.demos
+    balanced = args.episode_demos == 0
+    if demos is None:
+        demos = run_dir / ("demos-balanced.jsonl" if balanced else "demos-episodes.jsonl")
+        make_demos(
+            args.env,
+            max(1, args.episode_demos),
+            demos,
+            seed=args.seed,
+            env_kwargs=env_kwargs,
+            balanced=balanced,
+        )
+    demo_lines = sum(1 for line in demos.read_text().splitlines() if line.strip())
+    print(f"demonstrations: {demos} ({demo_lines} lines)", flush=True)
+
+    def report(label: str) -> Any:
+        def on_point(point: CurvePoint) -> None:
+            print(
+                f"[{label}: {point.timesteps:>5} steps, {point.wall_s:6.0f} s] {point.describe()}"
+            )
+
+        return on_point
+
+    results: dict[str, TrainResult] = {}
+    walls: dict[str, float] = {}
+    for label, sft in (("PPO alone", None), ("SFT then PPO", str(demos))):
+        start = time.perf_counter()
+        results[label] = run(
+            _config(args, sft),
+            run_dir / ("sft-ppo" if sft else "ppo"),
+            progress_bar=not args.no_progress,
+            on_point=report(label),
+        )
+        walls[label] = time.perf_counter() - start
+    ppo, sft_ppo = results["PPO alone"], results["SFT then PPO"]
+    assert sft_ppo.after_sft is not None and sft_ppo.sft is not None
+    references = reference_returns(args.env, env_kwargs, measure_random=False)
+    summary = {
+        "before": ppo.before.value,
+        "ppo_after": ppo.after.value,
+        "sft_after": sft_ppo.after_sft.value,
+        "sft_ppo_after": sft_ppo.after.value,
+        "ppo_timesteps": ppo.timesteps,
+        "sft_wall_s": sft_ppo.sft["sft/wall_s"],
+        "ppo_train_wall_s": ppo.train_wall_s,
+        "sft_ppo_train_wall_s": sft_ppo.train_wall_s,
+        **{f"{k}_return": v for k, v in references.items()},
+    }
+    data: dict[str, Any] = {
+        "summary": summary,
+        "demos": {"path": str(demos), "lines": demo_lines, "balanced": balanced},
+        "device": ppo.device,
+        "torch_threads": torch.get_num_threads(),
+        "wall_s": walls,
+        "runs": {label: result.as_dict() for label, result in results.items()},
+        "command": "python benchmarks/sft_vs_ppo.py " + " ".join(argv or sys.argv[1:]),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    json_path = args.out / f"{name}.json"
+    json_path.write_text(json.dumps(data, indent=2))
+    png_path = plot(results, references, args.out / f"{name}.png")
+    print(
+        f"\nbefore: {summary['before']:+.4f}; PPO alone after {ppo.timesteps} steps: "
+        f"{summary['ppo_after']:+.4f}\nafter SFT ({sft_ppo.sft['sft/steps']:.0f} steps, "
+        f"{summary['sft_wall_s']:.0f} s): {summary['sft_after']:+.4f}; then PPO: "
+        f"{summary['sft_ppo_after']:+.4f}\non {ppo.device}; wrote {json_path} and {png_path}"
+    )
+    return data
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
