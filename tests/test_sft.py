@@ -400,3 +400,15 @@ def test_train_run_with_sft_demos(tmp_path: Path) -> None:
     assert data["after_sft"]["exact"] is not None and data["after_sft"]["timesteps"] == 0
     assert result.after_sft is not None and len(result.curve) == 3  # before, after SFT, after
     assert data["config"]["sft_demos"] == str(demos)
+
+
+def test_cli_demos_writes_what_make_demos_writes(tmp_path: Path) -> None:
+    from gym_llm.cli import main
+
+    out = tmp_path / "cli.jsonl"
+    args = ["demos", "--env", "Blackjack-v1", "--env-kwargs", "sab=False", "--out", str(out)]
+    assert main([*args, "--episodes", "20", "--seed", "3"]) == 0
+    make_demos("Blackjack-v1", 20, tmp_path / "api.jsonl", seed=3, env_kwargs={"sab": False})
+    assert out.read_text() == (tmp_path / "api.jsonl").read_text()
+    assert main([*args, "--episodes", "1", "--balanced"]) == 0
+    assert len(read_demos(out)) == 280
