@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ PROMISED = (
 )
 
 
-def _run(model_dir: Path, out: Path, mode: str, *extra: str) -> dict:
+def _run(model_dir: Path, out: Path, mode: str, *extra: str) -> dict[str, Any]:
     main(
         [
             "--model",
@@ -50,7 +51,8 @@ def _run(model_dir: Path, out: Path, mode: str, *extra: str) -> dict:
             *extra,
         ]
     )
-    return json.loads(out.read_text())
+    data: dict[str, Any] = json.loads(out.read_text())
+    return data
 
 
 @pytest.mark.parametrize("mode", ["choice", "generate"])
@@ -124,6 +126,6 @@ def test_update_flops_counts_lora_backward_once() -> None:
             self.lm = Fake()
             self.lm.embed.weight.requires_grad_(False)
 
-    flops = update_flops(FakePolicy(), computed_tokens=3)  # type: ignore[arg-type]
+    flops = update_flops(FakePolicy(), computed_tokens=3)
     assert flops == 3 * (4 * 60 + 2 * 4)
     assert torch.is_grad_enabled()

@@ -96,6 +96,7 @@ def test_reserved_layer_writes_in_place_until_full() -> None:
     layer.update(step, step)
     layer.update(step, step)  # 7 positions > 6: grows, keeps what it had
     assert layer.capacity == 9 and layer.get_seq_length() == 7
+    assert layer.keys is not None
     torch.testing.assert_close(layer.keys[:, :, :5], torch.cat([first, step], -2), rtol=0, atol=0)
 
 
