@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import inspect
 import sys
 import tempfile
 from pathlib import Path
@@ -60,12 +61,15 @@ def require_textworld() -> Any:
 def make_game(textworld: Any, directory: Path, seed: int, rooms: int, quest_length: int) -> str:
     """Generate a small game file with TextWorld's generator."""
     options = textworld.GameOptions()
-    options.path = str(directory)
     options.seeds = seed
     options.nb_rooms = rooms
     options.nb_objects = rooms * 2
     options.quest_length = quest_length
-    game_file, _ = textworld.make(options)
+    if "path" in inspect.signature(textworld.make).parameters:  # newer: make(options, path)
+        game_file, _ = textworld.make(options, str(directory / "game.z8"))
+    else:  # older: the folder is an option
+        options.path = str(directory)
+        game_file, _ = textworld.make(options)
     return str(game_file)
 
 
