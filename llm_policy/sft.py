@@ -228,6 +228,80 @@ def _preserved(model: Any, policy: Any | None) -> Iterator[None]:
             torch.cuda.set_rng_state_all(cuda_rng)
 
 
+#: Shorter shared prompt prefixes are not worth a separate pass.
+_MIN_SHARED_PREFIX = 8
+
+
+def _shared_prefix_length(examples: Sequence[Mapping[str, list[int]]]) -> int:
+    """Tokens every example starts with (system message, instruction, chat scaffolding), capped
+    one short of the shortest prompt so the suffix still predicts every reply token; 0 when
+    shorter than :data:`_MIN_SHARED_PREFIX`."""
+    first = examples[0]["input_ids"]
+    length = min(e["completion_mask"].index(1) for e in examples) - 1
+    for example in examples[1:]:
+        ids = example["input_ids"]
+        length = next((i for i in range(length) if ids[i] != first[i]), length)
+    return length if length >= _MIN_SHARED_PREFIX else 0
+
+
+def _shared_prefix_trainer(size: int) -> type[Any]:
+    """``SFTTrainer`` that encodes the ``size`` tokens every example starts with once per batch.
+
+    Policy prompts share a long head (on Blackjack ~150 of ~190 tokens: system message and
+    instruction), so running it once per batch and the rest on its KV cache, as PPO's update does,
+    needs about a third of the tokens. The loss is the same token-mean NLL over the reply tokens
+    as TRL's (a test compares the two), and the gradients of every row flow back through the one
+    prefix pass. Falls back to TRL's own loss where a cache cannot be used (activation
+    checkpointing) and for evaluation.
+    """
+    from transformers import DynamicCache
+    from trl.trainer.sft_trainer import SFTTrainer
+
+    class SharedPrefixSFTTrainer(SFTTrainer):
+        def compute_loss(
+            self,
+            model: Any,
+            inputs: dict[str, torch.Tensor],
+            return_outputs: bool = False,
+            num_items_in_batch: Any = None,
+        ) -> Any:
+            base = model.get_base_model() if hasattr(model, "get_base_model") else model
+            if return_outputs or not model.training or base.is_activation_checkpointing:
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            ids, labels, mask = inputs["input_ids"], inputs["labels"], inputs["attention_mask"]
+            n = ids.shape[0]
+            head = model(input_ids=ids[:1, :size], use_cache=True, logits_to_keep=1)
+            rows = [
+                (layer.keys.expand(n, -1, -1, -1), layer.values.expand(n, -1, -1, -1))
+                for layer in head.past_key_values.layers
+            ]
+            out = model(
+                input_ids=ids[:, size:],
+                attention_mask=mask,
+                position_ids=(mask.cumsum(-1) - 1).clamp(min=0)[:, size:],
+                past_key_values=DynamicCache(ddp_cache_data=rows, config=model.config),
+                use_cache=True,
+            )
+            targets = labels[:, size + 1 :]
+            valid = targets != -100
+            log_probs = torch.log_softmax(out.logits[:, :-1].float(), dim=-1)
+            token_lp = log_probs.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+            count = valid.sum() if num_items_in_batch is None else num_items_in_batch
+            loss = -(token_lp * valid).sum() / torch.as_tensor(count).to(ids.device).clamp(min=1)
+            with torch.no_grad():  # the metrics TRL logs
+                correct = ((log_probs.argmax(-1) == targets) & valid).sum()
+                entropy = -(log_probs.exp() * log_probs).sum(-1)
+                tokens = valid.sum().clamp(min=1)
+                metrics = self._metrics["train"]
+                metrics["mean_token_accuracy"].append((correct / tokens).item())
+                metrics["entropy"].append(((entropy * valid).sum() / tokens).item())
+                self._total_train_tokens += int(mask.sum().item())
+                metrics["num_tokens"] = [self._total_train_tokens]
+            return loss
+
+    return SharedPrefixSFTTrainer
+
+
 def warm_start(
     target: LLMPolicy | PreTrainedModel,
     demos: str | os.PathLike[str] | Sequence[Mapping[str, Any]],
@@ -260,7 +334,8 @@ def warm_start(
     Returns:
         ``sft/loss`` (mean over the run), ``sft/final_loss`` and ``sft/token_accuracy`` (the last
         logged values), ``sft/examples`` (assistant replies trained on), ``sft/steps``,
-        ``sft/epochs``, ``sft/wall_s``.
+        ``sft/epochs``, ``sft/wall_s``, ``sft/shared_prefix_tokens`` (the prompt head every example
+        shares, encoded once per batch; 0 if none).
 
     With an ``LLMPolicy`` its prefix KV cache is invalidated afterwards (the weights changed).
     """
@@ -320,7 +395,9 @@ def warm_start(
             logging_steps=max(1, total_steps // 10),
             dataloader_num_workers=0,
         )
-        trainer = SFTTrainer(
+        prefix = _shared_prefix_length(examples)
+        trainer_class = _shared_prefix_trainer(prefix) if prefix else SFTTrainer
+        trainer = trainer_class(
             model=model,
             args=args,
             train_dataset=Dataset.from_list(examples),
@@ -343,6 +420,7 @@ def warm_start(
         "sft/steps": float(output.global_step),
         "sft/epochs": float(output.global_step / steps_per_epoch),
         "sft/wall_s": time.perf_counter() - start,
+        "sft/shared_prefix_tokens": float(prefix),
     }
 
 
