@@ -412,9 +412,25 @@ def _run_dir(args: argparse.Namespace, name: str) -> Iterator[Path]:
             yield Path(tmp)
 
 
+def _stats_score(point: Any) -> Score:
+    """A training curve point as a :class:`Score` (exact where it was measured exactly)."""
+    if point.exact is not None:
+        return Score(point.exact, 0.0, "exact")
+    stats = point.eval
+    return Score(stats.mean, stats.sem, "mc", stats.episodes)
+
+
 def run_llm_trained(
-    spec: EnvSpec, mode: str, budget: int, seed: int, args: argparse.Namespace
-) -> Row:
+    spec: EnvSpec,
+    mode: str,
+    budget: int,
+    seed: int,
+    args: argparse.Namespace,
+    zero_shot: bool = False,
+) -> list[Row]:
+    """The LLM trained with gym_llm's PPO; with ``zero_shot``, also the untrained model's row,
+    taken from the run's "before" evaluation (the LoRA adapter starts as the identity) instead
+    of evaluating the same policy twice."""
     from gym_llm.training import run
 
     config = llm_config(spec, mode, budget, seed, args)
@@ -423,14 +439,17 @@ def run_llm_trained(
         curve = [(p.timesteps, p.value) for p in result.curve]
         if tabular_supported(spec.id, spec.kwargs):  # adds the success probability
             score = llm_score(result.model, spec, args.eval_episodes, seed)
-        elif result.after.exact is not None:
-            score = Score(result.after.exact, 0.0, "exact")
         else:
-            assert result.after.eval is not None
-            stats = result.after.eval
-            score = Score(stats.mean, stats.sem, "mc", stats.episodes)
+            score = _stats_score(result.after)
         del result.model
-    return _row(
+    rows = []
+    if zero_shot:
+        before = _stats_score(result.before)
+        rows.append(
+            _row(spec, "llm-zero-shot", 0, seed, 0, before, 0.0, result.device, args.model,
+                 [(0, before.value)])
+        )  # fmt: skip
+    trained = _row(
         spec,
         f"llm-{mode}",
         budget,
@@ -442,6 +461,7 @@ def run_llm_trained(
         args.model,
         curve,
     )
+    return [trained, *rows]
 
 
 def run_llm_zero_shot(spec: EnvSpec, seed: int, args: argparse.Namespace) -> Row:
@@ -476,6 +496,8 @@ class Job:
     agent: str
     budget: int
     seed: int
+    #: A trained LLM job that also reports the zero-shot row from its "before" evaluation.
+    zero_shot: bool = False
 
     @property
     def label(self) -> str:
@@ -494,7 +516,17 @@ def plan(specs: Sequence[EnvSpec], agents: Sequence[str], args: argparse.Namespa
     jobs: list[Job] = []
     for spec in specs:
         exact = exact_evaluation_supported(spec.id, spec.kwargs)
+        # Tabular envs evaluate the zero-shot model on its own (for its goal probability);
+        # elsewhere the first trained LLM run's "before" point is the zero-shot score.
+        shared = (
+            "llm-zero-shot" in agents
+            and "llm-choice" in agents
+            and not tabular_supported(spec.id, spec.kwargs)
+        )
+        zero_seeds = args.seeds[:1] if exact else args.seeds
         for agent in agents:
+            if agent == "llm-zero-shot" and shared:
+                continue
             seeds = args.seeds[:1] if agent in ("random", "llm-zero-shot") and exact else args.seeds
             if agent in ("ppo", "dqn"):
                 budgets = [args.budget] + ([args.classic_budget] if args.classic_budget else [])
@@ -502,18 +534,23 @@ def plan(specs: Sequence[EnvSpec], agents: Sequence[str], args: argparse.Namespa
                 budgets = [args.budget]
             else:
                 budgets = [0]
-            jobs.extend(Job(spec, agent, b, s) for b in budgets for s in seeds)
+            jobs.extend(
+                Job(spec, agent, b, s, shared and agent == "llm-choice" and s in zero_seeds)
+                for b in budgets
+                for s in seeds
+            )
     return jobs
 
 
-def execute(job: Job, refs: References, args: argparse.Namespace) -> Row:
+def execute(job: Job, refs: References, args: argparse.Namespace) -> list[Row]:
     if job.agent == "random":
-        return run_random(job.spec, job.seed, refs)
+        return [run_random(job.spec, job.seed, refs)]
     if job.agent in ("ppo", "dqn"):
-        return run_classic(job.spec, job.agent, job.budget, job.seed, args)  # type: ignore[arg-type]
+        return [run_classic(job.spec, job.agent, job.budget, job.seed, args)]  # type: ignore[arg-type]
     if job.agent == "llm-zero-shot":
-        return run_llm_zero_shot(job.spec, job.seed, args)
-    return run_llm_trained(job.spec, job.agent.removeprefix("llm-"), job.budget, job.seed, args)
+        return [run_llm_zero_shot(job.spec, job.seed, args)]
+    mode = job.agent.removeprefix("llm-")
+    return run_llm_trained(job.spec, mode, job.budget, job.seed, args, job.zero_shot)
 
 
 # --- outputs -----------------------------------------------------------------------------
@@ -711,6 +748,7 @@ def plot_env(path: Path, label: str, rows: Sequence[Row], refs: Mapping[str, flo
     for (name, value), style in zip(refs.items(), ("--", ":"), strict=False):
         ax.axhline(value, color="gray", linestyle=style, label=f"{name} ({value:.3g})")
     ax.set_xscale("symlog", linthresh=100)
+    ax.set_xlim(left=0)
     ax.set_xlabel("env steps (symlog)")
     ax.set_ylabel("expected return of the greedy policy")
     ax.set_title(label)
@@ -850,6 +888,7 @@ def main(
     command = " ".join(["gym-llm bench", *(argv if argv is not None else sys.argv[1:])])
     jobs = plan(specs, agents, args)
     planned = {(j.spec.id, j.spec.kwargs_json, j.agent) for j in jobs}
+    planned |= {(j.spec.id, j.spec.kwargs_json, "llm-zero-shot") for j in jobs if j.zero_shot}
     mine: list[Row] = []
     refs: dict[tuple[str, str], References] = {}
 
@@ -874,8 +913,9 @@ def main(
             refs[key] = env_references(job.spec, args.random_episodes)
         bar.set_postfix_str(job.label)
         start = time.perf_counter()
-        row = execute(job, refs[key], args)
-        mine.append(row)
+        new = execute(job, refs[key], args)
+        mine.extend(new)
+        row = new[0]
         write_outputs(out, merged(), refs, command)  # partial results survive an interruption
         bar.update(1)
         bar.write(

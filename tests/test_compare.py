@@ -169,3 +169,26 @@ def test_summary_flags_a_gap_closed_without_reaching_the_goal() -> None:
     assert "| SB3 PPO (MlpPolicy) | 128 | 128 | 2 | -100.0 ± 0.000 | 92% | 0.0% ⚠ |" in lines
     assert "closes 92% of the gap but reaches the goal in 0.0% of episodes" in lines
     assert "| SB3 DQN (MlpPolicy) | 128 | 128 | 1 | -13.000 | 100% | 100.0% |" in lines
+
+
+def test_zero_shot_comes_from_the_trained_runs_first_evaluation_off_tabular_envs(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    status = main(
+        [
+            "--envs", "Blackjack-v1:sab=False",
+            "--agents", "llm-zero-shot,llm-choice",
+            "--model", str(tiny_model_dir),
+            "--budget", "4", "--llm-n-envs", "2", "--llm-n-steps", "2",
+            "--llm-batch-size", "4", "--llm-micro-batch-size", "4", "--llm-eval-points", "0",
+            "--seeds", "0", "--out", str(out), "--no-progress",
+        ]
+    )  # fmt: skip
+    assert status == 0
+    rows = _read(out / "results.csv")
+    zero = [r for r in rows if r["agent"] == "llm-zero-shot"]
+    trained = [r for r in rows if r["agent"] == "llm-choice"]
+    assert len(zero) == 1 and len(trained) == 1
+    assert float(zero[0]["value"]) == pytest.approx(json.loads(trained[0]["curve"])[0][1])
+    assert zero[0]["eval_kind"] == "exact" and zero[0]["env_steps"] == "0"
