@@ -837,7 +837,12 @@ def build_parser(
     add("--llm-n-envs", type=int, default=8, help="LLM PPO: parallel envs")
     add("--llm-n-steps", type=int, default=8, help="LLM PPO: steps per env per rollout")
     add("--llm-batch-size", type=int, default=32, help="LLM PPO: turns per minibatch")
-    add("--llm-micro-batch-size", type=int, default=32, help="LLM PPO: turns per forward pass")
+    add(
+        "--llm-micro-batch-size",
+        type=int,
+        default=8,
+        help="LLM PPO: turns per forward/backward pass (memory: 32 took ~7 GB on CPU)",
+    )
     add("--llm-epochs", type=int, default=2, help="LLM PPO: epochs per rollout")
     add("--llm-lr", type=float, default=5e-4, help="LLM PPO: learning rate")
     add("--llm-ent-coef", type=float, default=0.01, help="LLM PPO: entropy bonus")
