@@ -89,6 +89,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, default=400, help="training episodes")
     parser.add_argument("--batch-size", type=int, default=16, help="episodes per PPO update")
     parser.add_argument("--mini-batch-size", type=int, default=16, help="turns per PPO step")
+    parser.add_argument("--ppo-epochs", type=int, default=4, help="PPO epochs per update")
     parser.add_argument("--learning-rate", type=float, default=1e-4, help="LoRA learning rate")
     parser.add_argument("--max-new-tokens", type=int, default=8, help="reply length budget")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
@@ -102,6 +103,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--sft-demos", default=None, help="chat-messages JSONL for --sft-warm-start"
+    )
+    parser.add_argument(
+        "--skip-baseline", action="store_true", help="skip the exact evaluation before training"
     )
     parser.add_argument("--seed", type=int, default=0, help="env and sampling seed")
     parser.add_argument(
@@ -122,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
             "batch_size": args.batch_size,
             "mini_batch_size": args.mini_batch_size,
             "learning_rate": args.learning_rate,
+            "ppo_epochs": args.ppo_epochs,
             "seed": args.seed,
         },
         action_names=ACTION_NAMES,
@@ -132,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         demos: Any = args.sft_demos or optimal_demos(agent)
         stats = agent.warm_start(demos)
         print(f"SFT warm start: {stats}")
-    before = blackjack_value(learned_strategy(agent))
+    before = None if args.skip_baseline else blackjack_value(learned_strategy(agent))
 
     env = gym.make("Blackjack-v1")
     env.reset(seed=args.seed)
@@ -158,7 +163,8 @@ def main(argv: list[str] | None = None) -> None:
     optimum, _ = blackjack_optimum()
     print(f"\nExact expected return of the greedy strategy: {blackjack_value(strategy):+.4f}")
     random = blackjack_value(lambda _: 0.5)
-    print(f"(before training {before:+.4f}, random {random:+.4f}, optimal {optimum:+.4f})\n")
+    baseline = "skipped" if before is None else f"{before:+.4f}"
+    print(f"(before training {baseline}, random {random:+.4f}, optimal {optimum:+.4f})\n")
     print(blackjack_chart(strategy))
 
 

@@ -39,6 +39,9 @@ def test_blackjack_example_trains_and_prints_exact_value(
             "2",
             "--max-new-tokens",
             "3",
+            "--ppo-epochs",
+            "1",
+            "--skip-baseline",
             "--save",
             str(tmp_path / "agent"),
         ]
