@@ -43,7 +43,7 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--device", default="auto", help="auto, cpu, cuda or mps")
     add("--dtype", default=None, help="weights dtype, e.g. bf16 (default: bf16 on GPU, fp32 CPU)")
+    add(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads for both contenders (default: torch's, the core count)",
+    )
     add("--peak-tflops", type=float, default=None, help="device peak for MFU (default: by GPU)")
     add("--seed", type=int, default=0, help="seed")
     add("--no-progress", action="store_true", help="no progress bar")
@@ -238,7 +244,7 @@ def update_flops(policy: LLMPolicy, computed_tokens: int) -> float:
     total = sum(p.numel() for p in policy.parameters())
     matmul = total - (0 if tied else embedding.numel())  # tied: the weight is the LM head too
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    return float(computed_tokens) * (4 * matmul + 2 * trainable)
+    return float(computed_tokens) * float(4 * matmul + 2 * trainable)
 
 
 def _computed_update_tokens(
@@ -256,7 +262,7 @@ def _computed_update_tokens(
     else:
         actions = sum(action_lengths)
     micro_batches = math.ceil(len(prompt_lengths) / model.micro_batch_size) * model.n_epochs
-    return model.n_epochs * (sum(per_sample) + actions) + micro_batches * prefix
+    return int(model.n_epochs * (sum(per_sample) + actions) + micro_batches * prefix)
 
 
 def learn_block(model: PPO, peak: PeakMemory | None = None) -> dict[str, float]:
@@ -357,8 +363,14 @@ def _summary(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {key: _median(rounds, key) for key in rounds[0]}
 
 
-def run_rounds(args: argparse.Namespace) -> dict[str, Any]:
-    """Interleave gym_llm, the naive loop and the switched-off variants over ``--repeats`` rounds."""
+def run_rounds(
+    args: argparse.Namespace, on_round: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Interleave gym_llm, the naive loop and the switched-off variants over ``--repeats`` rounds.
+
+    ``on_round`` gets the measurements so far after every round (the JSON is rewritten then, so a
+    run cut short still leaves its completed rounds).
+    """
     if args.repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {args.repeats}.")
     switches = SWITCHES[args.mode] if args.compare is None else tuple(args.compare)
@@ -377,6 +389,13 @@ def run_rounds(args: argparse.Namespace) -> dict[str, Any]:
     contenders = ["gym_llm", "naive", *switches]
     blocks: dict[str, list[dict[str, float]]] = {name: [] for name in contenders}
     bar = tqdm(total=args.repeats * len(contenders), desc="throughput", disable=args.no_progress)
+    measured = {
+        "blocks": blocks,
+        "peak": peak,
+        "switches": switches,
+        "steps_per_round": n_steps * args.n_envs,
+        "naive_steps_per_round": naive_per_round,
+    }
     for _ in range(args.repeats):
         for name in contenders:
             bar.set_postfix_str(name)
@@ -388,22 +407,37 @@ def run_rounds(args: argparse.Namespace) -> dict[str, Any]:
                 with switched_off(policy, name):
                     blocks[name].append(learn_block(model))
             bar.update()
+        if on_round is not None:
+            on_round(measured)
     bar.close()
-    return {
-        "blocks": blocks,
-        "peak": peak,
-        "policy": policy,
-        "switches": switches,
-        "steps_per_round": n_steps * args.n_envs,
-        "naive_steps_per_round": naive_per_round,
-    }
+    return measured
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     quiet_progress_bar_warning()
     device = resolve_device(args.device)
-    measured = run_rounds(args)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+
+    def write(measured: dict[str, Any]) -> None:
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            data = summarize(args, device, measured)
+            args.json.write_text(json.dumps(data, indent=2, default=float))
+
+    measured = run_rounds(args, on_round=write)
+    result = summarize(args, device, measured)
+    _print_table(args, result)
+    if args.json is not None:
+        print(f"wrote {args.json}")
+    return result
+
+
+def summarize(
+    args: argparse.Namespace, device: torch.device, measured: dict[str, Any]
+) -> dict[str, Any]:
+    """The JSON result from the rounds measured so far (medians, ratios, switch gains)."""
     blocks: dict[str, list[dict[str, float]]] = measured["blocks"]
     fast, naive = _summary(blocks["gym_llm"]), _summary(blocks["naive"])
     round_ratios = [
@@ -438,9 +472,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "env": args.env,
         "dtype": dtype,
         "max_new_tokens": args.max_new_tokens,
-        "repeats": args.repeats,
-        "steps": measured["steps_per_round"] * args.repeats,
-        "naive_steps": measured["naive_steps_per_round"] * args.repeats,
+        "repeats": len(blocks["gym_llm"]),
+        "threads": torch.get_num_threads(),
+        "steps": measured["steps_per_round"] * len(blocks["gym_llm"]),
+        "naive_steps": measured["naive_steps_per_round"] * len(blocks["naive"]),
         "mean_reply_tokens": fast["mean_reply_tokens"],
         "naive_mean_reply_tokens": naive["mean_reply_tokens"],
         "shared_prefix_tokens": fast["shared_prefix_tokens"],
@@ -467,11 +502,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "rollout_gain_per_round": per_round,
             "update_gain": fast["update_tokens_per_s"] / off["update_tokens_per_s"],
         }
-    _print_table(args, result)
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2, default=float))
-        print(f"wrote {args.json}")
     return result
 
 
@@ -501,7 +531,7 @@ def _print_table(args: argparse.Namespace, result: dict[str, Any]) -> None:
     rows += [("peak RSS MB", result["peak_rss_mb"]), ("peak CUDA MB", result["peak_cuda_mb"])]
     print(
         f"\n{args.model} on {args.env}, {args.mode} mode, {args.n_envs} envs, {result['device']}, "
-        f"medians of {args.repeats} interleaved rounds"
+        f"medians of {result['repeats']} interleaved rounds"
     )
     for name, value in rows:
         print(f"  {name:<42} {_fmt(value):>20}")
