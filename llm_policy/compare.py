@@ -529,7 +529,11 @@ def plan(specs: Sequence[EnvSpec], agents: Sequence[str], args: argparse.Namespa
                 continue
             seeds = args.seeds[:1] if agent in ("random", "llm-zero-shot") and exact else args.seeds
             if agent in ("ppo", "dqn"):
-                budgets = [args.budget] + ([args.classic_budget] if args.classic_budget else [])
+                jobs.extend(Job(spec, agent, args.budget, s) for s in seeds)
+                if args.classic_budget:
+                    usual = seeds[: args.classic_seeds] if args.classic_seeds else seeds
+                    jobs.extend(Job(spec, agent, args.classic_budget, s) for s in usual)
+                continue
             elif agent in ("llm-choice", "llm-generate"):
                 budgets = [args.budget]
             else:
@@ -820,6 +824,12 @@ def build_parser(
         help="PPO/DQN also at this usual budget (0 skips it)",
     )
     add("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds (one run per seed)")
+    add(
+        "--classic-seeds",
+        type=int,
+        default=0,
+        help="run the --classic-budget runs on only the first N seeds (0 = all)",
+    )
     add(
         "--eval-episodes",
         type=int,
