@@ -17,6 +17,7 @@ from gym_llm.compare import (
     parse_agents,
     parse_env_spec,
     parse_envs,
+    plan,
 )
 
 
@@ -192,3 +193,25 @@ def test_zero_shot_comes_from_the_trained_runs_first_evaluation_off_tabular_envs
     assert len(zero) == 1 and len(trained) == 1
     assert float(zero[0]["value"]) == pytest.approx(json.loads(trained[0]["curve"])[0][1])
     assert zero[0]["eval_kind"] == "exact" and zero[0]["env_steps"] == "0"
+
+
+def test_plan_runs_deterministic_agents_once_and_usual_budgets_on_the_first_seeds() -> None:
+    args = build_parser().parse_args(["--seeds", "0", "1", "2", "--classic-seeds", "1"])
+    agents = ["random", "ppo", "llm-zero-shot", "llm-choice"]
+    jobs = [
+        (j.agent, j.budget, j.seed, j.zero_shot) for j in plan([EnvSpec("Taxi-v4")], agents, args)
+    ]
+    assert jobs == [
+        ("random", 0, 0, False),
+        ("ppo", 128, 0, False),
+        ("ppo", 128, 1, False),
+        ("ppo", 128, 2, False),
+        ("ppo", 10_000, 0, False),
+        ("llm-zero-shot", 0, 0, False),  # tabular: evaluated on its own, for its goal probability
+        ("llm-choice", 128, 0, False),
+        ("llm-choice", 128, 1, False),
+        ("llm-choice", 128, 2, False),
+    ]
+    cart = [(j.agent, j.seed, j.zero_shot) for j in plan([EnvSpec("CartPole-v1")], agents, args)]
+    assert ("llm-choice", 2, True) in cart  # Monte-Carlo: zero-shot from every trained run
+    assert all(agent != "llm-zero-shot" for agent, _, _ in cart)
