@@ -264,10 +264,17 @@ class CurveCallback(BaseCallback):
         self._eval_s = 0.0
 
     def _on_step(self) -> bool:
-        if self.every > 0 and self.num_timesteps >= self._next:
-            self._next += self.every
-            self.record()
         return True
+
+    def _on_rollout_start(self) -> None:
+        # Not in _on_step: a point due during a rollout would measure the policy from before
+        # that rollout's update while being labelled with its steps. At the next rollout's start
+        # the update on every step counted so far has happened; run() records the last point
+        # after learn() returns.
+        if self.every > 0 and self.num_timesteps >= self._next:
+            while self._next <= self.num_timesteps:
+                self._next += self.every
+            self.record()
 
     def record(self) -> CurvePoint:
         start = time.perf_counter()
