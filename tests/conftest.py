@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from gym_llm.testing import save_tiny_model
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs one xdist worker per core; torch's own intra-op threads on top of that
+    # oversubscribe the cores (measured here: tiny models many times slower with 2 threads each).
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
