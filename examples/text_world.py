@@ -17,12 +17,15 @@ import argparse
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from gym_llm import Agent
+
+MAX_COMMAND_CHARS = 80
 
 INSTALL_HELP = (
     "examples/text_world.py needs TextWorld, which is not installed. Install the optional extra:\n"
@@ -45,8 +48,12 @@ class TextWorldAgent(Agent):
         return str(observation).strip()
 
     def extract_action(self, response: str) -> Any:
-        lines = [line.strip(" \t\"'`.>") for line in response.strip().splitlines()]
-        command = next((line for line in lines if line), "")
+        # The game's Z-machine interpreter reads plain ASCII: a NUL byte hangs it and other bytes
+        # from an untrained model have crashed it (seen with textworld 1.7.0), so keep printable
+        # ASCII only, and a sane length.
+        printable = re.sub(r"[^ -~\n]", "", response)
+        lines = [line.strip(" \t\"'`.>") for line in printable.strip().splitlines()]
+        command = next((line for line in lines if line), "")[:MAX_COMMAND_CHARS]
         return command.lower() or None  # empty reply: fall back to "look"
 
 

@@ -91,3 +91,12 @@ def test_text_world_agent_reads_commands() -> None:
         "open the chest"
     )
     assert text_world.TextWorldAgent.extract_action(None, "  \n ") is None
+
+
+def test_text_world_commands_are_printable_ascii_of_sane_length() -> None:
+    # textworld 1.7.0's interpreter hangs on a NUL byte; an untrained model's bytes crashed it.
+    text_world = _example("text_world")
+    extract = text_world.TextWorldAgent.extract_action
+    assert extract(None, "go\x00 north\x07\u4e2d") == "go north"
+    assert extract(None, "\x00\x01") is None
+    assert len(extract(None, "x" * 500)) == text_world.MAX_COMMAND_CHARS
