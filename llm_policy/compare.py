@@ -45,6 +45,7 @@ from gym_llm.baselines import (
     tabular_supported,
     train_sb3,
 )
+from gym_llm.cli import parse_value
 from gym_llm.models import DEFAULT_MODEL, resolve_device
 from gym_llm.training import TrainConfig, device_name
 
@@ -116,20 +117,6 @@ SUITE: tuple[EnvSpec, ...] = (
 )
 
 
-def _parse_value(raw: str) -> Any:
-    lowered = raw.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in ("none", "null"):
-        return None
-    for kind in (int, float):
-        try:
-            return kind(raw)
-        except ValueError:
-            pass
-    return raw
-
-
 def parse_env_spec(text: str) -> EnvSpec:
     """``"FrozenLake-v1:is_slippery=False,map_name=4x4"`` → :class:`EnvSpec`; the env is built
     once so that an unknown id or kwarg fails here, with a message, not an hour into a run."""
@@ -146,7 +133,7 @@ def parse_env_spec(text: str) -> EnvSpec:
                 f"Env spec {text!r}: {item!r} is not key=value; write e.g. "
                 "FrozenLake-v1:is_slippery=False,map_name=4x4"
             )
-        kwargs[key.strip()] = _parse_value(raw.strip())
+        kwargs[key.strip()] = parse_value(raw.strip())
     try:
         gym.make(env_id, **kwargs).close()
     except gym.error.Error as exc:
