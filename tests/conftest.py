@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,3 +21,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Llama + byte-level tokenizer saved where ``load_model(path)`` finds it."""
     return save_tiny_model(tmp_path_factory.mktemp("tiny"), words=["stick", "hit"])
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models and small MLPs run many times faster on one thread when other processes share
+    the cores (two OpenMP threads spin-wait on each other); restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -23,16 +23,7 @@ from gym_llm.baselines import (
 )
 from gym_llm.exact import exact_random_value
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    """Small MLPs run fastest on one thread, above all on a shared CPU (as train_sb3 does)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_blackjack_tuple_becomes_concatenated_one_hots() -> None:

@@ -20,15 +20,7 @@ from gym_llm.compare import (
     plan,
 )
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> object:
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_env_spec_parses_kwargs_with_types() -> None:

@@ -7,7 +7,6 @@ Every model here is a tiny random Llama from ``gym_llm.testing``; the real-model
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +25,7 @@ from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 WORDS = ["apple", "banana", "cherry"]
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """Tiny models run ~30x faster on one thread when other processes share the two cores (two
-    OpenMP threads spin-wait on each other); restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _bandit() -> KeywordBanditEnv:
