@@ -424,13 +424,12 @@ def run_llm_trained(
     with _run_dir(args, f"{spec.slug}-llm-{mode}-seed{seed}") as run_dir:
         result = run(config, run_dir, progress_bar=False)
         curve = [(p.timesteps, p.value) for p in result.curve]
-        # training.run's last curve point is measured during the last rollout, before PPO's
-        # last update: score the model as trained (with its goal probability on tabular envs).
-        score = llm_score(result.model, spec, args.eval_episodes, seed)
-        if curve[-1][0] == result.timesteps:
-            curve[-1] = (result.timesteps, score.value)
+        # training.run's "after" point is measured once learn() has returned; tabular envs are
+        # scored again only for the goal probability, which run() does not compute.
+        if tabular_supported(spec.id, spec.kwargs):
+            score = llm_score(result.model, spec, args.eval_episodes, seed)
         else:
-            curve.append((result.timesteps, score.value))
+            score = _stats_score(result.after)
         del result.model
     rows = []
     if zero_shot:
