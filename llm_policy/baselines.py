@@ -34,7 +34,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from gym_llm.exact import (
-    KEYWORD_BANDIT,
+    ALL_TABULAR_ENVS,
     TabularModel,
     blackjack_states,
     blackjack_value,
@@ -112,12 +112,7 @@ class Score:
 def tabular_supported(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> bool:
     """Whether the env is scored by :class:`~gym_llm.exact.TabularModel` (one raw state per
     index of ``unwrapped.P``); Blackjack and KeywordBandit have their own exact evaluation."""
-    kwargs = dict(env_kwargs or {})
-    return (
-        exact_evaluation_supported(env_id, kwargs)
-        and env_id not in ("Blackjack-v1", KEYWORD_BANDIT)
-        and hasattr(gym.make(env_id, **kwargs).unwrapped, "P")
-    )
+    return env_id in ALL_TABULAR_ENVS and exact_evaluation_supported(env_id, env_kwargs)
 
 
 def exact_supported(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> bool:

@@ -142,6 +142,8 @@ TABULAR_ENVS: tuple[str, ...] = ("FrozenLake-v1", "FrozenLake8x8-v1", "Taxi-v4",
 #: gym_llm's text-native envs with exact models in ``unwrapped.P`` (any constructor kwargs). Their
 #: state counts are larger (GuessNumber: 817), so a policy is only asked in the states it reaches.
 TEXT_TABULAR_ENVS: tuple[str, ...] = ("gym_llm/GuessNumber-v0", "gym_llm/TextMaze-v0")
+#: Every env :class:`TabularModel` scores (one state per index of ``unwrapped.P``).
+ALL_TABULAR_ENVS: tuple[str, ...] = TABULAR_ENVS + TEXT_TABULAR_ENVS
 
 #: Env options that make dynamics differ from ``P`` (Taxi's rain and fickle passenger).
 _UNMODELLED = ("is_rainy", "fickle_passenger")
@@ -325,11 +327,13 @@ def exact_policy_value(
     _require_supported(env_id, env_kwargs)
     if env_id == KEYWORD_BANDIT:
         return keyword_bandit_value(model, env_kwargs)
-    if env_id in TEXT_TABULAR_ENVS:
-        policy = reachable_greedy_probabilities(model, env_id, env_kwargs, batch_size)
-        return TabularModel.of(_make_tabular(env_id, env_kwargs or {})).value(policy)
-    if env_id in TABULAR_ENVS:
-        policy = greedy_action_probabilities(model, env_id, env_kwargs, batch_size)
+    if env_id in ALL_TABULAR_ENVS:
+        ask = (
+            reachable_greedy_probabilities
+            if env_id in TEXT_TABULAR_ENVS
+            else greedy_action_probabilities
+        )
+        policy = ask(model, env_id, env_kwargs, batch_size)
         return TabularModel.of(_make_tabular(env_id, env_kwargs or {})).value(policy)
     return blackjack_value(greedy_hit_probabilities(model, env_id, env_kwargs, batch_size))
 
@@ -352,7 +356,7 @@ def exact_optimum(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> f
     _require_supported(env_id, env_kwargs)
     if env_id == KEYWORD_BANDIT:
         return 1.0
-    if env_id in TABULAR_ENVS or env_id in TEXT_TABULAR_ENVS:
+    if env_id in ALL_TABULAR_ENVS:
         return TabularModel.of(_make_tabular(env_id, env_kwargs or {})).optimum()
     return blackjack_optimum()[0]
 
@@ -362,7 +366,7 @@ def exact_random_value(env_id: str, env_kwargs: Mapping[str, Any] | None = None)
     _require_supported(env_id, env_kwargs)
     if env_id == KEYWORD_BANDIT:
         return float(gym.make(KEYWORD_BANDIT, **dict(env_kwargs or {})).unwrapped.random_return)  # type: ignore[attr-defined]
-    if env_id in TABULAR_ENVS or env_id in TEXT_TABULAR_ENVS:
+    if env_id in ALL_TABULAR_ENVS:
         model = TabularModel.of(_make_tabular(env_id, env_kwargs or {}))
         n_actions = model.reward.shape[1]
         return model.value(np.full(model.reward.shape, 1.0 / n_actions))
