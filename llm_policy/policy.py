@@ -272,6 +272,7 @@ class LLMPolicy(BasePolicy):
         data.update(
             model=self.model_name,
             conversation=self.conversation,
+            reserve_kv_cache=self.reserve_kv_cache,
             action_mode=self.action_mode,
             max_new_tokens=self.max_new_tokens,
             temperature=self.temperature,
@@ -389,11 +390,12 @@ class LLMPolicy(BasePolicy):
             ones = torch.ones((len(prompts), size), dtype=mask.dtype, device=self.device)
             mask = torch.cat([ones, mask], -1)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, size:]
-        room = None if reserve is None else ids.shape[1] + reserve
         if size:
+            # The prefix is the cache's first write, so its room must cover the prompt suffix too.
+            room = None if reserve is None else ids.shape[1] + reserve
             cache = self._prefix_cache(len(prompts), room)
-        elif room is not None:
-            cache = ReservedCache(int(self.lm.config.get_text_config().num_hidden_layers), room)
+        elif reserve is not None:  # the prompt itself is the first write
+            cache = ReservedCache(int(self.lm.config.get_text_config().num_hidden_layers), reserve)
         else:
             cache = None
         return ids, mask, positions, cache, width
