@@ -141,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     balanced = args.episode_demos == 0
     if demos is None:
         demos = run_dir / ("demos-balanced.jsonl" if balanced else "demos-episodes.jsonl")
-        make_demos(
+        demo_lines = make_demos(
             args.env,
             max(1, args.episode_demos),
             demos,
@@ -149,7 +149,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             env_kwargs=env_kwargs,
             balanced=balanced,
         )
-    demo_lines = sum(1 for line in demos.read_text().splitlines() if line.strip())
+    else:  # a given file: count its demonstrations
+        demo_lines = sum(1 for line in Path(demos).read_text().splitlines() if line.strip())
     print(f"demonstrations: {demos} ({demo_lines} lines)", flush=True)
 
     def report(label: str) -> Any:
