@@ -40,8 +40,8 @@ import torch
 from gym_llm.baselines import (
     ClassicAlgo,
     Score,
+    exact_score,
     random_score,
-    success_probability,
     tabular_supported,
     train_sb3,
 )
@@ -329,24 +329,22 @@ def llm_score(model: Any, spec: EnvSpec, episodes: int, seed: int) -> Score:
     tabular envs) where :mod:`gym_llm.exact` allows, else Monte-Carlo."""
     from gym_llm.evaluation import evaluate
     from gym_llm.exact import (
-        TabularModel,
+        TEXT_TABULAR_ENVS,
         exact_evaluation_supported,
         exact_policy_value,
         greedy_action_probabilities,
+        reachable_greedy_probabilities,
     )
     from gym_llm.vec_env import make_text_env
 
     if tabular_supported(spec.id, spec.kwargs):
-        policy = greedy_action_probabilities(model, spec.id, spec.kwargs)
-        env = gym.make(spec.id, **spec.kwargs)
-        score = Score(
-            TabularModel.of(env).value(policy),
-            0.0,
-            "exact",
-            success=success_probability(env, policy),
+        # Text-native envs have hundreds of states: ask only those the greedy policy reaches.
+        ask = (
+            reachable_greedy_probabilities
+            if spec.id in TEXT_TABULAR_ENVS
+            else greedy_action_probabilities
         )
-        env.close()
-        return score
+        return exact_score(spec.id, spec.kwargs, lambda _: ask(model, spec.id, spec.kwargs))
     if exact_evaluation_supported(spec.id, spec.kwargs):
         return Score(exact_policy_value(model, spec.id, spec.kwargs), 0.0, "exact")
     text_env = make_text_env(spec.id, min(8, episodes), env_kwargs=spec.kwargs, seed=seed + 10_000)
