@@ -25,9 +25,10 @@ with each compared speed-up switched off). Every figure is the median over round
 ``speedup_vs_naive`` is the ratio of the medians, and the per-round ratios are kept in
 ``rounds`` to show the spread.
 
-**Switches** (``--compare``): ``prefix`` (the shared prompt-prefix KV cache, rollouts and update)
-and ``reserve`` (generate mode: the pre-allocated decode KV cache instead of ``torch.cat`` per
-token) are measured off in their own blocks of every round, on the same weights.
+**Switches** (``--compare``): ``prefix`` (the shared prompt-prefix KV cache, rollouts and update),
+``reserve`` (generate mode: the pre-allocated decode KV cache instead of ``torch.cat`` per token)
+and ``packed`` (CPU: frozen weights packed once for oneDNN instead of MKL re-packing them every
+call) are measured off in their own blocks of every round, on the same weights.
 
 The JSON has the keys above plus ``speedup_vs_naive``, ``device``, ``model``, ``mode``, ``n_envs``,
 the settings, per-round figures and the switch comparisons; a short table is printed.
@@ -63,7 +64,7 @@ from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 #: LlamaGym's default generation settings (its README's ``generate_config_dict``).
 NAIVE_MAX_NEW_TOKENS = 32
 #: Switches the benchmark can turn off, per mode.
-SWITCHES = {"choice": ("prefix",), "generate": ("prefix", "reserve")}
+SWITCHES = {"choice": ("prefix", "packed"), "generate": ("prefix", "reserve", "packed")}
 #: Dense bf16 tensor-core peak (TFLOP/s) by GPU name, for MFU; ``--peak-tflops`` overrides.
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
 
@@ -94,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--compare",
         nargs="*",
         default=None,
-        choices=["prefix", "reserve"],
+        choices=["prefix", "reserve", "packed"],
         help="speed-ups to also measure switched off (default: all that apply to the mode; "
         "give the flag alone for none)",
     )
@@ -224,8 +225,14 @@ def switched_off(policy: LLMPolicy, switch: str | None) -> Iterator[None]:
             yield
         finally:
             policy.reserve_kv_cache = True
+    elif switch == "packed":
+        packed, policy._packed = policy._packed, None
+        try:
+            yield
+        finally:
+            policy._packed = packed
     else:
-        raise ValueError(f"unknown switch {switch!r}; known: prefix, reserve")
+        raise ValueError(f"unknown switch {switch!r}; known: prefix, reserve, packed")
 
 
 def update_flops(policy: LLMPolicy, computed_tokens: int) -> float:
@@ -293,6 +300,7 @@ def learn_block(model: PPO, peak: PeakMemory | None = None) -> dict[str, float]:
         "mean_reply_tokens": action_tokens / steps,
         "reply_tokens_per_s": action_tokens / timer.rollout_s,
         "mean_prompt_tokens": prompt_tokens / steps,
+        "packed_weight_mb": 0.0 if policy._packed is None else policy._packed.packed_bytes / 2**20,
     }
 
 
@@ -479,6 +487,7 @@ def summarize(
         "mean_reply_tokens": fast["mean_reply_tokens"],
         "naive_mean_reply_tokens": naive["mean_reply_tokens"],
         "shared_prefix_tokens": fast["shared_prefix_tokens"],
+        "packed_weight_mb": fast["packed_weight_mb"],
         "mean_prompt_tokens": fast["mean_prompt_tokens"],
         "peak_tflops": peak_tflops,
         "switched_off": {},
@@ -506,7 +515,7 @@ def summarize(
 
 
 def _print_table(args: argparse.Namespace, result: dict[str, Any]) -> None:
-    labels = {"prefix": "prefix cache", "reserve": "reserved KV cache"}
+    labels = {"prefix": "prefix cache", "reserve": "reserved KV cache", "packed": "packed weights"}
     rows: list[tuple[str, Any]] = [
         ("rollout env-steps/s (gym_llm)", result["rollout_env_steps_per_s"]),
         ("naive loop env-steps/s (LlamaGym-style)", result["naive_env_steps_per_s"]),

@@ -17,6 +17,7 @@ The critic is ``Linear(hidden, 1)`` on the last prompt token's final hidden stat
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -29,6 +30,7 @@ from torch import nn
 
 from gym_llm.kv_cache import ReservedCache
 from gym_llm.models import MODEL_REGISTRY, load_model
+from gym_llm.packed_linear import PackedLinears
 from gym_llm.prompts import build_conversation, build_messages, render_prompt
 from gym_llm.spaces import TextActions
 
@@ -81,6 +83,21 @@ def _default_lora(target_modules: Sequence[str] | str) -> dict[str, Any]:
     }
 
 
+def _sample(log_probs: torch.Tensor) -> torch.Tensor:
+    """One token per row from ``exp(log_probs)`` by inverting the CDF with one uniform per row.
+
+    Exact sampling from the categorical (the cumulative sum is float64, so even tokens of mass
+    1e-12 get their share), and much cheaper than ``torch.multinomial``, which draws one
+    exponential per vocabulary entry: 0.7 ms against 9.6 ms per decode step for 8 rows x 49k
+    tokens on the 2-core CPU it was measured on.
+    """
+    cdf = log_probs.exp().cumsum(-1, dtype=torch.float64)
+    u = torch.rand((cdf.shape[0], 1), dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]
+    # The first index whose cumulative mass exceeds u; a zero-mass token is never the first.
+    token = torch.searchsorted(cdf, u, right=True).squeeze(-1)
+    return token.clamp(max=cdf.shape[-1] - 1)
+
+
 def _name_or_path(model: Any) -> str:
     """The hub id or path a model object was loaded from ("" for one built in memory)."""
     name = getattr(model, "name_or_path", None) or getattr(
@@ -120,6 +137,11 @@ class LLMPolicy(BasePolicy):
         reserve_kv_cache: in generate mode, decode into a KV cache allocated once with room for
             the reply (:class:`gym_llm.kv_cache.ReservedCache`) instead of growing it with
             ``torch.cat`` every token. Results are the same either way.
+        pack_frozen_weights: on the CPU, run rollouts (no-gradient passes) through oneDNN with
+            the frozen linear weights packed once (:mod:`gym_llm.packed_linear`) instead of
+            MKL re-packing them every call; costs one more copy of those weights in memory.
+            Log-probs agree with the update's recomputation to float32 rounding. No effect on
+            GPUs or on trainable weights.
         device: where the model lives (set by PPO).
     """
 
@@ -142,6 +164,7 @@ class LLMPolicy(BasePolicy):
         gradient_checkpointing: bool = False,
         share_prefix: bool = True,
         reserve_kv_cache: bool = True,
+        pack_frozen_weights: bool = True,
         device: torch.device | str = "auto",
         optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
         optimizer_kwargs: dict[str, Any] | None = None,
@@ -236,6 +259,8 @@ class LLMPolicy(BasePolicy):
         self.share_prefix = share_prefix
         self.shared_prefix: list[int] = self._find_shared_prefix() if share_prefix else []
         self.reserve_kv_cache = reserve_kv_cache
+        self.pack_frozen_weights = pack_frozen_weights
+        self._packed = PackedLinears(lm) if pack_frozen_weights else None
         self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self._candidates = self._tokenize_candidates() if self.action_mode == "choice" else None
         self._reference_mode = False
@@ -273,6 +298,7 @@ class LLMPolicy(BasePolicy):
             model=self.model_name,
             conversation=self.conversation,
             reserve_kv_cache=self.reserve_kv_cache,
+            pack_frozen_weights=self.pack_frozen_weights,
             action_mode=self.action_mode,
             max_new_tokens=self.max_new_tokens,
             temperature=self.temperature,
@@ -518,10 +544,7 @@ class LLMPolicy(BasePolicy):
         position = mask.sum(-1)
         for _ in range(self.max_new_tokens):
             dist = torch.log_softmax(next_logits.float() / self.temperature, dim=-1)
-            if deterministic:
-                token = dist.argmax(-1)
-            else:
-                token = torch.multinomial(dist.exp(), 1).squeeze(-1)
+            token = dist.argmax(-1) if deterministic else _sample(dist)
             chosen_lp = dist.gather(-1, token.unsqueeze(-1)).squeeze(-1)
             for row, tok, lp in zip(rows, token.tolist(), chosen_lp.tolist(), strict=True):
                 tokens[row].append(tok)
@@ -555,8 +578,16 @@ class LLMPolicy(BasePolicy):
 
     # --- the policy interface ------------------------------------------------------------------
 
+    def rollout_kernels(self) -> contextlib.AbstractContextManager[None]:
+        """The block inside which no-gradient passes use the packed frozen weights (if on)."""
+        return self._packed.active() if self._packed is not None else contextlib.nullcontext()
+
     def act(self, observations: Sequence[str], deterministic: bool = False) -> PolicyStep:
         """Replies for a batch of observations, with exact log-probs and values (one LM batch)."""
+        with self.rollout_kernels():
+            return self._act(observations, deterministic)
+
+    def _act(self, observations: Sequence[str], deterministic: bool) -> PolicyStep:
         if self.action_mode == "choice":
             logits, values = self._choice_scores(observations)
             dist = torch.distributions.Categorical(logits=logits)
@@ -605,7 +636,8 @@ class LLMPolicy(BasePolicy):
 
     def predict_values(self, observations: Sequence[str]) -> torch.Tensor:
         """Critic values ``(n,)`` (no candidates, no generation: just the prompt pass)."""
-        return self._prompt_pass(observations)[1]
+        with self.rollout_kernels():
+            return self._prompt_pass(observations)[1]
 
     def evaluate_actions(
         self, observations: Sequence[str], actions: Sequence[np.ndarray]

@@ -77,9 +77,10 @@ def test_throughput_writes_the_promised_keys(
     )
     assert len(data["speedup_vs_naive_per_round"]) == 2
     assert data["shared_prefix_tokens"] > 0
-    switches = {"choice": {"prefix"}, "generate": {"prefix", "reserve"}}[mode]
-    assert set(data["switched_off"]) == switches
+    switches = {"choice": {"prefix", "packed"}, "generate": {"prefix", "reserve", "packed"}}
+    assert set(data["switched_off"]) == switches[mode]
     assert data["switched_off"]["prefix"]["shared_prefix_tokens"] == 0  # really switched off
+    assert data["packed_weight_mb"] > 0 and data["switched_off"]["packed"]["packed_weight_mb"] == 0
     assert data["mean_reply_tokens"] > 0 and 0 < data["naive_mean_reply_tokens"] <= 3
     assert "rollout speed-up vs naive" in capsys.readouterr().out
     if mode == "generate":

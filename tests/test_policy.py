@@ -275,3 +275,62 @@ def test_reserved_kv_cache_samples_exactly_what_the_dynamic_cache_samples(
         np.testing.assert_array_equal(a, b)
     for a, b in zip(reserved.token_log_probs, dynamic.token_log_probs, strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+# --- rollout kernels: packed frozen weights and the sampler ------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["choice", "generate"])
+def test_packed_frozen_weights_give_the_same_rollouts(kb_model_dir: Path, mode: str) -> None:
+    """oneDNN-packed base weights change speed only: same tokens, log-probs and values to float32
+    rounding, with a trained (non-zero) adapter, and the update recomputes the same log-probs."""
+    from gym_llm.packed_linear import packing_available
+
+    if not packing_available():
+        pytest.skip("this torch has no oneDNN")
+    packed = _policy(kb_model_dir, lora={"r": 4}, action_mode=mode, max_new_tokens=6)
+    plain = _policy(
+        kb_model_dir, lora={"r": 4}, action_mode=mode, max_new_tokens=6, pack_frozen_weights=False
+    )
+    with torch.no_grad():
+        for name, p in packed.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    plain.load_state_dict(packed.state_dict())
+    obs = OBS * 3
+    steps = []
+    for policy in (packed, plain):
+        torch.manual_seed(0)
+        with torch.inference_mode():
+            steps.append(policy.act(obs))
+    assert packed._packed is not None and packed._packed.packed_bytes > 0  # really used
+    assert plain._packed is None
+    for a, b in zip(steps[0].actions, steps[1].actions, strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(steps[0].token_log_probs, steps[1].token_log_probs, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    torch.testing.assert_close(steps[0].values, steps[1].values, rtol=0, atol=1e-5)
+    ev = packed.evaluate_actions(obs, steps[0].actions)
+    for i, stored in enumerate(steps[0].token_log_probs):
+        recomputed = ev.token_log_probs[i][ev.mask[i]].detach().numpy()
+        np.testing.assert_allclose(recomputed, stored, rtol=0, atol=1e-5)
+
+
+def test_sampler_draws_from_the_softmax() -> None:
+    """Inverse-CDF sampling: frequencies match the probabilities (chi-square, fixed seed), a
+    zero-mass token is never drawn, and rows are independent distributions."""
+    from gym_llm.policy import _sample
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 40) * 2
+    logits[:, 7] = -float("inf")
+    log_probs = torch.log_softmax(logits, -1)
+    n = 200_000
+    draws = _sample(log_probs.repeat_interleave(n, 0)).view(2, n)
+    for row in range(2):
+        counts = torch.bincount(draws[row], minlength=40).double()
+        expected = log_probs[row].double().exp() * n
+        assert counts[7] == 0
+        keep = expected > 0
+        chi2 = float(((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum())
+        assert chi2 < 72.0, chi2  # 38 degrees of freedom: 99.9% quantile is 72.0

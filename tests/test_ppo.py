@@ -54,6 +54,8 @@ def test_first_minibatch_ratio_is_one(model_dir: Path, mode: str) -> None:
 def test_learn_changes_only_lora_and_value_head(model_dir: Path, mode: str) -> None:
     """Invariant 3."""
     model = _ppo(model_dir, mode, ent_coef=0.01)
+    with torch.no_grad():  # a critic that predicts 0.5: its loss has a gradient even when every
+        model.policy.value_head.bias.fill_(0.5)  # reward of these 16 random replies is 0
     before = {n: p.detach().clone() for n, p in model.policy.named_parameters()}
     model.learn(16)
     changed = {n for n, p in model.policy.named_parameters() if not torch.equal(p, before[n])}

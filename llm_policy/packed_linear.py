@@ -1,0 +1,123 @@
+"""Frozen linear weights pre-packed for oneDNN, so CPU rollouts stop re-packing them every call.
+
+A PyTorch ``nn.Linear`` on the CPU calls MKL's sgemm, which re-packs the whole weight matrix into
+its blocked layout on *every* call. During rollouts the batch is small (8 rows in a decode step,
+a few hundred in a prompt pass), so that copy, not the arithmetic, is most of the time: on the
+2-core CPU this was measured on, a ``[8, 576] x [576, 1536]`` product took 0.38-0.55 ms with
+``F.linear`` and 0.20 ms with the weight packed once for oneDNN; SmolLM2's LM head (49152 x 576)
+17 ms and 5 ms. With LoRA the base weights are frozen, so they are packed once and reused by
+every rollout for the rest of training.
+
+Only rollouts use them (no-gradient passes inside :meth:`PackedLinears.active`); the PPO update
+keeps the ordinary modules, so training, gradients and saved weights are untouched. The packed
+kernels add up the same products in another order, so log-probs differ from the ordinary path by
+float32 rounding (tested within 1e-5 on the test models; on SmolLM2-135M with a trained adapter
+the largest per-token difference between a rollout and the update's recomputation was 3e-5,
+against 2e-5 without packing: ``benchmarks/RESULTS.md``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TypeGuard
+
+import torch
+from torch import nn
+
+#: Batch size hint for packing (oneDNN picks its block layout from it; any batch size works).
+_PACK_BATCH_HINT = 8
+
+
+def packing_available() -> bool:
+    """Whether this torch build has the oneDNN linear ops (CPU builds with MKLDNN do)."""
+    return bool(
+        torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
+
+
+def _packable(module: nn.Module) -> TypeGuard[nn.Linear]:
+    # Exact type: subclasses (quantised linears, for instance) compute something else.
+    weight = getattr(module, "weight", None)
+    return (
+        type(module) is nn.Linear
+        and isinstance(weight, torch.Tensor)
+        and not weight.requires_grad
+        and weight.device.type == "cpu"
+        and weight.dtype in (torch.float32, torch.bfloat16)
+    )
+
+
+class _Packed:
+    """One frozen linear's packed weight, repacked if the weight is modified in place."""
+
+    def __init__(self, module: nn.Linear) -> None:
+        self.module = module
+        self.version = -1
+        self.weight: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        module = self.module
+        weight = module.weight
+        if (
+            torch.is_grad_enabled()
+            or weight.requires_grad
+            or weight.device.type != "cpu"
+            or x.dtype != weight.dtype
+        ):
+            return nn.Linear.forward(module, x)
+        if self.weight is None or self.version != weight._version:
+            with torch.inference_mode(False), torch.no_grad():
+                self.weight = torch.ops.mkldnn._reorder_linear_weight(
+                    weight.detach(), _PACK_BATCH_HINT
+                )
+            self.version = weight._version
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, module.bias, "none", [], "")  # type: ignore[no-any-return]
+
+
+class PackedLinears:
+    """The frozen CPU ``nn.Linear`` modules of a model, with weights packed for oneDNN on first use.
+
+    Weights are packed lazily (the first rollout pays ~1-2 s for a 135M model) and kept: the
+    memory cost is one more copy of the frozen linear weights. A weight changed in place is
+    repacked; one that became trainable falls back to the ordinary path.
+
+    >>> layer = nn.Linear(4, 2).requires_grad_(False)
+    >>> packed = PackedLinears(nn.Sequential(layer))
+    >>> with torch.no_grad(), packed.active():
+    ...     torch.allclose(layer(torch.ones(3, 4)), nn.Linear.forward(layer, torch.ones(3, 4)))
+    True
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self._packed = (
+            [_Packed(m) for m in model.modules() if _packable(m)] if packing_available() else []
+        )
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    @property
+    def packed_bytes(self) -> int:
+        """Memory held by the packed copies so far."""
+        return sum(
+            p.module.weight.numel() * p.module.weight.element_size()
+            for p in self._packed
+            if p.weight is not None
+        )
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """Route no-gradient calls of the packed modules through oneDNN inside this block."""
+        patched: list[nn.Module] = []
+        try:
+            for packed in self._packed:
+                if "forward" not in vars(packed.module):  # not already routed (nested blocks)
+                    packed.module.forward = packed.forward  # type: ignore[method-assign,assignment]
+                    patched.append(packed.module)
+            yield
+        finally:
+            for module in patched:
+                del module.forward
