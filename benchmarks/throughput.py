@@ -390,8 +390,9 @@ def run_rounds(
     model = _make_ppo(args, n_steps)
     policy: LLMPolicy = model.policy
     naive = NaiveLoop(model, args)
-    with torch.inference_mode():  # warm-up: first-call allocations are not throughput
-        policy.act(list(model.env.reset()))
+    # Warm-up, not measured: first calls allocate (KV caches, packed weights, the optimizer's
+    # state, autograd's buffers), which made round 1's update ~1.5x slower than later rounds.
+    learn_block(model)
     naive.run(1)
     peak = PeakMemory()
     contenders = ["gym_llm", "naive", *switches]
