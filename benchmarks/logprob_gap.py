@@ -112,9 +112,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "lora_b_std": args.lora_b_std,
         "default": measure(policy, batches, args.seed),
     }
-    packed, policy._packed = policy._packed, None
+    policy.pack_frozen_weights = False
     result["packed_weights_off"] = measure(policy, batches, args.seed)
-    policy._packed = packed
     for name in ("default", "packed_weights_off"):
         r = result[name]
         print(

@@ -219,18 +219,13 @@ def switched_off(policy: LLMPolicy, switch: str | None) -> Iterator[None]:
         finally:
             policy.shared_prefix = saved
             policy.invalidate_prefix_cache()
-    elif switch == "reserve":
-        policy.reserve_kv_cache = False
+    elif switch in ("reserve", "packed"):
+        flag = {"reserve": "reserve_kv_cache", "packed": "pack_frozen_weights"}[switch]
+        setattr(policy, flag, False)
         try:
             yield
         finally:
-            policy.reserve_kv_cache = True
-    elif switch == "packed":
-        packed, policy._packed = policy._packed, None
-        try:
-            yield
-        finally:
-            policy._packed = packed
+            setattr(policy, flag, True)
     else:
         raise ValueError(f"unknown switch {switch!r}; known: prefix, reserve, packed")
 
@@ -300,7 +295,7 @@ def learn_block(model: PPO, peak: PeakMemory | None = None) -> dict[str, float]:
         "mean_reply_tokens": action_tokens / steps,
         "reply_tokens_per_s": action_tokens / timer.rollout_s,
         "mean_prompt_tokens": prompt_tokens / steps,
-        "packed_weight_mb": 0.0 if policy._packed is None else policy._packed.packed_bytes / 2**20,
+        "packed_weight_mb": policy.packed_weight_bytes / 2**20,
     }
 
 

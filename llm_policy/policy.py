@@ -261,7 +261,8 @@ class LLMPolicy(BasePolicy):
         self.shared_prefix: list[int] = self._find_shared_prefix() if share_prefix else []
         self.reserve_kv_cache = reserve_kv_cache
         self.pack_frozen_weights = pack_frozen_weights
-        self._packed = PackedLinears(lm) if pack_frozen_weights else None
+        #: Built on the first rollout with packing on, and kept if packing is switched off.
+        self._packed: PackedLinears | None = None
         self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self._candidates = self._tokenize_candidates() if self.action_mode == "choice" else None
         self._reference_mode = False
@@ -581,7 +582,16 @@ class LLMPolicy(BasePolicy):
 
     def rollout_kernels(self) -> contextlib.AbstractContextManager[None]:
         """The block inside which no-gradient passes use the packed frozen weights (if on)."""
-        return self._packed.active() if self._packed is not None else contextlib.nullcontext()
+        if not self.pack_frozen_weights:
+            return contextlib.nullcontext()
+        if self._packed is None:
+            self._packed = PackedLinears(self.lm)
+        return self._packed.active()
+
+    @property
+    def packed_weight_bytes(self) -> int:
+        """Memory the packed frozen weights in use hold (0 with packing off)."""
+        return self._packed.packed_bytes if self.pack_frozen_weights and self._packed else 0
 
     def act(self, observations: Sequence[str], deterministic: bool = False) -> PolicyStep:
         """Replies for a batch of observations, with exact log-probs and values (one LM batch)."""
