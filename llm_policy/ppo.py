@@ -274,11 +274,19 @@ class PPO(OnPolicyAlgorithm):
         }
         continue_training, first, first_error = True, True, 0.0
         epoch = 0
+        # Normalised over the whole rollout, not per minibatch (SB3 and CleanRL do the latter):
+        # once a task is nearly solved, a minibatch without failures has advantages that are only
+        # the critic's noise, and dividing by their tiny std makes that noise full-scale; on the
+        # test's KeywordBandit that collapsed solved runs back onto a wrong answer. TRL's PPO
+        # whitens over the whole batch too.
+        all_advantages = self.rollout_buffer.advantages
+        normalize = self.normalize_advantage and all_advantages.size > 1
+        adv_mean, adv_std = float(all_advantages.mean()), float(all_advantages.std())
         for epoch in range(self.n_epochs):
             for batch in self.rollout_buffer.minibatches(self.batch_size, self._shuffle_rng):
                 advantages = batch.advantages
-                if self.normalize_advantage and len(advantages) > 1:
-                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+                if normalize:
+                    advantages = (advantages - adv_mean) / (adv_std + 1e-8)
                 self.policy.optimizer.zero_grad(set_to_none=True)
                 n = len(batch.observations)
                 batch_kl: list[float] = []

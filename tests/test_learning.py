@@ -1,13 +1,23 @@
 """A tiny model trained from scratch with PPO climbs from chance on KeywordBandit.
 
 The model is randomly initialised, so it cannot already solve the task: success starts near
-chance (measured, not assumed) and must reach >= 0.9 after training.
+chance (measured, not assumed) and must reach >= 0.9, and must still be far above chance at
+the end.
 
 Generate mode samples from the whole vocabulary, so a random model must first discover the
 option words at all. Its tokenizer is therefore limited to the characters the prompts use (about
 60 tokens instead of about 300), and an entropy bonus keeps it exploring once it has found one
-word: without them it settles on a wrong word for one target (measured: stuck at 0.67 after
-8000 steps). A pretrained model brings both priors itself.
+word. Replies are one token: with two, the entropy bonus pays for a junk first token and the
+word moves to the second, where one target at a time got stuck on a wrong word (measured,
+seeds 2 and 3: 0.67 for 10,000 steps). A pretrained model brings these priors itself.
+
+**Robust to the machine, not to one lucky random stream.** Float rounding differs between
+CPUs (AVX2 vs AVX-512) and thread counts, so the same seed follows another trajectory on another
+machine: a test that passes for one seed passes by luck. Every setting here was checked over
+seeds 0-9 (model initialisation, envs and sampling all seeded; the table is in
+benchmarks/RESULTS.md, "Learning tests: seed sweep"): all ten reached 0.9 by half the steps
+given here, and none ended or dipped below 0.66. ``test_learning_sweep`` re-runs those seeds
+(``make test-slow``).
 """
 
 from __future__ import annotations
@@ -23,6 +33,11 @@ from gym_llm.prompts import system_text, user_text
 from gym_llm.testing import save_tiny_model
 
 WORDS = ["apple", "banana", "cherry"]
+#: Env steps, learning rate, entropy bonus and evaluation points per mode (see the sweep).
+SETTINGS = {
+    "choice": {"steps": 2000, "lr": 5e-4, "ent_coef": 0.0, "points": 4},
+    "generate": {"steps": 4000, "lr": 5e-4, "ent_coef": 0.05, "points": 4},
+}
 
 
 def _make_env() -> KeywordBanditEnv:
@@ -42,13 +57,15 @@ def _prompt_alphabet() -> str:
     return "".join(sorted(set("".join(texts))))
 
 
-def _train(
-    tmp_path: Path, mode: str, steps: int, lr: float, ent_coef: float = 0.0, points: int = 1
-) -> tuple[float, list[float]]:
-    """Success before training and at ``points`` evenly spaced points of it (the last at the end)."""
+def train_keyword_bandit(tmp_path: Path, mode: str, seed: int = 0) -> tuple[float, list[float]]:
+    """Success before training and at evenly spaced points of it (the last at the end), for
+    a model, envs and sampling all seeded with ``seed``."""
+    settings = SETTINGS[mode]
     alphabet = _prompt_alphabet() if mode == "generate" else None
-    model_dir = save_tiny_model(tmp_path / "model", words=WORDS, hidden_size=64, alphabet=alphabet)
-    env = make_text_env(_make_env, n_envs=16, seed=0)
+    model_dir = save_tiny_model(
+        tmp_path / "model", words=WORDS, hidden_size=64, alphabet=alphabet, seed=seed
+    )
+    env = make_text_env(_make_env, n_envs=16, seed=seed)
     model = PPO(
         LLMPolicy,
         env,
@@ -56,41 +73,43 @@ def _train(
             "model": str(model_dir),
             "lora": None,
             "action_mode": mode,
-            "max_new_tokens": 2,
+            "max_new_tokens": 1,
         },
         n_steps=4,
         batch_size=32,
         n_epochs=4,
-        learning_rate=lr,
-        ent_coef=ent_coef,
-        micro_batch_size=64,
-        seed=0,
+        learning_rate=settings["lr"],
+        ent_coef=settings["ent_coef"],
+        seed=seed,
         device="cpu",
     )
-    eval_env = make_text_env(_make_env, n_envs=16, seed=123)
+    eval_env = make_text_env(_make_env, n_envs=16, seed=123 + seed)
     before, _ = evaluate_policy(model, eval_env, n_eval_episodes=200)
     curve = []
+    points = int(settings["points"])
     for _ in range(points):
-        model.learn(steps // points, reset_num_timesteps=False)
+        model.learn(int(settings["steps"]) // points, reset_num_timesteps=False)
         curve.append(float(evaluate_policy(model, eval_env, n_eval_episodes=200)[0]))
     return float(before), curve
 
 
-def test_choice_mode_learns_keyword_bandit(tmp_path: Path) -> None:
-    before, (after,) = _train(tmp_path, "choice", steps=2000, lr=3e-3)
-    assert before < 0.6  # chance is 1/3
-    assert after >= 0.9, (before, after)
-
-
-def test_generate_mode_learns_keyword_bandit(tmp_path: Path) -> None:
-    """Free-text learning on a random model is noisy: once all three words are found, the word for
-    one target can still flip for a while (success 1.0 <-> 0.67) before it settles. Measured over
-    seeds 0-4 (evaluated every 1000 steps): every run reached 1.0 within 6000 steps (after
-    2000-6000) and none ended below 0.64. So: it must reach 0.9, and end far above chance."""
-    before, curve = _train(tmp_path, "generate", steps=6000, lr=1e-3, ent_coef=0.05, points=6)
-    assert before < 0.5  # a random model rarely even names an option
+def _check(before: float, curve: list[float]) -> None:
+    assert before < 0.6, (before, curve)  # chance is 1/3 (choice); a random model rarely names one
     assert max(curve) >= 0.9, (before, curve)
-    assert curve[-1] >= 0.6, (before, curve)
+    assert curve[-1] >= 0.6, (before, curve)  # learned, and still far above chance at the end
+
+
+@pytest.mark.parametrize("mode", ["choice", "generate"])
+def test_keyword_bandit_is_learned(tmp_path: Path, mode: str) -> None:
+    _check(*train_keyword_bandit(tmp_path, mode))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("mode", ["choice", "generate"])
+def test_learning_sweep(tmp_path: Path, mode: str, seed: int) -> None:
+    """The same check on seeds 0-9: what keeps the default test honest on other machines."""
+    _check(*train_keyword_bandit(tmp_path, mode, seed))
 
 
 @pytest.mark.slow
