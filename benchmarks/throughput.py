@@ -90,7 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=NAIVE_MAX_NEW_TOKENS,
         help="reply budget of gym_llm's generate mode and of the naive loop alike",
     )
-    add("--micro-batch-size", type=int, default=16, help="turns per update forward/backward")
+    add(
+        "--micro-batch-size",
+        type=int,
+        default=None,
+        help="turns per update forward/backward (default: PPO's, chosen by memory)",
+    )
     add(
         "--compare",
         nargs="*",
@@ -263,7 +268,7 @@ def _computed_update_tokens(
         actions = k * (width - 1) * len(prompt_lengths)
     else:
         actions = sum(action_lengths)
-    micro_batches = math.ceil(len(prompt_lengths) / model.micro_batch_size) * model.n_epochs
+    micro_batches = math.ceil(len(prompt_lengths) / model.turns_per_pass) * model.n_epochs
     return int(model.n_epochs * (sum(per_sample) + actions) + micro_batches * prefix)
 
 

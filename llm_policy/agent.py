@@ -42,6 +42,7 @@ from gym_llm.policy import LLMPolicy
 from gym_llm.ppo import PPO
 from gym_llm.prompts import Message
 from gym_llm.spaces import TextActions, TextObservations
+from gym_llm.top_layers import TurnStates
 from gym_llm.wrappers.parsing import DiscreteParser, NumericParser, ParseResult
 
 SelfAgent = TypeVar("SelfAgent", bound="Agent")
@@ -94,7 +95,7 @@ _PPO_DEFAULTS: dict[str, Any] = {
     "target_kl": None,
     "kl_coef": 0.0,
     "max_grad_norm": 1.0,
-    "micro_batch_size": 8,
+    "micro_batch_size": None,  # as many turns per pass as fit PPO's memory budget
     "normalize_advantage": True,
     "seed": None,
 }
@@ -121,6 +122,8 @@ class Turn:
     reward: float = 0.0
     #: Exchanges dropped from the start of the conversation to fit ``max_context_tokens``.
     dropped_exchanges: int = 0
+    #: What the update reuses from the rollout (gym_llm.top_layers), if the policy keeps it.
+    states: TurnStates | None = None
 
 
 @dataclass
@@ -262,7 +265,7 @@ class Agent(abc.ABC):
         if use_target_kl and hyper["target_kl"] is None:
             hyper["target_kl"] = DEFAULT_TARGET_KL
         for name in ("episodes_per_update", "mini_batch_size", "n_epochs", "micro_batch_size"):
-            if int(hyper[name]) < 1:
+            if hyper[name] is not None and int(hyper[name]) < 1:
                 raise ValueError(f"ppo_config {name} must be >= 1, got {hyper[name]}.")
         if on_invalid not in ("fallback", "raise"):
             raise ValueError(f"on_invalid must be 'fallback' or 'raise', got {on_invalid!r}.")
@@ -389,6 +392,7 @@ class Agent(abc.ABC):
                 source=outcome.source,
                 reward=outcome.penalty,
                 dropped_exchanges=dropped,
+                states=step.states[0] if step.states else None,
             )
         )
         return outcome.action
@@ -565,6 +569,7 @@ class Agent(abc.ABC):
                     np.array([turn.reward], dtype=np.float32),
                     np.array([index == 0], dtype=np.float32),
                     torch.tensor([turn.value]),
+                    [turn.states] if turn.states is not None else None,
                 )
         buffer.compute_returns_and_advantage(
             last_values=torch.zeros(1), dones=np.array([True], dtype=bool)

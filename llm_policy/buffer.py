@@ -8,12 +8,14 @@ line) and stores the strings and token sequences of each turn in object arrays n
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from stable_baselines3.common.buffers import RolloutBuffer
+
+from gym_llm.top_layers import TurnStates
 
 
 @dataclass
@@ -26,6 +28,9 @@ class TextBatch:
     old_values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    #: The rollout's states for each turn (``None`` if any turn has none): the update then
+    #: starts at the first trainable layer (gym_llm.top_layers).
+    states: list[TurnStates] | None = None
 
 
 class TextRolloutBuffer(RolloutBuffer):
@@ -51,6 +56,7 @@ class TextRolloutBuffer(RolloutBuffer):
         self.replies = np.empty(shape, dtype=object)
         self.action_tokens = np.empty(shape, dtype=object)
         self.token_log_probs = np.empty(shape, dtype=object)
+        self.states = np.empty(shape, dtype=object)
         self.rewards = np.zeros(shape, dtype=np.float32)
         self.returns = np.zeros(shape, dtype=np.float32)
         self.episode_starts = np.zeros(shape, dtype=np.float32)
@@ -68,6 +74,7 @@ class TextRolloutBuffer(RolloutBuffer):
         rewards: np.ndarray,
         episode_starts: np.ndarray,
         values: torch.Tensor,
+        states: Sequence[TurnStates] | None = None,
     ) -> None:
         if self.full:
             raise RuntimeError("TextRolloutBuffer is full: call reset() before adding turns.")
@@ -77,6 +84,7 @@ class TextRolloutBuffer(RolloutBuffer):
             self.action_tokens[self.pos, env] = actions[env]
             self.token_log_probs[self.pos, env] = token_log_probs[env]
             self.log_probs[self.pos, env] = float(np.sum(token_log_probs[env]))
+            self.states[self.pos, env] = states[env] if states is not None else None
         self.rewards[self.pos] = np.asarray(rewards, dtype=np.float32)
         self.episode_starts[self.pos] = np.asarray(episode_starts, dtype=np.float32)
         self.values[self.pos] = values.detach().float().cpu().numpy().reshape(-1)
@@ -95,6 +103,7 @@ class TextRolloutBuffer(RolloutBuffer):
             "obs": self.observations_text.reshape(-1),
             "act": self.action_tokens.reshape(-1),
             "lp": self.token_log_probs.reshape(-1),
+            "states": self.states.reshape(-1),
         }
         values, advantages, returns = (
             torch.as_tensor(a.reshape(-1), device=self.device)
@@ -103,6 +112,7 @@ class TextRolloutBuffer(RolloutBuffer):
         for start in range(0, total, batch_size):
             idx = order[start : start + batch_size]
             index = torch.as_tensor(idx, device=self.device)
+            states = list(flat["states"][idx])
             yield TextBatch(
                 observations=[str(o) for o in flat["obs"][idx]],
                 actions=list(flat["act"][idx]),
@@ -110,4 +120,5 @@ class TextRolloutBuffer(RolloutBuffer):
                 old_values=values[index],
                 advantages=advantages[index],
                 returns=returns[index],
+                states=states if all(t is not None for t in states) else None,
             )

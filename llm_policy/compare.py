@@ -837,8 +837,9 @@ def build_parser(
     add(
         "--llm-micro-batch-size",
         type=int,
-        default=8,
-        help="LLM PPO: turns per forward/backward pass (memory: 32 took ~7 GB on CPU)",
+        default=None,
+        help="LLM PPO: turns per forward/backward pass (default: as many as fit PPO's memory "
+        "budget)",
     )
     add("--llm-epochs", type=int, default=2, help="LLM PPO: epochs per rollout")
     add("--llm-lr", type=float, default=5e-4, help="LLM PPO: learning rate")

@@ -61,7 +61,7 @@ DEMO_SETTINGS: dict[str, Any] = {
     "n_envs": 8,
     "n_steps": 8,
     "batch_size": 32,
-    "micro_batch_size": 32,
+    "micro_batch_size": None,
     "n_epochs": 2,
     "learning_rate": 5e-4,
     "ent_coef": 0.01,

@@ -18,6 +18,7 @@ The critic is ``Linear(hidden, 1)`` on the last prompt token's final hidden stat
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,11 +34,20 @@ from gym_llm.models import MODEL_REGISTRY, load_model
 from gym_llm.packed_linear import PackedLinears
 from gym_llm.prompts import build_conversation, build_messages, render_prompt
 from gym_llm.spaces import TextActions
+from gym_llm.top_layers import (
+    TopLayers,
+    TurnStates,
+    num_layers,
+    pad_states,
+    top_layers_supported,
+)
 
 ActionMode = Literal["choice", "generate"]
 
 #: Shorter shared prefixes are not worth a separate pass.
 _MIN_SHARED_PREFIX = 8
+#: Distinct observations whose choice scores a rollout remembers (see _remembered_choice_scores).
+_MEMO_LIMIT = 4096
 Normalization = Literal["sum", "mean"]
 
 
@@ -53,6 +63,8 @@ class PolicyStep:
     token_log_probs: list[np.ndarray]
     #: Critic values, shape ``(n,)``.
     values: torch.Tensor
+    #: Per env, the first trainable layer's inputs the update reuses (``None``: it recomputes).
+    states: list[TurnStates] | None = None
 
 
 @dataclass
@@ -99,6 +111,19 @@ def _sample(log_probs: torch.Tensor) -> torch.Tensor:
     return token.clamp(max=cdf.shape[-1] - 1)
 
 
+def _freeze_below(lm: nn.Module, start: int) -> None:
+    """Full fine-tuning of the top layers only: everything but layers ``start..`` and the final
+    norm is frozen (the embeddings too, which a tied LM head shares)."""
+    from gym_llm.top_layers import decoder_of
+
+    decoder = decoder_of(lm)
+    for param in lm.parameters():
+        param.requires_grad_(False)
+    for module in [*decoder.layers[start:], decoder.norm]:
+        for param in module.parameters():
+            param.requires_grad_(True)
+
+
 def _name_or_path(model: Any) -> str:
     """The hub id or path a model object was loaded from ("" for one built in memory)."""
     name = getattr(model, "name_or_path", None) or getattr(
@@ -143,6 +168,18 @@ class LLMPolicy(BasePolicy):
             MKL re-packing them every call; costs one more copy of those weights in memory.
             Log-probs agree with the update's recomputation to float32 rounding. No effect on
             GPUs or on trainable weights.
+        trainable_layers: train only the top ``k`` decoder layers (LoRA on those layers; without
+            LoRA, their weights and the final norm) and the value head; ``None`` trains all.
+            The layers below stay as pretrained, so the update can start where they end
+            (``reuse_rollout_states``).
+        reuse_rollout_states: with ``trainable_layers``, keep from each rollout the hidden
+            states entering the first trainable layer and run only the trainable layers in the
+            update (:mod:`gym_llm.top_layers`): the same numbers as recomputing the whole model
+            (the frozen layers' inputs and weights are the same), for a fraction of the work.
+            Costs ``new positions x hidden_size x 4`` bytes per stored turn.
+        memoize_choice_scores: in choice-mode rollouts, score each distinct observation once
+            per weights version and sample every turn afresh from those scores (envs revisit
+            observations constantly); the numbers are the same either way.
         device: where the model lives (set by PPO).
     """
 
@@ -166,6 +203,9 @@ class LLMPolicy(BasePolicy):
         share_prefix: bool = True,
         reserve_kv_cache: bool = True,
         pack_frozen_weights: bool = True,
+        trainable_layers: int | None = None,
+        reuse_rollout_states: bool = True,
+        memoize_choice_scores: bool = True,
         device: torch.device | str = "auto",
         optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
         optimizer_kwargs: dict[str, Any] | None = None,
@@ -229,13 +269,32 @@ class LLMPolicy(BasePolicy):
             lm, self.tokenizer = model, tokenizer
             if str(device) != "auto":
                 lm = lm.to(device)
+        total_layers = num_layers(lm)
+        if trainable_layers is not None and not 1 <= trainable_layers <= total_layers:
+            raise ValueError(
+                f"trainable_layers must be between 1 and the model's {total_layers} layers "
+                f"(or None for all), got {trainable_layers}."
+            )
+        #: Index of the first decoder layer that trains (0: all of them).
+        self.first_trainable_layer = total_layers - (trainable_layers or total_layers)
         if lora is not None:
             from peft import LoraConfig, get_peft_model
 
             if isinstance(lora, dict):
                 targets = spec.lora_target_modules if spec else "all-linear"
                 lora = LoraConfig(**{**_default_lora(targets), **lora})
+            if self.first_trainable_layer:
+                lora = copy.copy(lora)  # the caller's config object stays as it was
+                if lora.layers_to_transform is not None:
+                    raise ValueError(
+                        "Give either trainable_layers or LoRA's layers_to_transform, not both: "
+                        f"got trainable_layers={trainable_layers} and layers_to_transform="
+                        f"{lora.layers_to_transform}."
+                    )
+                lora.layers_to_transform = list(range(self.first_trainable_layer, total_layers))
             lm = get_peft_model(lm, lora)
+        elif self.first_trainable_layer:
+            _freeze_below(lm, self.first_trainable_layer)
         if gradient_checkpointing:
             # transformers 5 renamed it; the old name still works but warns.
             if hasattr(lm, "activation_checkpointing_enable"):
@@ -255,6 +314,19 @@ class LLMPolicy(BasePolicy):
 
         self.stop_ids = self._stop_token_ids()
         self.gradient_checkpointing = gradient_checkpointing
+        self.trainable_layers = trainable_layers
+        self.reuse_rollout_states = reuse_rollout_states
+        self.memoize_choice_scores = memoize_choice_scores
+        #: The trainable layers as a model of their own, where the update can start there.
+        self.top: TopLayers | None = (
+            TopLayers(lm, self.first_trainable_layer)
+            if self.first_trainable_layer and top_layers_supported(lm)
+            else None
+        )
+        self._prefix_states: torch.Tensor | None = None
+        #: Choice mode: observation -> (action logits, value, states) under the current weights.
+        self._memo: dict[str, tuple[torch.Tensor, torch.Tensor, TurnStates | None]] = {}
+        self._memo_version = -1
         self._prompt_cache: dict[str, list[int]] = {}
         #: Token ids every prompt starts with, encoded once and shared (see _prefix_cache).
         self.share_prefix = share_prefix
@@ -307,6 +379,9 @@ class LLMPolicy(BasePolicy):
             system_prompt=self.system_prompt,
             choice_normalization=self.choice_normalization,
             share_prefix=self.share_prefix,
+            trainable_layers=self.trainable_layers,
+            reuse_rollout_states=self.reuse_rollout_states,
+            memoize_choice_scores=self.memoize_choice_scores,
         )
         return data
 
@@ -443,31 +518,51 @@ class LLMPolicy(BasePolicy):
 
     # --- model passes --------------------------------------------------------------------------
 
+    def _capturing(self) -> contextlib.AbstractContextManager[list[torch.Tensor]]:
+        """Collects the first trainable layer's inputs of the model calls inside (rollouts with
+        ``reuse_rollout_states``); elsewhere a no-op yielding an empty list."""
+        if self.top is None or not self.reuse_rollout_states or torch.is_grad_enabled():
+            return contextlib.nullcontext([])
+        return self.top.capture()
+
     def _prompt_pass(
         self, observations: Sequence[str], reserve: int | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, Any, torch.Tensor]:
-        """Run the prompts once: next-token logits, values, KV cache and the full mask."""
+    ) -> tuple[torch.Tensor, torch.Tensor, Any, torch.Tensor, list[TurnStates] | None]:
+        """Run the prompts once: next-token logits, values, KV cache, the full mask and (when
+        collected) each row's states for the update."""
         ids, mask, positions, cache, _ = self._encode_prompts(observations, reserve=reserve)
-        out = self.lm(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            output_hidden_states=True,
-            logits_to_keep=1,
-        )
+        with self._capturing() as captured:
+            out = self.lm(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                output_hidden_states=True,
+                logits_to_keep=1,
+            )
         last_hidden = out.hidden_states[-1][:, -1].float()
         values = self.value_head(last_hidden).squeeze(-1)
-        return out.logits[:, -1], values, out.past_key_values, mask
+        states = None
+        if captured:
+            offset, width = mask.shape[1] - ids.shape[1], ids.shape[1]
+            lengths = mask[:, offset:].sum(-1).tolist()
+            states = [
+                TurnStates(captured[0][i, width - length :], offset)
+                for i, length in enumerate(lengths)
+            ]
+        return out.logits[:, -1], values, out.past_key_values, mask, states
 
-    def _choice_scores(self, observations: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(n, K)`` action logits (candidate scores / temperature) and ``(n,)`` values."""
+    def _choice_scores(
+        self, observations: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[TurnStates] | None]:
+        """``(n, K)`` action logits (candidate scores / temperature), ``(n,)`` values and (when
+        collected) each row's states for the update."""
         assert self._candidates is not None
         if self.training and self.gradient_checkpointing:
-            return self._choice_scores_uncached(observations)
+            return (*self._choice_scores_uncached(observations), None)
         cand_ids, cand_mask = self._candidates
-        logits, values, cache, mask = self._prompt_pass(observations)
+        logits, values, cache, mask, states = self._prompt_pass(observations)
         n, k, width = mask.shape[0], cand_ids.shape[0], cand_ids.shape[1]
         first = torch.log_softmax(logits.float(), dim=-1)  # (n, V) next-token dist
         # First candidate token: from the shared prompt pass.
@@ -481,18 +576,23 @@ class LLMPolicy(BasePolicy):
             positions = lengths.repeat_interleave(k).unsqueeze(-1) + torch.arange(
                 width - 1, device=self.device
             )
-            out = self.lm(
-                input_ids=follow_ids,
-                attention_mask=full_mask,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-            )
+            with self._capturing() as captured:
+                out = self.lm(
+                    input_ids=follow_ids,
+                    attention_mask=full_mask,
+                    position_ids=positions,
+                    past_key_values=cache,
+                    use_cache=True,
+                )
             rest = torch.log_softmax(out.logits.float(), dim=-1)  # (n*K, width-1, V)
             targets = cand_ids[:, 1:].repeat(n, 1).unsqueeze(-1)
             rest_lp = rest.gather(-1, targets).squeeze(-1).view(n, k, width - 1)
             token_lp = torch.cat([token_lp, rest_lp], dim=-1)
-        return self._scores(token_lp), values
+            if states is not None and captured:
+                follow = captured[0].view(n, k, width - 1, -1)
+                for i, turn in enumerate(states):
+                    turn.action = follow[i]
+        return self._scores(token_lp), values, states
 
     def _scores(self, token_lp: torch.Tensor) -> torch.Tensor:
         """``(n, K, width)`` candidate token log-probs -> ``(n, K)`` action logits."""
@@ -532,19 +632,20 @@ class LLMPolicy(BasePolicy):
 
     def _generate(
         self, observations: Sequence[str], deterministic: bool
-    ) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor]:
+    ) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor, list[TurnStates] | None]:
         """Sample replies for all envs at once; a row leaves the decode batch at its stop token,
         so short replies do not pay for the longest one."""
         reserve = self.max_new_tokens if self.reserve_kv_cache else None
-        logits, values, cache, mask = self._prompt_pass(observations, reserve)
+        logits, values, cache, mask, states = self._prompt_pass(observations, reserve)
         n = mask.shape[0]
         next_logits = logits
         stop = torch.tensor(self.stop_ids, device=self.device)
         rows = list(range(n))  # which original row each batch row is
         tokens: list[list[int]] = [[] for _ in range(n)]
         log_probs: list[list[float]] = [[] for _ in range(n)]
+        fed: list[list[torch.Tensor]] = [[] for _ in range(n)]  # states of tokens fed back
         position = mask.sum(-1)
-        for _ in range(self.max_new_tokens):
+        for step in range(self.max_new_tokens):
             dist = torch.log_softmax(next_logits.float() / self.temperature, dim=-1)
             token = dist.argmax(-1) if deterministic else _sample(dist)
             chosen_lp = dist.gather(-1, token.unsqueeze(-1)).squeeze(-1)
@@ -552,8 +653,8 @@ class LLMPolicy(BasePolicy):
                 tokens[row].append(tok)
                 log_probs[row].append(lp)
             going = ~torch.isin(token, stop)
-            if not bool(going.any()):
-                break
+            if not bool(going.any()) or step == self.max_new_tokens - 1:
+                break  # the last sampled tokens are never fed back: no logits are needed after them
             if not bool(going.all()):
                 keep = going.nonzero().squeeze(-1)
                 cache.batch_select_indices(keep)
@@ -561,17 +662,23 @@ class LLMPolicy(BasePolicy):
                 token, mask, position = token[keep], mask[keep], position[keep]
             ones = torch.ones((len(rows), 1), dtype=mask.dtype, device=self.device)
             mask = torch.cat([mask, ones], -1)
-            out = self.lm(
-                input_ids=token.unsqueeze(-1),
-                attention_mask=mask,
-                position_ids=position.unsqueeze(-1),
-                past_key_values=cache,
-                use_cache=True,
-            )
+            with self._capturing() as captured:
+                out = self.lm(
+                    input_ids=token.unsqueeze(-1),
+                    attention_mask=mask,
+                    position_ids=position.unsqueeze(-1),
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+            for row, hidden in zip(rows, captured[0] if captured else (), strict=False):
+                fed[row].append(hidden)
             cache, next_logits, position = out.past_key_values, out.logits[:, -1], position + 1
         actions = [np.asarray(t, dtype=np.int64) for t in tokens]
         token_lps = [np.asarray(lp, dtype=np.float32) for lp in log_probs]
-        return actions, token_lps, values
+        if states is not None:
+            for turn, hidden in zip(states, fed, strict=True):
+                turn.action = torch.cat(hidden) if hidden else None
+        return actions, token_lps, values, states
 
     def decode(self, token_ids: np.ndarray) -> str:
         """Reply text from sampled ids (stop tokens dropped)."""
@@ -600,7 +707,7 @@ class LLMPolicy(BasePolicy):
 
     def _act(self, observations: Sequence[str], deterministic: bool) -> PolicyStep:
         if self.action_mode == "choice":
-            logits, values = self._choice_scores(observations)
+            logits, values, states = self._remembered_choice_scores(observations)
             dist = torch.distributions.Categorical(logits=logits)
             chosen = logits.argmax(-1) if deterministic else dist.sample()
             lps = dist.log_prob(chosen).float().cpu().numpy()
@@ -610,13 +717,51 @@ class LLMPolicy(BasePolicy):
                 actions=[np.array([int(i)], dtype=np.int64) for i in indices],
                 token_log_probs=[np.array([lp], dtype=np.float32) for lp in lps],
                 values=values,
+                states=states,
             )
-        actions, token_lps, values = self._generate(observations, deterministic)
+        actions, token_lps, values, states = self._generate(observations, deterministic)
         return PolicyStep(
             replies=[self.decode(a) for a in actions],
             actions=actions,
             token_log_probs=token_lps,
             values=values,
+            states=states,
+        )
+
+    def _weights_version(self) -> int:
+        """Changes whenever a trainable weight is modified in place (optimizer steps, loads)."""
+        return sum(p._version for p in self.parameters() if p.requires_grad)
+
+    def _remembered_choice_scores(
+        self, observations: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[TurnStates] | None]:
+        """:meth:`_choice_scores` with each distinct observation scored once per weights version.
+
+        Envs revisit observations all the time (Blackjack has 280 states, KeywordBandit 4 per
+        option set), and under the same weights a prompt's scores and value are the same numbers,
+        so a rollout scores each distinct observation once and samples every turn afresh from
+        them. The memory is forgotten as soon as a trainable weight changes.
+        """
+        if not self.memoize_choice_scores or torch.is_grad_enabled() or self._reference_mode:
+            return self._choice_scores(observations)
+        version = self._weights_version()
+        keys = [str(o) for o in observations]
+        todo = list(dict.fromkeys(k for k in keys if k not in self._memo))
+        if version != self._memo_version or len(self._memo) + len(todo) > _MEMO_LIMIT:
+            self._memo.clear()
+            self._memo_version = version
+            todo = list(dict.fromkeys(keys))
+        if todo:
+            logits, values, states = self._choice_scores(todo)
+            for i, key in enumerate(todo):
+                self._memo[key] = (logits[i], values[i], states[i] if states else None)
+        rows = [self._memo[k] for k in keys]
+        remembered = [r[2] for r in rows]
+        turn_states = [s for s in remembered if s is not None]
+        return (
+            torch.stack([r[0] for r in rows]),
+            torch.stack([r[1] for r in rows]),
+            turn_states if len(turn_states) == len(rows) else None,
         )
 
     def forward(self, obs: Any, deterministic: bool = False) -> PolicyStep:
@@ -651,16 +796,22 @@ class LLMPolicy(BasePolicy):
             return self._prompt_pass(observations)[1]
 
     def evaluate_actions(
-        self, observations: Sequence[str], actions: Sequence[np.ndarray]
+        self,
+        observations: Sequence[str],
+        actions: Sequence[np.ndarray],
+        states: Sequence[TurnStates | None] | None = None,
     ) -> Evaluation:
-        """Log-probs (per action token), entropy and values of stored actions, with gradients."""
+        """Log-probs (per action token), entropy and values of stored actions, with gradients.
+
+        ``states`` (from the rollout's :attr:`PolicyStep.states`) let the pass start at the first
+        trainable layer (:mod:`gym_llm.top_layers`); without them the whole model runs. Both give
+        the same numbers to float rounding.
+        """
+        if self.uses_rollout_states and states is not None and all(s is not None for s in states):
+            return self._evaluate_from_states(observations, actions, list(states))  # type: ignore[arg-type]
         if self.action_mode == "choice":
-            logits, values = self._choice_scores(observations)
-            log_dist = torch.log_softmax(logits, dim=-1)
-            index = torch.tensor([int(a[0]) for a in actions], device=self.device)
-            lp = log_dist.gather(-1, index.unsqueeze(-1))
-            entropy = -(log_dist.exp() * log_dist).sum(-1)
-            return Evaluation(lp, torch.ones_like(lp, dtype=torch.bool), entropy, values)
+            logits, values, _ = self._choice_scores(observations)
+            return self._choice_evaluation(logits, values, actions)
         reply, reply_mask = self._pad(actions, left=False)
         width = reply.shape[1]
         ids, mask, positions, cache, prompt_width = self._encode_prompts(
@@ -676,12 +827,154 @@ class LLMPolicy(BasePolicy):
             logits_to_keep=width + 1,
         )
         values = self.value_head(out.hidden_states[-1][:, prompt_width - 1].float()).squeeze(-1)
-        log_dist = torch.log_softmax(out.logits[:, :-1].float() / self.temperature, dim=-1)
+        return self._generation_evaluation(out.logits[:, :-1], values, actions)
+
+    def _choice_evaluation(
+        self, logits: torch.Tensor, values: torch.Tensor, actions: Sequence[np.ndarray]
+    ) -> Evaluation:
+        log_dist = torch.log_softmax(logits, dim=-1)
+        index = torch.tensor([int(a[0]) for a in actions], device=self.device)
+        lp = log_dist.gather(-1, index.unsqueeze(-1))
+        entropy = -(log_dist.exp() * log_dist).sum(-1)
+        return Evaluation(lp, torch.ones_like(lp, dtype=torch.bool), entropy, values)
+
+    @property
+    def uses_rollout_states(self) -> bool:
+        """Whether rollouts keep states and the update starts at the first trainable layer."""
+        return (
+            self.top is not None and self.reuse_rollout_states and not self.gradient_checkpointing
+        )
+
+    def _prefix_hidden(self) -> torch.Tensor:
+        """The first trainable layer's input over the shared prefix, ``(P, d)``: computed once,
+        since the layers below never change."""
+        assert self.top is not None
+        if self._prefix_states is None:
+            ids = torch.tensor([self.shared_prefix], dtype=torch.long, device=self.device)
+            with torch.inference_mode(False), torch.no_grad(), self.top.capture() as captured:
+                self.lm(input_ids=ids, use_cache=False, logits_to_keep=1)
+            self._prefix_states = captured[0][0].clone()
+        return self._prefix_states
+
+    def _suffix_states(self, turn: TurnStates, size: int) -> torch.Tensor:
+        """A turn's prompt states after the first ``size`` tokens (the batch's shared prefix)."""
+        if turn.offset == size:
+            return turn.prompt
+        if turn.offset == 0:  # the rollout encoded the whole prompt; this batch shares the prefix
+            return turn.prompt[size:]
+        return torch.cat([self._prefix_hidden(), turn.prompt])  # the other way round
+
+    def _evaluate_from_states(
+        self,
+        observations: Sequence[str],
+        actions: Sequence[np.ndarray],
+        states: list[TurnStates],
+    ) -> Evaluation:
+        """:meth:`evaluate_actions` running only the trainable layers on the stored states.
+
+        Choice mode runs one row per distinct observation (turns that share an observation share
+        its scores and value, so autograd sums their gradients exactly as separate rows would).
+        """
+        top = self.top
+        assert top is not None
+        keys = [str(o) for o in observations]
+        size = self._split_prefix([self.prompt_ids(k) for k in keys])
+        choice = self.action_mode == "choice"
+        rows: list[int] = list(range(len(keys)))
+        if choice:
+            distinct: dict[str, int] = {}
+            rows = [distinct.setdefault(k, len(distinct)) for k in keys]
+            firsts = {row: i for i, row in reversed(list(enumerate(rows)))}
+            states = [states[firsts[row]] for row in range(len(distinct))]
+        d = states[0].prompt.shape[-1]
+        extras = None
+        if not choice:
+            empty = states[0].prompt.new_zeros((0, d))
+            extras = [t.action if t.action is not None else empty for t in states]
+        hidden, mask, width = pad_states([self._suffix_states(t, size) for t in states], extras)
+        n = hidden.shape[0]
+        if size:
+            mask = torch.cat(
+                [torch.ones((n, size), dtype=mask.dtype, device=mask.device), mask], -1
+            )
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, size:]
+        multi_token = choice and self._candidates is not None and self._candidates[0].shape[1] > 1
+        if size:
+            cache = top.prefix_cache(top.encode_prefix(self._prefix_hidden()), n)
+        else:
+            cache = top.new_cache() if multi_token else None
+        final = top(hidden, mask, positions, cache)
+        values = self.value_head(final[:, width - 1].float()).squeeze(-1)
+        if not choice:
+            return self._generation_evaluation(top.logits(final[:, width - 1 :]), values, actions)
+        assert self._candidates is not None
+        cand_ids, cand_mask = self._candidates
+        first = torch.log_softmax(top.logits(final[:, width - 1]).float(), dim=-1)
+        token_lp = first[:, cand_ids[:, 0]].unsqueeze(-1)
+        if multi_token:
+            k, cand_width = cand_ids.shape
+            cache.batch_repeat_interleave(k)
+            follow = torch.stack([t.action for t in states])  # type: ignore[misc]
+            follow = follow.reshape(n * k, cand_width - 1, d).clone()
+            full_mask = torch.cat(
+                [mask.repeat_interleave(k, 0), cand_mask[:, :-1].repeat(n, 1)], dim=-1
+            )
+            follow_positions = mask.sum(-1).repeat_interleave(k).unsqueeze(-1) + torch.arange(
+                cand_width - 1, device=self.device
+            )
+            out = top(follow, full_mask, follow_positions, cache)
+            rest = torch.log_softmax(top.logits(out).float(), dim=-1)
+            targets = cand_ids[:, 1:].repeat(n, 1).unsqueeze(-1)
+            rest_lp = rest.gather(-1, targets).squeeze(-1).view(n, k, cand_width - 1)
+            token_lp = torch.cat([token_lp, rest_lp], dim=-1)
+        index = torch.tensor(rows, device=self.device)
+        return self._choice_evaluation(self._scores(token_lp)[index], values[index], actions)
+
+    def _generation_evaluation(
+        self, logits: torch.Tensor, values: torch.Tensor, actions: Sequence[np.ndarray]
+    ) -> Evaluation:
+        """Per-token log-probs and mean entropy of replies from the logits at the last prompt
+        position and at every fed reply token (``(n, >= T, V)``; extra columns are ignored)."""
+        reply, reply_mask = self._pad(actions, left=False)
+        log_dist = torch.log_softmax(logits[:, : reply.shape[1]].float() / self.temperature, dim=-1)
         lp = log_dist.gather(-1, reply.unsqueeze(-1)).squeeze(-1)
         token_entropy = -(log_dist.exp() * log_dist).sum(-1)
         valid = reply_mask.bool()
         entropy = (token_entropy * valid).sum(-1) / valid.sum(-1).clamp(min=1)
         return Evaluation(lp * valid, valid, entropy, values)
+
+    def update_bytes_per_turn(
+        self, observations: Sequence[str], actions: Sequence[np.ndarray]
+    ) -> int:
+        """A generous estimate of the memory one turn of the largest kind in this batch holds
+        during the update's forward and backward pass (activations kept for the backward, the
+        attention weights, and the logits at the scored positions), for choosing micro-batches.
+
+        Per layer run and token, a Llama-style block keeps about ``10 d + 5 ffn`` values for
+        its backward (norm inputs, q/k/v, attention output, MLP gate/up/activation), plus
+        ``heads x context`` attention weights. Only the trainable layers count when the update
+        starts from the rollout's states (:attr:`uses_rollout_states`).
+        """
+        config = self.lm.config.get_text_config()
+        total = num_layers(self.lm)
+        layers = total - self.first_trainable_layer if self.uses_rollout_states else total
+        prompts = [len(self.prompt_ids(str(o))) for o in observations]
+        prefix = len(self.shared_prefix)
+        new_tokens = max(prompts) - prefix + max(len(a) for a in actions)
+        if self.action_mode == "choice" and self._candidates is not None:
+            k, width = self._candidates[0].shape
+            new_tokens += k * (width - 1)
+            scored = k * width
+        else:
+            scored = max(len(a) for a in actions)
+        d = int(config.hidden_size)
+        ffn = int(getattr(config, "intermediate_size", 4 * d))
+        heads = int(config.num_attention_heads)
+        context = max(prompts) + max(len(a) for a in actions)
+        per_token_layer = 10 * d + 5 * ffn + heads * context
+        element = torch.finfo(self.lm.dtype).bits // 8
+        logits = scored * int(config.vocab_size) * 4 * 3  # fp32 logits, log-softmax, gradient
+        return int(new_tokens * layers * per_token_layer * element + logits)
 
     # --- what gets saved -----------------------------------------------------------------------
 
@@ -706,7 +999,10 @@ class LLMPolicy(BasePolicy):
         self.invalidate_prefix_cache()
 
     def reference_log_probs(
-        self, observations: Sequence[str], actions: Sequence[np.ndarray]
+        self,
+        observations: Sequence[str],
+        actions: Sequence[np.ndarray],
+        states: Sequence[TurnStates | None] | None = None,
     ) -> torch.Tensor:
         """Log-probs under the reference model: the same weights with the LoRA adapter off."""
         if not self.uses_lora:
@@ -716,6 +1012,6 @@ class LLMPolicy(BasePolicy):
         self._reference_mode = True  # the cached prefix KV was computed with the adapter on
         try:
             with torch.no_grad(), self.lm.disable_adapter():
-                return self.evaluate_actions(observations, actions).token_log_probs
+                return self.evaluate_actions(observations, actions, states).token_log_probs
         finally:
             self._reference_mode = False

@@ -57,6 +57,10 @@ _SAVED_HYPERPARAMETERS = (
 )
 
 
+#: Memory (MB) the update's activations may take on the CPU when ``micro_batch_size=None``.
+UPDATE_MEMORY_BUDGET_MB = 1536
+
+
 def _pad(arrays: list[np.ndarray], width: int, device: torch.device) -> torch.Tensor:
     out = torch.zeros((len(arrays), width), dtype=torch.float32)
     for i, a in enumerate(arrays):
@@ -73,6 +77,10 @@ class PPO(OnPolicyAlgorithm):
         kl_coef: weight of the KL penalty to the reference model (adapter disabled); 0 = off.
         micro_batch_size: turns per forward/backward pass; gradients are accumulated over the
             minibatch (``batch_size``), so memory scales with this, not with ``batch_size``.
+            ``None`` (default): as many turns as fit the update's memory budget
+            (:data:`UPDATE_MEMORY_BUDGET_MB` on the CPU, a quarter of the free memory on a
+            GPU), estimated by :meth:`LLMPolicy.update_bytes_per_turn` for each minibatch. Fewer,
+            larger passes are faster, and the shared prompt prefix is encoded once per pass.
         n_logged_samples: (prompt, reply, reward) examples written to TensorBoard per rollout.
     """
 
@@ -97,7 +105,7 @@ class PPO(OnPolicyAlgorithm):
         max_grad_norm: float = 1.0,
         target_kl: float | None = None,
         kl_coef: float = 0.0,
-        micro_batch_size: int = 8,
+        micro_batch_size: int | None = None,
         n_logged_samples: int = 4,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -134,8 +142,10 @@ class PPO(OnPolicyAlgorithm):
         ):
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}.")
-        if micro_batch_size < 1:
-            raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}.")
+        if micro_batch_size is not None and micro_batch_size < 1:
+            raise ValueError(
+                f"micro_batch_size must be >= 1 (or None: chosen by memory), got {micro_batch_size}."
+            )
         self.batch_size = batch_size
         self.n_epochs = n_epochs
         self.clip_range_value = float(clip_range)
@@ -149,6 +159,8 @@ class PPO(OnPolicyAlgorithm):
         self.first_ratio_error = float("nan")
         #: Share of replies the env could not parse in the last rollout.
         self.invalid_action_rate = float("nan")
+        #: Mean turns per forward/backward pass in the last update (micro_batch_size or auto).
+        self.turns_per_pass = float("nan")
         self._shuffle_rng = np.random.default_rng(seed)
         if _init_setup_model:
             self._setup_model()
@@ -244,6 +256,7 @@ class PPO(OnPolicyAlgorithm):
                 rewards,
                 self._last_episode_starts,  # type: ignore[arg-type]
                 step.values,
+                step.states,
             )
             self._last_obs = new_obs  # type: ignore[assignment]
             self._last_episode_starts = dones
@@ -270,7 +283,16 @@ class PPO(OnPolicyAlgorithm):
         self._update_learning_rate(self.policy.optimizer)
         clip = self.clip_range(self._current_progress_remaining)
         stats: dict[str, list[float]] = {
-            k: [] for k in ("pg", "value", "entropy", "kl_ref", "approx_kl", "clip_fraction")
+            k: []
+            for k in (
+                "pg",
+                "value",
+                "entropy",
+                "kl_ref",
+                "approx_kl",
+                "clip_fraction",
+                "rows_per_pass",
+            )
         }
         continue_training, first, first_error = True, True, 0.0
         epoch = 0
@@ -290,10 +312,13 @@ class PPO(OnPolicyAlgorithm):
                 self.policy.optimizer.zero_grad(set_to_none=True)
                 n = len(batch.observations)
                 batch_kl: list[float] = []
-                for start in range(0, n, self.micro_batch_size):
-                    part = slice(start, start + self.micro_batch_size)
+                rows = self._rows_per_pass(batch.observations, batch.actions)
+                stats["rows_per_pass"].append(float(rows))
+                for start in range(0, n, rows):
+                    part = slice(start, start + rows)
                     observations, actions = batch.observations[part], batch.actions[part]
-                    ev = self.policy.evaluate_actions(observations, actions)
+                    states = batch.states[part] if batch.states is not None else None
+                    ev = self.policy.evaluate_actions(observations, actions, states)
                     mask = ev.mask.float()
                     old = _pad(
                         batch.old_token_log_probs[part], ev.token_log_probs.shape[1], self.device
@@ -310,7 +335,7 @@ class PPO(OnPolicyAlgorithm):
                     entropy_loss = -ev.entropy.mean()
                     loss = pg_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
                     if self.kl_coef > 0:
-                        ref = self.policy.reference_log_probs(observations, actions)
+                        ref = self.policy.reference_log_probs(observations, actions, states)
                         delta = (ref - ev.token_log_probs) * mask
                         kl_ref = ((torch.exp(delta) - delta - 1) * mask).sum() / tokens  # k3
                         loss = loss + self.kl_coef * kl_ref
@@ -359,7 +384,21 @@ class PPO(OnPolicyAlgorithm):
         self.logger.record("train/epochs", epoch + 1)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/clip_range", clip)
+        self.turns_per_pass = float(np.mean(stats["rows_per_pass"]))
+        self.logger.record("train/turns_per_pass", self.turns_per_pass)
         self.logger.record("train/learning_rate", self.policy.optimizer.param_groups[0]["lr"])
+
+    def _rows_per_pass(self, observations: Sequence[str], actions: Sequence[np.ndarray]) -> int:
+        """The micro-batch size: as set, or as many turns as fit the memory budget."""
+        if self.micro_batch_size is not None:
+            return self.micro_batch_size
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            budget = free / 4
+        else:
+            budget = UPDATE_MEMORY_BUDGET_MB * 2**20
+        per_turn = self.policy.update_bytes_per_turn(observations, actions)
+        return max(1, min(len(observations), int(budget // max(per_turn, 1))))
 
     def learn(
         self: SelfPPO,
@@ -400,6 +439,8 @@ class PPO(OnPolicyAlgorithm):
         if lora is not None and not isinstance(lora, dict):
             lora = {k: (sorted(v) if isinstance(v, set) else v) for k, v in lora.to_dict().items()}
         policy_kwargs["lora"] = lora
+        # The effective value, so a later change of the default cannot change a saved agent.
+        policy_kwargs["trainable_layers"] = self.policy.trainable_layers
         return {
             "format": "gym_llm.PPO/1",
             "hyperparameters": {
@@ -470,7 +511,8 @@ class PPO(OnPolicyAlgorithm):
         model = cls(
             LLMPolicy,
             env,
-            policy_kwargs=config["policy_kwargs"],
+            # Agents saved before trainable_layers existed trained every layer.
+            policy_kwargs={"trainable_layers": None, **config["policy_kwargs"]},
             device=device,
             _init_setup_model=False,
             **hyper,

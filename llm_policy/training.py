@@ -61,8 +61,9 @@ class TrainConfig:
     target_kl: float | None = None
     #: Discount factor.
     gamma: float = 0.99
-    #: Turns per forward/backward pass (gradient accumulation up to batch_size).
-    micro_batch_size: int = 16
+    #: Turns per forward/backward pass (gradient accumulation up to batch_size); none: as many
+    #: as fit the update's memory budget.
+    micro_batch_size: int | None = None
     #: Reply length in generate mode (None: the model's registry default).
     max_new_tokens: int | None = None
     #: Sampling temperature of the policy.

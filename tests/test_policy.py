@@ -55,7 +55,7 @@ def test_choice_scores_with_shared_cache_match_full_sequences(kb_model_dir: Path
     """Scoring candidates on the shared prompt KV cache equals scoring each full sequence."""
     policy = _policy(kb_model_dir, action_mode="choice")
     with torch.no_grad():
-        scores, _ = policy._choice_scores(OBS)
+        scores, _, _ = policy._choice_scores(OBS)
         for b, obs in enumerate(OBS):
             prompt = policy.prompt_ids(obs)
             for k, action in enumerate(policy.actions_list):
