@@ -7,7 +7,9 @@ Evaluates the greedy policy before training, at evenly spaced points during trai
 on a separate evaluation env, and writes under ``--out`` (default ``benchmarks/results/``):
 
 * ``learn-<env>-<mode>-<model>.json``: config, device, versions, every curve point (mean, std,
-  standard error, invalid-action rate), the random baseline and the known optimum;
+  standard error, invalid-action rate), the random baseline and the known optimum, and the time
+  to target (env steps and training seconds until the curve first reached ``--target``; by
+  default 90% of the random-to-optimum gap where both are known);
 * ``learn-<env>-<mode>-<model>.png``: the curve with 95% bands, random and optimum as lines.
 
 The run directory (``--run-dir``) keeps the TensorBoard logs and the saved agent.
@@ -24,6 +26,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from gym_llm.curves import gap_target, time_to_target
 from gym_llm.demo import parse_env_kwargs, quiet_progress_bar_warning
 from gym_llm.evaluation import reference_returns
 from gym_llm.training import CurvePoint, TrainConfig, plot_result, run
@@ -63,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--device", default=defaults.device, help="auto, cpu, cuda or mps")
     add("--out", type=Path, default=RESULTS_DIR, help="where the JSON and PNG go")
     add("--run-dir", type=Path, default=None, help="logs + agent (default: runs/<name>)")
+    add(
+        "--target",
+        type=float,
+        default=None,
+        help="return whose first crossing is timed (default: 90%% of the random-to-optimum gap)",
+    )
     add("--no-progress", action="store_true", help="no progress bar (for logs)")
     return parser
 
@@ -97,6 +106,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     data = result.as_dict()
     data["random"] = random
     data["optimum"] = optimum
+    target = args.target
+    if target is None and random is not None and optimum is not None and optimum != random:
+        target = gap_target(random, optimum)
+    reached = (
+        time_to_target([(p.timesteps, p.value, p.wall_s) for p in result.curve], target)
+        if target is not None
+        else None
+    )
+    data["target"] = target
+    data["time_to_target"] = (
+        None if reached is None else {"env_steps": reached.env_steps, "wall_s": reached.wall_s}
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     json_path = args.out / f"{name}.json"
     json_path.write_text(json.dumps(data, indent=2))
@@ -105,6 +126,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         f"\nbefore: {result.before.describe()}\nafter:  {result.after.describe()}\n"
         f"{result.timesteps} env steps in {result.train_wall_s:.0f} s "
         f"({data['env_steps_per_s']:.2f} steps/s) on {result.device}\n"
+        f"time to target {target}: "
+        + (
+            "not reached"
+            if reached is None
+            else f"{reached.env_steps} env steps, {reached.wall_s:.0f} s of training"
+        )
+        + "\n"
         f"wrote {json_path} and {png_path}; logs and agent in {run_dir}"
     )
     return data

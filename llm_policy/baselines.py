@@ -283,6 +283,8 @@ class CurvePoint:
 
     steps: int
     score: Score
+    #: Training wall time so far (evaluation excluded).
+    wall_s: float = 0.0
 
 
 @dataclass
@@ -363,6 +365,8 @@ class _CurveCallback(BaseCallback):
         self.every, self.score, self.per_rollout = every, score, per_rollout
         self.points: list[CurvePoint] = []
         self.eval_s = 0.0
+        #: When training started (set by train_sb3; wall times count from here).
+        self.start = time.perf_counter()
         self._next = every
 
     def _on_step(self) -> bool:
@@ -383,7 +387,8 @@ class _CurveCallback(BaseCallback):
 
     def record(self) -> None:
         start = time.perf_counter()
-        self.points.append(CurvePoint(int(self.num_timesteps), self.score(self.model)))
+        wall = max(0.0, start - self.start - self.eval_s)
+        self.points.append(CurvePoint(int(self.num_timesteps), self.score(self.model), wall))
         self.eval_s += time.perf_counter() - start
 
 
@@ -428,7 +433,7 @@ def _train_sb3(
     callback.init_callback(model)
     callback.record()
     callback.eval_s = 0.0  # training time excludes only the evaluations made while training
-    start = time.perf_counter()
+    start = callback.start = time.perf_counter()
     model.learn(total, callback=callback)
     if callback.points[-1].steps != model.num_timesteps:
         callback.record()

@@ -6,11 +6,14 @@ zero-shot; the LLM trained with gym_llm's PPO in choice and/or generate mode), s
 exactly where the env allows (one greedy query per state, then dynamic programming) and by
 Monte-Carlo with a 95% interval elsewhere, and writes to ``--out``:
 
-* ``results.csv``: one row per run, with its learning curve (JSON ``[[env_steps, return], ...]``);
+* ``results.csv``: one row per run, with its learning curve (JSON
+  ``[[env_steps, return, train_wall_s], ...]``);
   re-running an env replaces its rows, so envs can be run as separate invocations;
 * ``summary.md``: mean ± std over seeds, the optimum, % of the optimum-minus-random gap closed,
-  the probability of reaching the goal, evaluation kind, env steps, wall time and device, with
-  warnings where "% gap closed" flatters an agent that never reaches the goal;
+  the probability of reaching the goal, the time to target (env steps and training wall time
+  until the curve first reaches ``--target``, by default 90% of the gap), evaluation kind, env
+  steps, wall time and device, with warnings where "% gap closed" flatters an agent that never
+  reaches the goal;
 * ``<env>.png``: return against env steps for every agent, random and optimum as lines.
 
 Agent weights are never written there: LLM runs train in a temporary directory unless
@@ -46,6 +49,7 @@ from gym_llm.baselines import (
     train_sb3,
 )
 from gym_llm.cli import parse_value
+from gym_llm.curves import gap_target, time_to_target
 from gym_llm.models import DEFAULT_MODEL, resolve_device
 from gym_llm.training import TrainConfig, device_name
 
@@ -219,8 +223,9 @@ class Row:
     wall_s: float
     device: str
     model: str
-    #: ``[(env_steps, return), ...]``, the last point being the final score.
-    curve: list[tuple[int, float]]
+    #: ``[(env_steps, return, train_wall_s), ...]``, the last point being the final score
+    #: (wall time NaN in rows written before it was recorded).
+    curve: list[tuple[int, float, float]]
 
     @property
     def key(self) -> tuple[str, str, str, int, int]:
@@ -228,7 +233,9 @@ class Row:
 
     def to_csv(self) -> dict[str, str]:
         values = asdict(self)
-        values["curve"] = json.dumps([[int(s), float(v)] for s, v in self.curve])
+        values["curve"] = json.dumps(
+            [[int(s), float(v), None if math.isnan(w) else round(w, 3)] for s, v, w in self.curve]
+        )
         values["success"] = "" if self.success is None else repr(self.success)
         return {k: str(v) for k, v in values.items()}
 
@@ -249,8 +256,12 @@ class Row:
             wall_s=float(record["wall_s"]),
             device=record["device"],
             model=record["model"],
-            curve=[(int(s), float(v)) for s, v in json.loads(record["curve"])],
+            curve=[_curve_point(*point) for point in json.loads(record["curve"])],
         )
+
+
+def _curve_point(steps: int, value: float, wall: float | None = None) -> tuple[int, float, float]:
+    return int(steps), float(value), math.nan if wall is None else float(wall)
 
 
 CPU = device_name(torch.device("cpu"))
@@ -266,7 +277,7 @@ def _row(
     wall: float,
     device: str,
     model: str,
-    curve: list[tuple[int, float]],
+    curve: list[tuple[int, float, float]],
 ) -> Row:
     return Row(
         spec.id,
@@ -294,7 +305,7 @@ def run_random(spec: EnvSpec, seed: int, refs: References) -> Row:
         if refs.random.kind == "exact"
         else random_score(spec.id, spec.kwargs, 1000, seed)
     )
-    return _row(spec, "random", 0, seed, 0, score, 0.0, CPU, "", [(0, score.value)])
+    return _row(spec, "random", 0, seed, 0, score, 0.0, CPU, "", [(0, score.value, 0.0)])
 
 
 def run_classic(
@@ -309,7 +320,7 @@ def run_classic(
         eval_points=args.curve_points,
         eval_episodes=args.eval_episodes,
     )
-    curve = [(p.steps, p.score.value) for p in result.curve]
+    curve = [(p.steps, p.score.value, p.wall_s) for p in result.curve]
     return _row(
         spec,
         algo,
@@ -421,7 +432,7 @@ def run_llm_trained(
     config = llm_config(spec, mode, budget, seed, args)
     with _run_dir(args, f"{spec.slug}-llm-{mode}-seed{seed}") as run_dir:
         result = run(config, run_dir, progress_bar=False)
-        curve = [(p.timesteps, p.value) for p in result.curve]
+        curve = [(p.timesteps, p.value, p.wall_s) for p in result.curve]
         # training.run's "after" point is measured once learn() has returned; tabular envs are
         # scored again only for the goal probability, which run() does not compute.
         if tabular_supported(spec.id, spec.kwargs):
@@ -434,7 +445,7 @@ def run_llm_trained(
         before = _stats_score(result.before)
         rows.append(
             _row(spec, "llm-zero-shot", 0, seed, 0, before, 0.0, result.device, args.model,
-                 [(0, before.value)])
+                 [(0, before.value, 0.0)])
         )  # fmt: skip
     trained = _row(
         spec,
@@ -471,7 +482,7 @@ def run_llm_zero_shot(spec: EnvSpec, seed: int, args: argparse.Namespace) -> Row
     env.close()
     device = device_name(model.device)
     return _row(
-        spec, "llm-zero-shot", 0, seed, 0, score, wall, device, args.model, [(0, score.value)]
+        spec, "llm-zero-shot", 0, seed, 0, score, wall, device, args.model, [(0, score.value, 0.0)]
     )
 
 
@@ -624,18 +635,46 @@ def _fmt(value: float) -> str:
     return f"{value:.3f}" if abs(value) < 100 else f"{value:.1f}"
 
 
-def env_table(label: str, rows: Sequence[Row], refs: Mapping[str, float]) -> list[str]:
-    """The markdown section of one env, warnings included."""
+def _to_target(group: Group, target: float | None) -> str:
+    """Mean env steps and training seconds until the curve first reached ``target``, over the
+    seeds that did, and how many did."""
+    if target is None or group.agent in ("random", "llm-zero-shot"):
+        return "—"
+    reached = [r for r in (time_to_target(row.curve, target) for row in group.rows) if r]
+    if not reached:
+        return f"not reached (0/{len(group.rows)})"
+    steps = sum(r.env_steps for r in reached) / len(reached)
+    walls = [r.wall_s for r in reached if not math.isnan(r.wall_s)]
+    wall = f", {sum(walls) / len(walls):.0f} s" if walls else ""
+    return f"{steps:.0f} steps{wall} ({len(reached)}/{len(group.rows)})"
+
+
+def env_table(
+    label: str, rows: Sequence[Row], refs: Mapping[str, float], target_gap: float = 0.9
+) -> list[str]:
+    """The markdown section of one env, warnings included. The time to target is measured to
+    ``target_gap`` of the random-to-optimum gap (where both are known)."""
     exact = all(r.eval_kind == "exact" for r in rows)
     lines = [f"### {label}", ""]
     ref_text = ", ".join(f"{k} {_fmt(v)}" for k, v in refs.items())
+    target = (
+        gap_target(refs["random"], refs["optimum"], target_gap)
+        if "random" in refs and "optimum" in refs and refs["optimum"] != refs["random"]
+        else None
+    )
+    target_text = (
+        f" Target: {_fmt(target)} ({100 * target_gap:.0f}% of the gap)."
+        if target is not None
+        else ""
+    )
     lines.append(
         f"References ({'exact' if exact else 'random by Monte-Carlo'}): {ref_text or 'none'}."
+        + target_text
     )
     lines += [
         "",
-        "| agent | budget | env steps | seeds | return (mean ± std) | % gap closed | reaches goal | eval | train wall s | device |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| agent | budget | env steps | seeds | return (mean ± std) | % gap closed | reaches goal | to target | eval | train wall s | device |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     warnings: list[str] = []
     for group in _groups(rows):
@@ -662,7 +701,8 @@ def env_table(label: str, rows: Sequence[Row], refs: Mapping[str, float]) -> lis
         lines.append(
             f"| {AGENT_LABELS.get(group.agent, group.agent)} | {group.budget or '—'} | "
             f"{'/'.join(map(str, steps))} | {len(group.rows)} | {_fmt(group.mean)}{spread}{ci} | "
-            f"{'—' if gap is None else f'{gap:.0f}%'} | {success_text} | {kind} | "
+            f"{'—' if gap is None else f'{gap:.0f}%'} | {success_text} | "
+            f"{_to_target(group, target)} | {kind} | "
             f"{sum(r.wall_s for r in group.rows) / len(group.rows):.1f} | "
             f"{', '.join(sorted({r.device for r in group.rows}))} |"
         )
@@ -673,7 +713,11 @@ def env_table(label: str, rows: Sequence[Row], refs: Mapping[str, float]) -> lis
 
 
 def write_summary(
-    path: Path, rows: Sequence[Row], refs: Mapping[tuple[str, str], References], command: str
+    path: Path,
+    rows: Sequence[Row],
+    refs: Mapping[tuple[str, str], References],
+    command: str,
+    target_gap: float = 0.9,
 ) -> None:
     """``summary.md``: one table per env, in the order the envs first appear in ``rows``."""
     envs: dict[tuple[str, str], list[Row]] = {}
@@ -688,13 +732,16 @@ def write_summary(
         "the env's dynamics, one query per state) or Monte-Carlo (95% CI from the worst seed's "
         "standard error). ± is the std over seeds. % gap closed = (return − random) / "
         "(optimum − random). Reaches goal = probability of ending the episode on the env's best "
-        "terminal reward (exact envs only). Wall time is training only (no evaluation); random "
+        "terminal reward (exact envs only). To target = env steps and training seconds until "
+        "the learning curve first reached the target (mean over the seeds that did; how many "
+        "did). Wall time is training only (no evaluation); random "
         "and the zero-shot LLM are exact and deterministic, so they run once.",
         "",
     ]
     for (env_id, kwargs), env_rows in envs.items():
         spec = EnvSpec(env_id, json.loads(kwargs))
-        lines += env_table(spec.label, env_rows, _references(env_rows, refs.get((env_id, kwargs))))
+        env_refs = _references(env_rows, refs.get((env_id, kwargs)))
+        lines += env_table(spec.label, env_rows, env_refs, target_gap)
     path.write_text("\n".join(lines))
 
 
@@ -720,7 +767,7 @@ def plot_env(path: Path, label: str, rows: Sequence[Row], refs: Mapping[str, flo
             continue
         by_step: dict[int, list[float]] = {}
         for row in group.rows:
-            for step, value in row.curve:
+            for step, value, _ in row.curve:
                 by_step.setdefault(step, []).append(value)
         steps = sorted(by_step)
         means = [sum(by_step[s]) / len(by_step[s]) for s in steps]
@@ -753,10 +800,14 @@ def plot_env(path: Path, label: str, rows: Sequence[Row], refs: Mapping[str, flo
 
 
 def write_outputs(
-    out: Path, rows: Sequence[Row], refs: Mapping[tuple[str, str], References], command: str
+    out: Path,
+    rows: Sequence[Row],
+    refs: Mapping[tuple[str, str], References],
+    command: str,
+    target_gap: float = 0.9,
 ) -> None:
     write_rows(out / "results.csv", rows)
-    write_summary(out / "summary.md", rows, refs, command)
+    write_summary(out / "summary.md", rows, refs, command, target_gap)
     envs: dict[tuple[str, str], list[Row]] = {}
     for row in rows:
         envs.setdefault((row.env, row.env_kwargs), []).append(row)
@@ -860,6 +911,13 @@ def build_parser(
         default=None,
         help="keep LLM runs (TensorBoard logs, agents) here; default: a temp dir, deleted",
     )
+    add(
+        "--target-gap",
+        type=float,
+        default=0.9,
+        help="time to target: env steps and seconds until a curve first closes this fraction "
+        "of the random-to-optimum gap",
+    )
     add("--fresh", action="store_true", help="drop earlier rows in results.csv (default: merge)")
     add("--no-progress", action="store_true", help="no progress bar (for logs)")
     parser.set_defaults(results_root=results_root)
@@ -885,6 +943,8 @@ def main(
         parser.error("--budget must be >= 2 and --classic-budget >= 0.")
     if not args.seeds:
         parser.error("--seeds needs at least one seed.")
+    if not 0 < args.target_gap <= 1:
+        parser.error(f"--target-gap must be in (0, 1], got {args.target_gap}.")
     if not specs:
         parser.error("no env to run: --envs suite found none registered; name envs explicitly.")
     out: Path = args.out or Path(args.results_root) / f"compare-{args.name}"
@@ -919,7 +979,8 @@ def main(
         new = execute(job, refs[key], args)
         mine.extend(new)
         row = new[0]
-        write_outputs(out, merged(), refs, command)  # partial results survive an interruption
+        # partial results survive an interruption
+        write_outputs(out, merged(), refs, command, args.target_gap)
         bar.update(1)
         bar.write(
             f"{job.label}: {row.value:+.4f} ({row.eval_kind}) after {row.env_steps} env steps "

@@ -38,6 +38,8 @@ def test_learn_writes_json_and_png(
             "--run-dir",
             str(tmp_path / "run"),
             "--no-progress",
+            "--target",
+            "-1.0",
         ]
     )
     name = result_name(
@@ -50,8 +52,12 @@ def test_learn_writes_json_and_png(
     point = saved["curve"][-1]
     assert point["exact"] is not None and point["monte_carlo"]["episodes"] == 4
     assert (tmp_path / "results" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+    # Every return of Blackjack is >= -1: reached before any training.
+    assert saved["target"] == -1.0
+    assert saved["time_to_target"] == {"env_steps": 0, "wall_s": saved["curve"][0]["wall_s"]}
     out = capsys.readouterr().out
     assert "before:" in out and "after:" in out and "steps/s" in out
+    assert "time to target -1.0: 0 env steps" in out
 
 
 def test_help_lists_every_flag_with_defaults(capsys: pytest.CaptureFixture[str]) -> None:

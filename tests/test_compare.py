@@ -143,10 +143,10 @@ def test_llm_agents_through_training_run(tiny_model_dir: Path, tmp_path: Path) -
     assert sorted(p.suffix for p in out.iterdir()) == [".csv", ".md", ".png"]  # no weights
 
 
-def _row(agent: str, value: float, success: float | None, seed: int = 0) -> Row:
+def _row(agent: str, value: float, success: float | None, seed: int = 0, wall: float = 1.0) -> Row:
     return Row(
-        "CliffWalking-v1", "{}", agent, 128, seed, 128, value, 0.0, "exact", 0, success, 1.0,
-        "CPU", "", [(0, -1000.0), (128, value)],
+        "CliffWalking-v1", "{}", agent, 128, seed, 128, value, 0.0, "exact", 0, success, wall,
+        "CPU", "", [(0, -1000.0, 0.0), (64, -500.0, wall / 2), (128, value, wall)],
     )  # fmt: skip
 
 
@@ -162,6 +162,26 @@ def test_summary_flags_a_gap_closed_without_reaching_the_goal() -> None:
     assert "| SB3 PPO (MlpPolicy) | 128 | 128 | 2 | -100.0 ± 0.000 | 92% | 0.0% ⚠ |" in lines
     assert "closes 92% of the gap but reaches the goal in 0.0% of episodes" in lines
     assert "| SB3 DQN (MlpPolicy) | 128 | 128 | 1 | -13.000 | 100% | 100.0% |" in lines
+
+
+def test_summary_gives_the_time_to_target() -> None:
+    """To target: env steps and training seconds until the curve first closed 90% of the gap
+    (-120 here), averaged over the seeds that got there."""
+    refs = {"random": -1083.0, "optimum": -13.0}
+    rows = [
+        _row("ppo", -100.0, 0.0, wall=10.0),
+        _row("ppo", -13.0, 1.0, seed=1, wall=30.0),
+        _row("dqn", -500.0, 0.0),
+        _row("random", -1083.0, None),
+    ]
+    lines = "\n".join(env_table("CliffWalking-v1", rows, refs))
+    assert "Target: -120.0 (90% of the gap)" in lines
+    assert "| 128 steps, 20 s (2/2) |" in lines
+    assert "| not reached (0/1) |" in lines
+    assert "| -1083.0 | 0% | — | — |" in lines  # random: no curve to time
+    loose = "\n".join(env_table("CliffWalking-v1", rows, refs, target_gap=0.5))
+    assert "Target: -548.0 (50% of the gap)" in loose
+    assert "| 64 steps, 10 s (2/2) |" in loose  # -500 at 64 steps closes half the gap
 
 
 def test_zero_shot_comes_from_the_trained_runs_first_evaluation_off_tabular_envs(
