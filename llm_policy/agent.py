@@ -42,7 +42,7 @@ from gym_llm.policy import LLMPolicy
 from gym_llm.ppo import PPO
 from gym_llm.prompts import Message
 from gym_llm.spaces import TextActions, TextObservations
-from gym_llm.top_layers import TurnStates
+from gym_llm.top_layers import TrainableLayers, TurnStates
 from gym_llm.wrappers.parsing import DiscreteParser, NumericParser, ParseResult
 
 SelfAgent = TypeVar("SelfAgent", bound="Agent")
@@ -207,6 +207,9 @@ class Agent(abc.ABC):
             ``extract_action`` fails.
         lora: LoRA settings (dict or ``peft.LoraConfig``); ``"default"`` = the model's registry
             defaults; ``None`` trains all weights.
+        trainable_layers: decoder layers that train, from the top (``LLMPolicy``'s argument):
+            ``"auto"`` = a quarter of them with LoRA, all without; an int counts them, a float
+            in (0, 1) is a share, ``None`` trains all.
         tensorboard_log: folder for TensorBoard logs (``<folder>/Agent_<n>``); ``None`` = off.
     """
 
@@ -237,6 +240,7 @@ class Agent(abc.ABC):
         invalid_penalty: float = 0.0,
         lora: dict[str, Any] | Any | None = "default",
         tensorboard_log: str | os.PathLike[str] | None = None,
+        trainable_layers: TrainableLayers = "auto",
     ) -> None:
         if generate_config is not None and generate_config_dict is not None:
             raise ValueError("Pass generate_config or generate_config_dict, not both.")
@@ -302,6 +306,7 @@ class Agent(abc.ABC):
             "system_prompt": self._system_prompt or None,
             "temperature": float(generate.get("temperature", 1.0)),
             "lora": {} if isinstance(lora, str) and lora == "default" else lora,
+            "trainable_layers": trainable_layers,
         }
         if "max_new_tokens" in generate:
             policy_kwargs["max_new_tokens"] = int(generate["max_new_tokens"])
@@ -724,6 +729,8 @@ class Agent(abc.ABC):
             "fallback_action": saved["fallback_action"],
             "invalid_penalty": saved["invalid_penalty"],
             "lora": ppo["policy_kwargs"]["lora"],
+            # Agents saved before trainable_layers existed trained every layer.
+            "trainable_layers": ppo["policy_kwargs"].get("trainable_layers"),
         }
         arguments.update(kwargs)
         agent = cls(**arguments)

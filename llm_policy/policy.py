@@ -36,9 +36,11 @@ from gym_llm.prompts import build_conversation, build_messages, render_prompt
 from gym_llm.spaces import TextActions
 from gym_llm.top_layers import (
     TopLayers,
+    TrainableLayers,
     TurnStates,
     num_layers,
     pad_states,
+    resolve_trainable_layers,
     top_layers_supported,
 )
 
@@ -111,6 +113,17 @@ def _sample(log_probs: torch.Tensor) -> torch.Tensor:
     return token.clamp(max=cdf.shape[-1] - 1)
 
 
+def _linear_names(lm: nn.Module) -> list[str]:
+    """The linear layers of a decoder block, by name (what peft's "all-linear" picks there; a
+    list, because peft cannot restrict "all-linear" to some layers)."""
+    from gym_llm.top_layers import decoder_of
+
+    block = decoder_of(lm).layers[0]
+    return sorted(
+        {name.split(".")[-1] for name, m in block.named_modules() if type(m) is nn.Linear}
+    )
+
+
 def _freeze_below(lm: nn.Module, start: int) -> None:
     """Full fine-tuning of the top layers only: everything but layers ``start..`` and the final
     norm is frozen (the embeddings too, which a tied LM head shares)."""
@@ -168,10 +181,12 @@ class LLMPolicy(BasePolicy):
             MKL re-packing them every call; costs one more copy of those weights in memory.
             Log-probs agree with the update's recomputation to float32 rounding. No effect on
             GPUs or on trainable weights.
-        trainable_layers: train only the top ``k`` decoder layers (LoRA on those layers; without
-            LoRA, their weights and the final norm) and the value head; ``None`` trains all.
-            The layers below stay as pretrained, so the update can start where they end
-            (``reuse_rollout_states``).
+        trainable_layers: how many of the top decoder layers train (LoRA on those layers;
+            without LoRA, their weights and the final norm), besides the value head: an ``int``
+            counts layers, a ``float`` in ``(0, 1)`` is a share of them, ``None`` trains all.
+            ``"auto"`` (default): the top quarter with LoRA (8 of SmolLM2-135M's 30), all
+            without. The layers below stay as pretrained, so the update can start where they
+            end (``reuse_rollout_states``), which makes it several times cheaper.
         reuse_rollout_states: with ``trainable_layers``, keep from each rollout the hidden
             states entering the first trainable layer and run only the trainable layers in the
             update (:mod:`gym_llm.top_layers`): the same numbers as recomputing the whole model
@@ -203,7 +218,7 @@ class LLMPolicy(BasePolicy):
         share_prefix: bool = True,
         reserve_kv_cache: bool = True,
         pack_frozen_weights: bool = True,
-        trainable_layers: int | None = None,
+        trainable_layers: TrainableLayers = "auto",
         reuse_rollout_states: bool = True,
         memoize_choice_scores: bool = True,
         device: torch.device | str = "auto",
@@ -270,27 +285,31 @@ class LLMPolicy(BasePolicy):
             if str(device) != "auto":
                 lm = lm.to(device)
         total_layers = num_layers(lm)
-        if trainable_layers is not None and not 1 <= trainable_layers <= total_layers:
-            raise ValueError(
-                f"trainable_layers must be between 1 and the model's {total_layers} layers "
-                f"(or None for all), got {trainable_layers}."
-            )
-        #: Index of the first decoder layer that trains (0: all of them).
-        self.first_trainable_layer = total_layers - (trainable_layers or total_layers)
-        if lora is not None:
-            from peft import LoraConfig, get_peft_model
+        if isinstance(lora, dict):
+            from peft import LoraConfig
 
-            if isinstance(lora, dict):
-                targets = spec.lora_target_modules if spec else "all-linear"
-                lora = LoraConfig(**{**_default_lora(targets), **lora})
+            targets = spec.lora_target_modules if spec else _linear_names(lm)
+            lora = LoraConfig(**{**_default_lora(targets), **lora})
+        own_layers = lora is not None and lora.layers_to_transform is not None
+        if own_layers and trainable_layers == "auto":
+            trainable_layers = None  # the caller chose LoRA's layers; nothing to resolve
+        #: How many top layers train (``None``: all), as resolved from the argument.
+        self.trainable_layers = resolve_trainable_layers(
+            trainable_layers, total_layers, uses_lora=lora is not None
+        )
+        #: Index of the first decoder layer that trains (0: all of them).
+        self.first_trainable_layer = total_layers - (self.trainable_layers or total_layers)
+        if lora is not None:
+            from peft import get_peft_model
+
             if self.first_trainable_layer:
-                lora = copy.copy(lora)  # the caller's config object stays as it was
-                if lora.layers_to_transform is not None:
+                if own_layers:
                     raise ValueError(
                         "Give either trainable_layers or LoRA's layers_to_transform, not both: "
-                        f"got trainable_layers={trainable_layers} and layers_to_transform="
-                        f"{lora.layers_to_transform}."
+                        f"got trainable_layers={trainable_layers!r} and layers_to_transform="
+                        f"{lora.layers_to_transform} (pass trainable_layers=None to keep yours)."
                     )
+                lora = copy.copy(lora)  # the caller's config object stays as it was
                 lora.layers_to_transform = list(range(self.first_trainable_layer, total_layers))
             lm = get_peft_model(lm, lora)
         elif self.first_trainable_layer:
@@ -314,7 +333,6 @@ class LLMPolicy(BasePolicy):
 
         self.stop_ids = self._stop_token_ids()
         self.gradient_checkpointing = gradient_checkpointing
-        self.trainable_layers = trainable_layers
         self.reuse_rollout_states = reuse_rollout_states
         self.memoize_choice_scores = memoize_choice_scores
         #: The trainable layers as a model of their own, where the update can start there.

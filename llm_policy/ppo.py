@@ -25,6 +25,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import is_wrapped
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.utils import FloatSchedule, explained_variance
 from stable_baselines3.common.vec_env import VecEnv
@@ -161,6 +162,8 @@ class PPO(OnPolicyAlgorithm):
         self.invalid_action_rate = float("nan")
         #: Mean turns per forward/backward pass in the last update (micro_batch_size or auto).
         self.turns_per_pass = float("nan")
+        #: Running std of every advantage so far: the scale of normalize_advantage.
+        self.advantage_scale = RunningMeanStd()
         self._shuffle_rng = np.random.default_rng(seed)
         if _init_setup_model:
             self._setup_model()
@@ -296,19 +299,10 @@ class PPO(OnPolicyAlgorithm):
         }
         continue_training, first, first_error = True, True, 0.0
         epoch = 0
-        # Normalised over the whole rollout, not per minibatch (SB3 and CleanRL do the latter):
-        # once a task is nearly solved, a minibatch without failures has advantages that are only
-        # the critic's noise, and dividing by their tiny std makes that noise full-scale; on the
-        # test's KeywordBandit that collapsed solved runs back onto a wrong answer. TRL's PPO
-        # whitens over the whole batch too.
-        all_advantages = self.rollout_buffer.advantages
-        normalize = self.normalize_advantage and all_advantages.size > 1
-        adv_mean, adv_std = float(all_advantages.mean()), float(all_advantages.std())
+        centre, scale = self._advantage_normalisation()
         for epoch in range(self.n_epochs):
             for batch in self.rollout_buffer.minibatches(self.batch_size, self._shuffle_rng):
-                advantages = batch.advantages
-                if normalize:
-                    advantages = (advantages - adv_mean) / (adv_std + 1e-8)
+                advantages = (batch.advantages - centre) / scale
                 self.policy.optimizer.zero_grad(set_to_none=True)
                 n = len(batch.observations)
                 batch_kl: list[float] = []
@@ -387,6 +381,21 @@ class PPO(OnPolicyAlgorithm):
         self.turns_per_pass = float(np.mean(stats["rows_per_pass"]))
         self.logger.record("train/turns_per_pass", self.turns_per_pass)
         self.logger.record("train/learning_rate", self.policy.optimizer.param_groups[0]["lr"])
+
+    def _advantage_normalisation(self) -> tuple[float, float]:
+        """``(centre, scale)`` for this rollout's advantages: ``(0, 1)`` when not normalising.
+
+        Centred on the rollout's mean and scaled by the std of every advantage seen so far in
+        the run, not of this minibatch (SB3, CleanRL) or rollout (TRL): once a task is solved,
+        every reward of a rollout can be the same and its advantages are only the critic's
+        noise; dividing by *their* tiny std made that noise full-scale and collapsed solved runs
+        back onto a wrong answer (KeywordBandit; seeds measured in benchmarks/RESULTS.md).
+        """
+        advantages = self.rollout_buffer.advantages
+        if not self.normalize_advantage or advantages.size <= 1:
+            return 0.0, 1.0
+        self.advantage_scale.update(advantages.reshape(-1).astype(np.float64))
+        return float(advantages.mean()), float(np.sqrt(self.advantage_scale.var)) + 1e-8
 
     def _rows_per_pass(self, observations: Sequence[str], actions: Sequence[np.ndarray]) -> int:
         """The micro-batch size: as set, or as many turns as fit the memory budget."""
@@ -477,6 +486,14 @@ class PPO(OnPolicyAlgorithm):
                 {
                     "trainable": self.policy.trainable_state_dict(),
                     "optimizer": self.policy.optimizer.state_dict(),
+                    "advantage_scale": torch.tensor(
+                        [
+                            float(self.advantage_scale.mean),
+                            float(self.advantage_scale.var),
+                            float(self.advantage_scale.count),
+                        ],
+                        dtype=torch.float64,
+                    ),
                 },
                 tmp / "policy.pt",
             )
@@ -546,5 +563,10 @@ class PPO(OnPolicyAlgorithm):
         state = torch.load(directory / "policy.pt", map_location=self.device, weights_only=True)
         self.policy.load_trainable_state_dict(state["trainable"])
         self.policy.optimizer.load_state_dict(state["optimizer"])
+        if "advantage_scale" in state:  # agents saved before it existed start a fresh one
+            mean, var, count = state["advantage_scale"].tolist()
+            self.advantage_scale.mean = np.asarray(mean, dtype=np.float64)
+            self.advantage_scale.var = np.asarray(var, dtype=np.float64)
+            self.advantage_scale.count = count
         self.num_timesteps = int(config["num_timesteps"])
         self._n_updates = int(config["n_updates"])

@@ -24,6 +24,7 @@ from gym_llm.evaluation import EvalStats, evaluate
 from gym_llm.exact import exact_evaluation_supported, exact_policy_value
 from gym_llm.models import DEFAULT_MODEL, resolve_device
 from gym_llm.ppo import PPO
+from gym_llm.top_layers import parse_trainable_layers
 from gym_llm.vec_env import TextVecEnv, make_text_env
 
 
@@ -53,6 +54,10 @@ class TrainConfig:
     learning_rate: float = 1e-4
     #: LoRA rank; 0 fine-tunes all weights.
     lora_r: int = 16
+    #: Decoder layers that train, from the top: "auto" (a quarter with LoRA, all without),
+    #: "all", a count ("8") or a share ("0.25"). The update starts from the hidden states the
+    #: rollout computed below them, so fewer layers make it cheaper.
+    trainable_layers: str = "auto"
     #: Entropy bonus coefficient.
     ent_coef: float = 0.0
     #: Coefficient of the KL penalty to the base model (adapter disabled).
@@ -97,6 +102,7 @@ class TrainConfig:
             raise ValueError("eval_points, eval_episodes and lora_r must be >= 0.")
         if self.sft_demos is not None and self.sft_epochs <= 0:
             raise ValueError(f"sft_epochs must be > 0, got {self.sft_epochs}.")
+        parse_trainable_layers(self.trainable_layers)  # a bad value fails here, not mid-run
         if self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}.")
         if self.eval_episodes == 0 and not exact_evaluation_supported(self.env, self.env_kwargs):
@@ -111,6 +117,7 @@ class TrainConfig:
             "lora": {"r": self.lora_r, "lora_alpha": 2 * self.lora_r} if self.lora_r else None,
             "action_mode": self.mode,
             "temperature": self.temperature,
+            "trainable_layers": parse_trainable_layers(self.trainable_layers),
         }
         if self.max_new_tokens is not None:
             kwargs["max_new_tokens"] = self.max_new_tokens

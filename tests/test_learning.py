@@ -14,10 +14,11 @@ seeds 2 and 3: 0.67 for 10,000 steps). A pretrained model brings these priors it
 **Robust to the machine, not to one lucky random stream.** Float rounding differs between
 CPUs (AVX2 vs AVX-512) and thread counts, so the same seed follows another trajectory on another
 machine: a test that passes for one seed passes by luck. Every setting here was checked over
-seeds 0-9 (model initialisation, envs and sampling all seeded; the table is in
-benchmarks/RESULTS.md, "Learning tests: seed sweep"): all ten reached 0.9 by half the steps
-given here, and none ended or dipped below 0.66. ``test_learning_sweep`` re-runs those seeds
-(``make test-slow``).
+seeds 0-19 (model initialisation, envs and sampling all seeded; ``python -m
+benchmarks.learning_sweep``, table in benchmarks/RESULTS.md): all forty runs reached 0.9 by half
+the steps given here and ended at 1.0; one generate run dipped to 0.66 for one evaluation on the
+way, so the end is checked against 0.6 (far above chance), not 0.9. ``test_learning_sweep``
+re-runs seeds 0-9 (``make test-slow``).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ WORDS = ["apple", "banana", "cherry"]
 #: Env steps, learning rate, entropy bonus and evaluation points per mode (see the sweep).
 SETTINGS = {
     "choice": {"steps": 2000, "lr": 5e-4, "ent_coef": 0.0, "points": 4},
-    "generate": {"steps": 4000, "lr": 5e-4, "ent_coef": 0.05, "points": 4},
+    "generate": {"steps": 6000, "lr": 5e-4, "ent_coef": 0.05, "points": 4},
 }
 
 

@@ -98,6 +98,66 @@ def test_save_load_gives_identical_predictions(model_dir: Path, mode: str, tmp_p
     assert resumed.num_timesteps == model.num_timesteps + 16
 
 
+def test_agents_saved_before_trainable_layers_existed_still_load(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """Those agents had LoRA on every layer and no advantage scale: without the key they load as
+    all layers (not the new "auto" default, whose LoRA weights they would not match)."""
+    import json
+
+    model = _ppo(model_dir, policy_kwargs={"trainable_layers": None})
+    model.learn(16)
+    model.save(tmp_path / "agent")
+    config_file = tmp_path / "agent" / "config.json"
+    config = json.loads(config_file.read_text())
+    assert config["policy_kwargs"]["trainable_layers"] is None
+    del config["policy_kwargs"]["trainable_layers"]
+    config_file.write_text(json.dumps(config))
+    state = torch.load(tmp_path / "agent" / "policy.pt", weights_only=True)
+    del state["advantage_scale"]
+    torch.save(state, tmp_path / "agent" / "policy.pt")
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    assert loaded.policy.trainable_layers is None and loaded.policy.top is None
+    obs = [f"Options: {', '.join(WORDS)}. Target: {w}." for w in WORDS]
+    with torch.no_grad():
+        np.testing.assert_allclose(
+            model.policy.predict_values(obs).numpy(),
+            loaded.policy.predict_values(obs).numpy(),
+            atol=1e-6,
+        )
+    assert loaded.advantage_scale.count < 1  # a fresh scale
+
+
+def test_a_rollout_without_signal_is_not_amplified(model_dir: Path) -> None:
+    """Advantages are scaled by the run's running std: after a rollout with real signal, a
+    solved rollout whose advantages are only critic noise stays small (per-rollout or
+    per-minibatch normalisation would blow it up to unit scale)."""
+    model = _ppo(model_dir)
+    rng = np.random.default_rng(0)
+    buffer = model.rollout_buffer
+    buffer.advantages = rng.normal(0.0, 1.0, buffer.advantages.shape).astype(np.float32)
+    centre, scale = model._advantage_normalisation()
+    assert scale == pytest.approx(1.0, abs=0.3)
+    noise = rng.normal(0.0, 1e-3, buffer.advantages.shape).astype(np.float32)
+    buffer.advantages = noise
+    centre, scale = model._advantage_normalisation()
+    normalised = (noise - centre) / scale
+    assert np.abs(normalised).max() < 0.02
+    assert np.abs((noise - noise.mean()) / noise.std()).max() > 1  # what a per-rollout std does
+    model.normalize_advantage = False
+    assert model._advantage_normalisation() == (0.0, 1.0)
+
+
+def test_save_load_keeps_the_advantage_scale(model_dir: Path, tmp_path: Path) -> None:
+    model = _ppo(model_dir)
+    model.learn(32)
+    model.save(tmp_path / "agent")
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    assert loaded.policy.trainable_layers == model.policy.trainable_layers == 1  # "auto"
+    assert loaded.advantage_scale.count == pytest.approx(model.advantage_scale.count)
+    assert float(loaded.advantage_scale.var) == pytest.approx(float(model.advantage_scale.var))
+
+
 def test_failed_save_keeps_previous_checkpoint(
     model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

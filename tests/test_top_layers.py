@@ -14,7 +14,12 @@ import torch
 
 from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.testing import make_tiny_model, make_tiny_tokenizer, save_tiny_model
-from gym_llm.top_layers import TopLayers, pad_states, top_layers_supported
+from gym_llm.top_layers import (
+    TopLayers,
+    pad_states,
+    resolve_trainable_layers,
+    top_layers_supported,
+)
 
 WORDS = ["apple", "banana", "cherry", "grape"]
 OBS = [f"Options: apple, banana, cherry, grape. Target: {w}." for w in WORDS]
@@ -93,12 +98,52 @@ def test_trainable_layers_choose_what_trains(deep_model_dir: Path) -> None:
     assert any(".layers.2." in n for n in trained) and any(".layers.3." in n for n in trained)
     assert not any(".layers.0." in n or ".layers.1." in n or "embed" in n for n in trained)
     assert "lm.model.norm.weight" in trained
-    everything = _policy(deep_model_dir, lora=None)
-    assert everything.top is None and all(p.requires_grad for p in everything.parameters())
-    with pytest.raises(ValueError, match="between 1 and the model's 4 layers"):
+    everything = _policy(deep_model_dir, lora=None)  # "auto" without LoRA: all layers
+    assert everything.trainable_layers is None and everything.top is None
+    assert all(p.requires_grad for p in everything.parameters())
+    auto = _policy(deep_model_dir, lora={"r": 2})  # "auto" with LoRA: the top quarter
+    assert auto.trainable_layers == 1 and auto.first_trainable_layer == 3
+    assert auto.top is not None and auto.uses_rollout_states
+    assert _policy(deep_model_dir, lora={"r": 2}, trainable_layers=0.5).trainable_layers == 2
+    assert _policy(deep_model_dir, lora={"r": 2}, trainable_layers="all").top is None
+    own = _policy(deep_model_dir, lora={"r": 2, "layers_to_transform": [0]})
+    assert own.trainable_layers is None  # the caller's LoRA layers win over "auto"
+    assert any(".layers.0." in n for n, p in own.named_parameters() if p.requires_grad)
+    with pytest.raises(ValueError, match="between 1 and the model's 4"):
         _policy(deep_model_dir, trainable_layers=5)
     with pytest.raises(ValueError, match="layers_to_transform"):
         _policy(deep_model_dir, lora={"r": 2, "layers_to_transform": [3]}, trainable_layers=1)
+
+
+@pytest.mark.parametrize(
+    ("value", "lora", "expected"),
+    [
+        ("auto", True, 8),
+        ("auto", False, None),
+        (None, True, None),
+        ("all", True, None),
+        (30, True, None),
+        (4, False, 4),
+        (0.1, True, 3),
+        (0.01, True, 1),
+    ],
+)
+def test_resolve_trainable_layers(value: object, lora: bool, expected: int | None) -> None:
+    assert resolve_trainable_layers(value, 30, uses_lora=lora) == expected
+
+
+@pytest.mark.parametrize("value", [0, 31, 1.0, 1.5, -0.5, "half", True])
+def test_resolve_trainable_layers_rejects(value: object) -> None:
+    with pytest.raises(ValueError, match="trainable_layers must be"):
+        resolve_trainable_layers(value, 30, uses_lora=True)
+
+
+def test_docstring_examples() -> None:
+    import doctest
+
+    import gym_llm.top_layers
+
+    assert doctest.testmod(gym_llm.top_layers).failed == 0
 
 
 def _twins(model_dir: Path, **kwargs) -> tuple[LLMPolicy, LLMPolicy]:
