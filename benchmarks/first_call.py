@@ -1,6 +1,6 @@
 """What a user's ``learn()`` costs: a fresh process, the first call cold, settings as given.
 
-    python benchmarks/first_call.py --mode choice --n-epochs 1 --steps 256 --json out.json
+    python -m benchmarks.first_call --mode choice --n-epochs 1 --steps 256 --json out.json
 
 ``benchmarks/throughput.py`` measures a warm, interleaved steady state; this one measures the call
 a user makes. In one fresh process it builds ``PPO`` with PPO's and LLMPolicy's own defaults
@@ -40,7 +40,7 @@ from gym_llm.training import device_name, versions
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python benchmarks/first_call.py",
+        prog="python -m benchmarks.first_call",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

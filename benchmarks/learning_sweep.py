@@ -1,0 +1,119 @@
+"""Seed sweep of the learning tests: are they robust, and by how much?
+
+    python -m benchmarks.learning_sweep --seeds 0-9 --json benchmarks/results/learning-sweep.json
+
+A learning test that passes for one seed passes by luck: another machine's float rounding
+follows another trajectory. This runs the tests' own training function
+(``tests.test_learning.train_keyword_bandit``, the same settings and checks) for every mode and
+seed, one process per run (``--jobs`` at a time, one torch thread each), and reports each
+curve, whether it passes, and the margins that matter: the worst seed's best success (the test
+needs >= 0.9), its final success (>= 0.6) and the latest curve point at which a seed first
+reached 0.9.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+
+def _seeds(text: str) -> list[int]:
+    if "-" in text:
+        low, high = text.split("-", 1)
+        return list(range(int(low), int(high) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.learning_sweep",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--seeds", type=_seeds, default=list(range(10)), help="e.g. 0-9 or 0,3,7")
+    add("--modes", nargs="+", default=["choice", "generate"], choices=["choice", "generate"])
+    add("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
+    add("--json", type=Path, default=None, help="write the results here")
+    return parser
+
+
+def one_run(mode: str, seed: int) -> dict[str, Any]:
+    import torch
+
+    from tests.test_learning import SETTINGS, _check, train_keyword_bandit
+
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        before, curve = train_keyword_bandit(Path(tmp), mode, seed)
+    try:
+        _check(before, curve)
+        passed = True
+    except AssertionError:
+        passed = False
+    steps = int(SETTINGS[mode]["steps"])
+    points = [steps * (i + 1) // len(curve) for i in range(len(curve))]
+    reached = next((p for p, v in zip(points, curve, strict=True) if v >= 0.9), None)
+    return {
+        "mode": mode,
+        "seed": seed,
+        "before": before,
+        "steps": points,
+        "curve": curve,
+        "first_at_0_9": reached,
+        "passed": passed,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for mode in sorted({r["mode"] for r in runs}):
+        mine = [r for r in runs if r["mode"] == mode]
+        late = [r["first_at_0_9"] for r in mine]
+        out[mode] = {
+            "runs": len(mine),
+            "passed": sum(r["passed"] for r in mine),
+            "worst_best": min(max(r["curve"]) for r in mine),
+            "worst_final": min(r["curve"][-1] for r in mine),
+            "worst_after_reaching": min(
+                min(r["curve"][r["curve"].index(max(r["curve"])) :]) for r in mine
+            ),
+            "latest_first_at_0_9": None if None in late else max(late),
+        }
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    jobs = [(mode, seed) for mode in args.modes for seed in args.seeds]
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        runs = list(pool.map(one_run, *zip(*jobs, strict=True)))
+    for run in runs:
+        curve = " ".join(f"{v:.2f}" for v in run["curve"])
+        print(
+            f"{run['mode']:<8} seed {run['seed']}: before {run['before']:.2f} | {curve} | "
+            f"0.9 first at {run['first_at_0_9']} | {'pass' if run['passed'] else 'FAIL'} "
+            f"({run['seconds']:.0f} s)"
+        )
+    summary = summarize(runs)
+    for mode, figures in summary.items():
+        print(f"{mode}: {figures}")
+    result = {"runs": runs, "summary": summary}
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.json}")
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
