@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -48,8 +48,10 @@ ActionMode = Literal["choice", "generate"]
 
 #: Shorter shared prefixes are not worth a separate pass.
 _MIN_SHARED_PREFIX = 8
-#: Distinct observations whose choice scores a rollout remembers (see _remembered_choice_scores).
+#: Distinct observations whose choice scores a rollout remembers (see _remembered_choice_scores),
+#: and the most memory their stored states may take (the rollout buffer shares those tensors).
 _MEMO_LIMIT = 4096
+_MEMO_MAX_BYTES = 512 * 2**20
 Normalization = Literal["sum", "mean"]
 
 
@@ -67,6 +69,21 @@ class PolicyStep:
     values: torch.Tensor
     #: Per env, the first trainable layer's inputs the update reuses (``None``: it recomputes).
     states: list[TurnStates] | None = None
+
+
+@dataclass
+class UpdateWork:
+    """What the update's passes computed (only passes with gradients), for FLOP counts.
+
+    ``token_layers`` are real token positions times the decoder layers they went through
+    (padding excluded; the shared prefix once per pass; one row per distinct observation in
+    choice mode when the update starts from stored states), ``head_rows`` the positions the LM
+    head scored, ``tokens`` the positions that reached a trainable layer (weight gradients).
+    """
+
+    token_layers: int = 0
+    head_rows: int = 0
+    tokens: int = 0
 
 
 @dataclass
@@ -344,7 +361,9 @@ class LLMPolicy(BasePolicy):
         self._prefix_states: torch.Tensor | None = None
         #: Choice mode: observation -> (action logits, value, states) under the current weights.
         self._memo: dict[str, tuple[torch.Tensor, torch.Tensor, TurnStates | None]] = {}
-        self._memo_version = -1
+        self._memo_version: tuple[int, float, str] | None = None
+        self._memo_bytes = 0
+        self._states_wanted = True
         self._prompt_cache: dict[str, list[int]] = {}
         #: Token ids every prompt starts with, encoded once and shared (see _prefix_cache).
         self.share_prefix = share_prefix
@@ -356,6 +375,8 @@ class LLMPolicy(BasePolicy):
         self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
         self._candidates = self._tokenize_candidates() if self.action_mode == "choice" else None
         self._reference_mode = False
+        #: Running count of what the update computed (benchmarks read and reset it).
+        self.update_work = UpdateWork()
         params = [p for p in self.parameters() if p.requires_grad]
         self.optimizer = self.optimizer_class(params, lr=lr_schedule(1), **self.optimizer_kwargs)  # type: ignore[call-arg]
         self.optimizer.register_step_post_hook(lambda *_: self.invalidate_prefix_cache())
@@ -536,10 +557,19 @@ class LLMPolicy(BasePolicy):
 
     # --- model passes --------------------------------------------------------------------------
 
+    def _collects_states(self) -> bool:
+        """Whether model calls now keep states for the update: rollouts (no gradients) of a
+        policy whose update starts from them, outside evaluation."""
+        return self.uses_rollout_states and self._states_wanted and not torch.is_grad_enabled()
+
+    def _forget_scores(self) -> None:
+        self._memo.clear()
+        self._memo_bytes = 0
+
     def _capturing(self) -> contextlib.AbstractContextManager[list[torch.Tensor]]:
-        """Collects the first trainable layer's inputs of the model calls inside (rollouts with
-        ``reuse_rollout_states``); elsewhere a no-op yielding an empty list."""
-        if self.top is None or not self.reuse_rollout_states or torch.is_grad_enabled():
+        """Collects the first trainable layer's inputs of the model calls inside (see
+        :meth:`_collects_states`); elsewhere a no-op yielding an empty list."""
+        if self.top is None or not self._collects_states():
             return contextlib.nullcontext([])
         return self.top.capture()
 
@@ -579,7 +609,7 @@ class LLMPolicy(BasePolicy):
         assert self._candidates is not None
         if self.training and self.gradient_checkpointing:
             return (*self._choice_scores_uncached(observations), None)
-        cand_ids, cand_mask = self._candidates
+        cand_ids = self._candidates[0]
         logits, values, cache, mask, states = self._prompt_pass(observations)
         n, k, width = mask.shape[0], cand_ids.shape[0], cand_ids.shape[1]
         first = torch.log_softmax(logits.float(), dim=-1)  # (n, V) next-token dist
@@ -587,30 +617,42 @@ class LLMPolicy(BasePolicy):
         token_lp = first[:, cand_ids[:, 0]].unsqueeze(-1)  # (n, K, 1)
         if width > 1:
             cache.batch_repeat_interleave(k)
-            lengths = mask.sum(-1)  # real prompt lengths
-            follow_ids = cand_ids[:, :-1].repeat(n, 1)  # feed all but the last token
-            follow_mask = cand_mask[:, :-1].repeat(n, 1)
-            full_mask = torch.cat([mask.repeat_interleave(k, 0), follow_mask], dim=-1)
-            positions = lengths.repeat_interleave(k).unsqueeze(-1) + torch.arange(
-                width - 1, device=self.device
-            )
+            full_mask, positions = self._follow_layout(mask)
             with self._capturing() as captured:
                 out = self.lm(
-                    input_ids=follow_ids,
+                    input_ids=cand_ids[:, :-1].repeat(n, 1),  # all but each candidate's last
                     attention_mask=full_mask,
                     position_ids=positions,
                     past_key_values=cache,
                     use_cache=True,
                 )
-            rest = torch.log_softmax(out.logits.float(), dim=-1)  # (n*K, width-1, V)
-            targets = cand_ids[:, 1:].repeat(n, 1).unsqueeze(-1)
-            rest_lp = rest.gather(-1, targets).squeeze(-1).view(n, k, width - 1)
-            token_lp = torch.cat([token_lp, rest_lp], dim=-1)
+            token_lp = torch.cat([token_lp, self._follow_log_probs(out.logits, n)], dim=-1)
             if states is not None and captured:
                 follow = captured[0].view(n, k, width - 1, -1)
                 for i, turn in enumerate(states):
                     turn.action = follow[i]
         return self._scores(token_lp), values, states
+
+    def _follow_layout(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attention mask and positions for feeding every candidate's tokens but its last after
+        each of ``n`` prompts (``mask``: the prompts' full mask), in ``n * K`` rows."""
+        assert self._candidates is not None
+        cand_mask = self._candidates[1]
+        n, k, width = mask.shape[0], cand_mask.shape[0], cand_mask.shape[1]
+        full = torch.cat([mask.repeat_interleave(k, 0), cand_mask[:, :-1].repeat(n, 1)], dim=-1)
+        positions = mask.sum(-1).repeat_interleave(k).unsqueeze(-1) + torch.arange(
+            width - 1, device=mask.device
+        )
+        return full, positions
+
+    def _follow_log_probs(self, logits: torch.Tensor, n: int) -> torch.Tensor:
+        """``(n, K, W-1)`` log-probs of candidate tokens 2..W from the follow pass's logits."""
+        assert self._candidates is not None
+        cand_ids = self._candidates[0]
+        k, width = cand_ids.shape
+        log_dist = torch.log_softmax(logits.float(), dim=-1)  # (n*K, W-1, V)
+        targets = cand_ids[:, 1:].repeat(n, 1).unsqueeze(-1)
+        return log_dist.gather(-1, targets).squeeze(-1).view(n, k, width - 1)
 
     def _scores(self, token_lp: torch.Tensor) -> torch.Tensor:
         """``(n, K, width)`` candidate token log-probs -> ``(n, K)`` action logits."""
@@ -746,9 +788,20 @@ class LLMPolicy(BasePolicy):
             states=states,
         )
 
-    def _weights_version(self) -> int:
-        """Changes whenever a trainable weight is modified in place (optimizer steps, loads)."""
-        return sum(p._version for p in self.parameters() if p.requires_grad)
+    def _scores_version(self) -> tuple[int, float, str]:
+        """Changes whenever the choice scores could: a trainable weight modified in place
+        (optimizer steps, loads), or the temperature or normalisation set anew."""
+        weights = sum(p._version for p in self.parameters() if p.requires_grad)
+        return weights, self.temperature, self.choice_normalization
+
+    @contextlib.contextmanager
+    def _without_states(self) -> Iterator[None]:
+        """Calls inside keep no states (evaluation: nothing will be trained on them)."""
+        wanted, self._states_wanted = self._states_wanted, False
+        try:
+            yield
+        finally:
+            self._states_wanted = wanted
 
     def _remembered_choice_scores(
         self, observations: Sequence[str]
@@ -762,17 +815,27 @@ class LLMPolicy(BasePolicy):
         """
         if not self.memoize_choice_scores or torch.is_grad_enabled() or self._reference_mode:
             return self._choice_scores(observations)
-        version = self._weights_version()
+        version = self._scores_version()
         keys = [str(o) for o in observations]
-        todo = list(dict.fromkeys(k for k in keys if k not in self._memo))
+        need_states = self._collects_states()
+        todo = list(
+            dict.fromkeys(
+                k for k in keys if k not in self._memo or (need_states and self._memo[k][2] is None)
+            )
+        )
         if version != self._memo_version or len(self._memo) + len(todo) > _MEMO_LIMIT:
-            self._memo.clear()
+            self._forget_scores()
             self._memo_version = version
             todo = list(dict.fromkeys(keys))
         if todo:
             logits, values, states = self._choice_scores(todo)
+            added = sum(t.nbytes for t in states) if states else 0
+            if self._memo_bytes + added > _MEMO_MAX_BYTES:
+                self._forget_scores()  # keep this batch's entries only
+                self._memo_version = version
             for i, key in enumerate(todo):
                 self._memo[key] = (logits[i], values[i], states[i] if states else None)
+            self._memo_bytes += added
         rows = [self._memo[k] for k in keys]
         remembered = [r[2] for r in rows]
         turn_states = [s for s in remembered if s is not None]
@@ -803,14 +866,14 @@ class LLMPolicy(BasePolicy):
             else [str(o) for o in np.asarray(observation, dtype=object).ravel()]
         )
         self.set_training_mode(False)
-        with torch.inference_mode():
+        with torch.inference_mode(), self._without_states():
             step = self.act(batch, deterministic=deterministic)
         replies = np.array(step.replies, dtype=object)
         return (replies[0] if single else replies), state
 
     def predict_values(self, observations: Sequence[str]) -> torch.Tensor:
         """Critic values ``(n,)`` (no candidates, no generation: just the prompt pass)."""
-        with self.rollout_kernels():
+        with self.rollout_kernels(), self._without_states():
             return self._prompt_pass(observations)[1]
 
     def evaluate_actions(
@@ -825,7 +888,12 @@ class LLMPolicy(BasePolicy):
         trainable layer (:mod:`gym_llm.top_layers`); without them the whole model runs. Both give
         the same numbers to float rounding.
         """
-        if self.uses_rollout_states and states is not None and all(s is not None for s in states):
+        from_states = (
+            self.uses_rollout_states and states is not None and all(s is not None for s in states)
+        )
+        if torch.is_grad_enabled():
+            self._count_work(observations, actions, from_states)
+        if from_states:
             return self._evaluate_from_states(observations, actions, list(states))  # type: ignore[arg-type]
         if self.action_mode == "choice":
             logits, values, _ = self._choice_scores(observations)
@@ -846,6 +914,30 @@ class LLMPolicy(BasePolicy):
         )
         values = self.value_head(out.hidden_states[-1][:, prompt_width - 1].float()).squeeze(-1)
         return self._generation_evaluation(out.logits[:, :-1], values, actions)
+
+    def _count_work(
+        self, observations: Sequence[str], actions: Sequence[np.ndarray], from_states: bool
+    ) -> None:
+        keys = [str(o) for o in observations]
+        prompts = [self.prompt_ids(k) for k in keys]
+        size = self._split_prefix(prompts)
+        total = num_layers(self.lm)
+        layers = total - self.first_trainable_layer if from_states else total
+        if self.action_mode == "choice":
+            assert self._candidates is not None
+            rows = list(dict.fromkeys(keys)) if from_states else keys
+            lengths = {k: len(p) for k, p in zip(keys, prompts, strict=True)}
+            k, width = self._candidates[0].shape
+            follow = k * (width - 1)
+            tokens = sum(lengths[key] - size + follow for key in rows)
+            head = len(rows) * (1 + follow)
+        else:
+            tokens = sum(len(p) - size + len(a) for p, a in zip(prompts, actions, strict=True))
+            head = sum(len(a) for a in actions)
+        tokens += size  # the shared prefix, once per pass
+        self.update_work.token_layers += tokens * layers
+        self.update_work.head_rows += head
+        self.update_work.tokens += tokens
 
     def _choice_evaluation(
         self, logits: torch.Tensor, values: torch.Tensor, actions: Sequence[np.ndarray]
@@ -926,7 +1018,7 @@ class LLMPolicy(BasePolicy):
         if not choice:
             return self._generation_evaluation(top.logits(final[:, width - 1 :]), values, actions)
         assert self._candidates is not None
-        cand_ids, cand_mask = self._candidates
+        cand_ids = self._candidates[0]
         first = torch.log_softmax(top.logits(final[:, width - 1]).float(), dim=-1)
         token_lp = first[:, cand_ids[:, 0]].unsqueeze(-1)
         if multi_token:
@@ -934,17 +1026,9 @@ class LLMPolicy(BasePolicy):
             cache.batch_repeat_interleave(k)
             follow = torch.stack([t.action for t in states])  # type: ignore[misc]
             follow = follow.reshape(n * k, cand_width - 1, d).clone()
-            full_mask = torch.cat(
-                [mask.repeat_interleave(k, 0), cand_mask[:, :-1].repeat(n, 1)], dim=-1
-            )
-            follow_positions = mask.sum(-1).repeat_interleave(k).unsqueeze(-1) + torch.arange(
-                cand_width - 1, device=self.device
-            )
+            full_mask, follow_positions = self._follow_layout(mask)
             out = top(follow, full_mask, follow_positions, cache)
-            rest = torch.log_softmax(top.logits(out).float(), dim=-1)
-            targets = cand_ids[:, 1:].repeat(n, 1).unsqueeze(-1)
-            rest_lp = rest.gather(-1, targets).squeeze(-1).view(n, k, cand_width - 1)
-            token_lp = torch.cat([token_lp, rest_lp], dim=-1)
+            token_lp = torch.cat([token_lp, self._follow_log_probs(top.logits(out), n)], dim=-1)
         index = torch.tensor(rows, device=self.device)
         return self._choice_evaluation(self._scores(token_lp)[index], values[index], actions)
 

@@ -270,6 +270,31 @@ def test_choice_rollouts_score_each_observation_once_per_weights(
     assert once > 0 and len(calls) == before + 2 * once  # switched off: scored every time
 
 
+def test_the_memo_follows_evaluation_temperature_and_its_memory_budget(
+    deep_model_dir: Path, one_torch_thread: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gym_llm.policy
+
+    policy = _policy(deep_model_dir, lora={"r": 2}, trainable_layers=2)
+    policy.predict(OBS[0], deterministic=True)  # evaluation: no states kept
+    assert policy._memo[OBS[0]][2] is None
+    with torch.inference_mode():
+        step = policy.act([OBS[0]])  # a rollout needs them: scored again, with states
+    assert step.states is not None and policy._memo[OBS[0]][2] is step.states[0]
+    with torch.no_grad():
+        before, _, _ = policy._remembered_choice_scores(OBS[:1])
+        policy.temperature = 2.0
+        after, _, _ = policy._remembered_choice_scores(OBS[:1])
+    torch.testing.assert_close(after, before / 2)  # not the memo's temperature-1 scores
+    one_entry = step.states[0].nbytes
+    monkeypatch.setattr(gym_llm.policy, "_MEMO_MAX_BYTES", int(2.5 * one_entry))
+    with torch.inference_mode():
+        for observation in OBS:
+            policy.act([observation])
+            assert policy._memo_bytes <= 2.5 * one_entry
+    assert len(policy._memo) < len(OBS)
+
+
 @pytest.mark.parametrize("mode", ["choice", "generate"])
 def test_ppo_trains_only_the_top_layers_from_states(
     deep_model_dir: Path, one_torch_thread: None, mode: str
