@@ -31,25 +31,18 @@ from typing import Any
 
 import torch
 
+from benchmarks.cli_args import add_model_and_env, new_parser
 from benchmarks.throughput import NaiveLoop, _lifetime_rss_mb, _RolloutTimer, _sync
 from gym_llm import PPO, make_text_env
 from gym_llm.demo import parse_env_kwargs, quiet_progress_bar_warning
-from gym_llm.models import DEFAULT_MODEL, resolve_device
+from gym_llm.models import resolve_device
 from gym_llm.training import device_name, versions
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.first_call",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = new_parser("python -m benchmarks.first_call", __doc__)
     add = parser.add_argument
-    add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
-    add("--env", default="Blackjack-v1", help="Gymnasium env id")
-    add("--env-kwargs", nargs="*", default=["sab=False"], metavar="KEY=VALUE", help="env kwargs")
-    add("--mode", choices=["choice", "generate"], default="choice", help="action mode")
-    add("--n-envs", type=int, default=8, help="parallel envs")
+    add_model_and_env(add)
     add("--n-steps", type=int, default=32, help="PPO n_steps (steps per env per rollout)")
     add("--batch-size", type=int, default=64, help="PPO minibatch size")
     add("--n-epochs", type=int, default=None, help="PPO epochs (default: PPO's)")

@@ -23,6 +23,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cli_args import new_parser
+
 
 def _seeds(text: str) -> list[int]:
     if "-" in text:
@@ -32,11 +34,7 @@ def _seeds(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.learning_sweep",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = new_parser("python -m benchmarks.learning_sweep", __doc__)
     add = parser.add_argument
     add("--seeds", type=_seeds, default=list(range(10)), help="e.g. 0-9 or 0,3,7")
     add("--modes", nargs="+", default=["choice", "generate"], choices=["choice", "generate"])

@@ -1,6 +1,6 @@
 """How far rollout log-probs are from the update's recomputation, with each rollout kernel on/off.
 
-    python benchmarks/logprob_gap.py --model smollm2-135m --env Blackjack-v1 --mode generate
+    python -m benchmarks.logprob_gap --model smollm2-135m --env Blackjack-v1 --mode generate
 
 PPO's first importance ratio is ``exp(update log-prob - rollout log-prob)``; invariant 1 wants it
 at 1. Rollouts and the update run different code (KV caches, batch shapes, packed weights), so
@@ -25,25 +25,18 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.cli_args import add_model_and_env, new_parser
 from gym_llm import make_text_env
 from gym_llm.demo import parse_env_kwargs
-from gym_llm.models import DEFAULT_MODEL, resolve_device
+from gym_llm.models import resolve_device
 from gym_llm.policy import LLMPolicy
 from gym_llm.training import device_name
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python benchmarks/logprob_gap.py",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = new_parser("python -m benchmarks.logprob_gap", __doc__)
     add = parser.add_argument
-    add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
-    add("--env", default="Blackjack-v1", help="Gymnasium env id")
-    add("--env-kwargs", nargs="*", default=["sab=False"], metavar="KEY=VALUE", help="env kwargs")
-    add("--mode", choices=["choice", "generate"], default="generate", help="action mode")
-    add("--n-envs", type=int, default=8, help="observations per rollout batch")
+    add_model_and_env(add, mode="generate", n_envs_help="observations per rollout batch")
     add("--batches", type=int, default=3, help="rollout batches (vector steps) measured")
     add("--max-new-tokens", type=int, default=32, help="reply budget (generate mode)")
     add("--lora-b-std", type=float, default=0.02, help="std of the random LoRA B weights")

@@ -1,6 +1,6 @@
 """Throughput benchmark: gym_llm's rollouts and updates against the naive LLM-agent loop.
 
-    python benchmarks/throughput.py --model smollm2-135m --env Blackjack-v1 --n-envs 8 \\
+    python -m benchmarks.throughput --model smollm2-135m --env Blackjack-v1 --n-envs 8 \\
         --steps 256 --mode choice --json out.json
 
 Measured in one run, on the same weights (one PPO agent; the naive loop drives its model):
@@ -26,9 +26,14 @@ with each compared speed-up switched off). Every figure is the median over round
 ``rounds`` to show the spread.
 
 **Switches** (``--compare``): ``prefix`` (the shared prompt-prefix KV cache, rollouts and update),
-``reserve`` (generate mode: the pre-allocated decode KV cache instead of ``torch.cat`` per token)
-and ``packed`` (CPU: frozen weights packed once for oneDNN instead of MKL re-packing them every
-call) are measured off in their own blocks of every round, on the same weights.
+``reserve`` (generate mode: the pre-allocated decode KV cache instead of ``torch.cat`` per token),
+``packed`` (CPU: frozen weights packed once for oneDNN instead of MKL re-packing them every
+call), ``reuse`` (the update starts at the first trainable layer from the rollout's states
+instead of running the whole model), ``memo`` (choice mode: each distinct observation scored
+once per weights version) and ``micro`` (micro-batches chosen by memory instead of 8 turns) are
+measured off in their own blocks of every round, on the same weights. ``--trainable-layers``
+sets how many layers train (``auto``, ``all``, a count); it changes the weights, so compare it
+across runs (or with ``benchmarks/first_call.py``).
 
 The JSON has the keys above plus ``speedup_vs_naive``, ``device``, ``model``, ``mode``, ``n_envs``,
 the settings, per-round figures and the switch comparisons; a short table is printed.
@@ -53,34 +58,33 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from tqdm.auto import tqdm
 
+from benchmarks.cli_args import add_model_and_env, new_parser
 from gym_llm import PPO, make_text_env
 from gym_llm.demo import parse_env_kwargs, quiet_progress_bar_warning
-from gym_llm.models import DEFAULT_MODEL, resolve_device
-from gym_llm.policy import LLMPolicy
+from gym_llm.models import resolve_device
+from gym_llm.policy import LLMPolicy, UpdateWork
 from gym_llm.prompts import render_prompt, system_text
+from gym_llm.top_layers import decoder_of, parse_trainable_layers
 from gym_llm.training import device_name
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 
 #: LlamaGym's default generation settings (its README's ``generate_config_dict``).
 NAIVE_MAX_NEW_TOKENS = 32
 #: Switches the benchmark can turn off, per mode.
-SWITCHES = {"choice": ("prefix", "packed"), "generate": ("prefix", "reserve", "packed")}
+SWITCHES = {
+    "choice": ("prefix", "packed", "reuse", "memo", "micro"),
+    "generate": ("prefix", "reserve", "packed", "reuse", "micro"),
+}
+#: The micro-batch size of the "micro" switch: PPO's default before it was chosen by memory.
+FIXED_MICRO_BATCH = 8
 #: Dense bf16 tensor-core peak (TFLOP/s) by GPU name, for MFU; ``--peak-tflops`` overrides.
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python benchmarks/throughput.py",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    parser = new_parser("python -m benchmarks.throughput", __doc__)
     add = parser.add_argument
-    add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
-    add("--env", default="Blackjack-v1", help="Gymnasium env id")
-    add("--env-kwargs", nargs="*", default=["sab=False"], metavar="KEY=VALUE", help="env kwargs")
-    add("--mode", choices=["choice", "generate"], default="choice", help="action mode")
-    add("--n-envs", type=int, default=8, help="parallel envs in gym_llm's rollouts")
+    add_model_and_env(add, n_envs_help="parallel envs in gym_llm's rollouts")
     add("--steps", type=int, default=256, help="gym_llm env steps per contender, all rounds")
     add("--naive-steps", type=int, default=16, help="naive-loop env steps, all rounds (it is slow)")
     add("--repeats", type=int, default=3, help="interleaved rounds; figures are their medians")
@@ -100,9 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--compare",
         nargs="*",
         default=None,
-        choices=["prefix", "reserve", "packed"],
+        choices=["prefix", "reserve", "packed", "reuse", "memo", "micro"],
         help="speed-ups to also measure switched off (default: all that apply to the mode; "
         "give the flag alone for none)",
+    )
+    add(
+        "--trainable-layers",
+        default="auto",
+        help="top layers that train: auto, all, a count (8) or a share (0.25)",
     )
     add("--device", default="auto", help="auto, cpu, cuda or mps")
     add("--dtype", default=None, help="weights dtype, e.g. bf16 (default: bf16 on GPU, fp32 CPU)")
@@ -193,6 +202,7 @@ def _make_ppo(args: argparse.Namespace, n_steps: int) -> PPO:
         "model": args.model,
         "lora": {"r": 16},
         "action_mode": args.mode,
+        "trainable_layers": parse_trainable_layers(args.trainable_layers),
         "dtype": args.dtype,
         "max_new_tokens": args.max_new_tokens,
     }
@@ -210,10 +220,19 @@ def _make_ppo(args: argparse.Namespace, n_steps: int) -> PPO:
 
 
 @contextlib.contextmanager
-def switched_off(policy: LLMPolicy, switch: str | None) -> Iterator[None]:
+def switched_off(model: PPO, switch: str | None) -> Iterator[None]:
     """Run a block with one speed-up off, on the same weights; restore it afterwards."""
+    policy: LLMPolicy = model.policy
     if switch is None:
         yield
+        return
+    if switch == "micro":
+        saved_micro = model.micro_batch_size
+        model.micro_batch_size = FIXED_MICRO_BATCH
+        try:
+            yield
+        finally:
+            model.micro_batch_size = saved_micro
         return
     if switch == "prefix":
         saved = policy.shared_prefix
@@ -224,58 +243,48 @@ def switched_off(policy: LLMPolicy, switch: str | None) -> Iterator[None]:
         finally:
             policy.shared_prefix = saved
             policy.invalidate_prefix_cache()
-    elif switch in ("reserve", "packed"):
-        flag = {"reserve": "reserve_kv_cache", "packed": "pack_frozen_weights"}[switch]
+    elif switch in ("reserve", "packed", "reuse", "memo"):
+        flag = {
+            "reserve": "reserve_kv_cache",
+            "packed": "pack_frozen_weights",
+            "reuse": "reuse_rollout_states",
+            "memo": "memoize_choice_scores",
+        }[switch]
         setattr(policy, flag, False)
         try:
             yield
         finally:
             setattr(policy, flag, True)
     else:
-        raise ValueError(f"unknown switch {switch!r}; known: prefix, reserve, packed")
+        raise ValueError(
+            f"unknown switch {switch!r}; known: {sorted(set(SWITCHES['generate']) | {'memo'})}"
+        )
 
 
-def update_flops(policy: LLMPolicy, computed_tokens: int) -> float:
-    """FLOPs of an update that ran ``computed_tokens`` tokens through the model.
+def update_flops(policy: LLMPolicy, work: UpdateWork) -> float:
+    """FLOPs of the update passes counted in ``work`` (:class:`gym_llm.policy.UpdateWork`).
 
-    Per token, a forward costs ``2 N`` (``N`` = parameters in matrix multiplies: everything but
-    the input embedding, LoRA included), the backward ``2 N`` for activation gradients through
-    every layer plus ``2 N_trainable`` for weight gradients of the trainable ones (LoRA and value
-    head; all of them without LoRA). So ``(4 N + 2 N_trainable)`` per token: ``6 N`` for full
-    fine-tuning, close to ``4 N`` with LoRA. Attention score FLOPs (``~ 4 L d T`` per token) are
-    left out, so the figure is a slight underestimate.
+    Forward: ``2 (token_layers P_layer + head_rows P_head)``, with ``P_layer`` the matrix
+    parameters of one decoder layer (LoRA included, averaged over layers) and ``P_head`` those of
+    the LM head; the backward costs as much again for activation gradients, plus ``2
+    N_trainable`` per token that reached a trainable layer for weight gradients. Only work really
+    done counts: the layers the update ran (the trainable ones when it starts from the rollout's
+    states), real tokens (no padding), one row per distinct observation where rows are shared.
+    Attention-score FLOPs are left out, so the figure is a slight underestimate.
     """
-    lm = policy.lm
-    embedding = lm.get_input_embeddings().weight
-    tied = lm.get_output_embeddings().weight is embedding
-    total = sum(p.numel() for p in policy.parameters())
-    matmul = total - (0 if tied else embedding.numel())  # tied: the weight is the LM head too
-    trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    return float(computed_tokens) * float(4 * matmul + 2 * trainable)
-
-
-def _computed_update_tokens(
-    model: PPO, prompt_lengths: list[int], action_lengths: list[int]
-) -> int:
-    """Tokens the update really ran: prompt suffixes and actions per sample, plus the shared
-    prefix once per micro-batch (choice mode: candidate tokens after the first, per candidate)."""
-    policy: LLMPolicy = model.policy
-    prefix = len(policy.shared_prefix)
-    per_sample = [p - prefix for p in prompt_lengths]
-    if policy.action_mode == "choice":
-        assert policy._candidates is not None
-        k, width = policy._candidates[0].shape
-        actions = k * (width - 1) * len(prompt_lengths)
-    else:
-        actions = sum(action_lengths)
-    micro_batches = math.ceil(len(prompt_lengths) / model.turns_per_pass) * model.n_epochs
-    return int(model.n_epochs * (sum(per_sample) + actions) + micro_batches * prefix)
+    layers = decoder_of(policy.lm).layers
+    per_layer = float(sum(p.numel() for p in layers.parameters() if p.dim() == 2)) / len(layers)
+    head = int(policy.lm.get_output_embeddings().weight.numel())
+    trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad and p.dim() == 2)
+    forward = 2.0 * (work.token_layers * per_layer + work.head_rows * head)
+    return 2.0 * forward + 2.0 * trainable * work.tokens
 
 
 def learn_block(model: PPO, peak: PeakMemory | None = None) -> dict[str, float]:
     """One ``learn()`` of ``n_steps x n_envs`` env steps: rollout and update timed apart."""
     timer = _RolloutTimer()
     steps = model.n_steps * model.n_envs
+    model.policy.update_work = UpdateWork()
     with peak.watch() if peak is not None else contextlib.nullcontext():
         _sync()
         start = time.perf_counter()
@@ -288,11 +297,10 @@ def learn_block(model: PPO, peak: PeakMemory | None = None) -> dict[str, float]:
     action_lengths = [len(a) for a in buffer.action_tokens.ravel()]
     prompt_tokens, action_tokens = sum(prompt_lengths), sum(action_lengths)
     update_s = max(total - timer.rollout_s, 1e-9)
-    computed = _computed_update_tokens(model, prompt_lengths, action_lengths)
     return {
         "rollout_env_steps_per_s": steps / timer.rollout_s,
         "update_tokens_per_s": model.n_epochs * (prompt_tokens + action_tokens) / update_s,
-        "update_flops_per_s": update_flops(policy, computed) / update_s,
+        "update_flops_per_s": update_flops(policy, policy.update_work) / update_s,
         "learn_env_steps_per_s": steps / total,
         "rollout_s": timer.rollout_s,
         "update_s": update_s,
@@ -388,7 +396,6 @@ def run_rounds(
     n_steps = max(1, args.steps // (args.n_envs * args.repeats))
     naive_per_round = max(1, math.ceil(args.naive_steps / args.repeats))
     model = _make_ppo(args, n_steps)
-    policy: LLMPolicy = model.policy
     naive = NaiveLoop(model, args)
     # Warm-up, not measured: first calls allocate (KV caches, packed weights, the optimizer's
     # state, autograd's buffers), which made round 1's update ~1.5x slower than later rounds.
@@ -413,7 +420,7 @@ def run_rounds(
             elif name == "naive":
                 blocks[name].append(naive.run(naive_per_round))
             else:
-                with switched_off(policy, name):
+                with switched_off(model, name):
                     blocks[name].append(learn_block(model))
             bar.update()
         if on_round is not None:
@@ -516,7 +523,14 @@ def summarize(
 
 
 def _print_table(args: argparse.Namespace, result: dict[str, Any]) -> None:
-    labels = {"prefix": "prefix cache", "reserve": "reserved KV cache", "packed": "packed weights"}
+    labels = {
+        "prefix": "prefix cache",
+        "reserve": "reserved KV cache",
+        "packed": "packed weights",
+        "reuse": "update from rollout states",
+        "memo": "choice-score memo",
+        "micro": "micro-batch by memory",
+    }
     rows: list[tuple[str, Any]] = [
         ("rollout env-steps/s (gym_llm)", result["rollout_env_steps_per_s"]),
         ("naive loop env-steps/s (LlamaGym-style)", result["naive_env_steps_per_s"]),

@@ -77,10 +77,14 @@ def test_throughput_writes_the_promised_keys(
     )
     assert len(data["speedup_vs_naive_per_round"]) == 2
     assert data["shared_prefix_tokens"] > 0
-    switches = {"choice": {"prefix", "packed"}, "generate": {"prefix", "reserve", "packed"}}
+    switches = {
+        "choice": {"prefix", "packed", "reuse", "memo", "micro"},
+        "generate": {"prefix", "reserve", "packed", "reuse", "micro"},
+    }
     assert set(data["switched_off"]) == switches[mode]
     assert data["switched_off"]["prefix"]["shared_prefix_tokens"] == 0  # really switched off
     assert data["packed_weight_mb"] > 0 and data["switched_off"]["packed"]["packed_weight_mb"] == 0
+    assert data["update_tflops_per_s"] > 0
     assert data["mean_reply_tokens"] > 0 and 0 < data["naive_mean_reply_tokens"] <= 3
     assert "rollout speed-up vs naive" in capsys.readouterr().out
     if mode == "generate":
@@ -102,31 +106,22 @@ def test_help_shows_repeats_with_its_default() -> None:
     assert "--repeats" in text and "(default: 3)" in text
 
 
-def test_update_flops_counts_lora_backward_once() -> None:
-    """4 N per token for forward + activation gradients, plus 2 N_trainable for weight grads."""
-    import torch
+def test_update_flops_counts_the_work_done() -> None:
+    """2 x forward (forward + activation gradients) + 2 N_trainable per trained token."""
     from torch import nn
 
-    class Fake(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.embed = nn.Embedding(10, 4)  # 40, tied: counts as the LM head
-            self.frozen = nn.Linear(4, 4, bias=False)  # 16
-            self.frozen.weight.requires_grad_(False)
-            self.lora = nn.Linear(4, 1, bias=False)  # 4, trainable
-
-        def get_input_embeddings(self) -> nn.Module:
-            return self.embed
-
-        def get_output_embeddings(self) -> nn.Module:
-            return self.embed
+    from gym_llm.policy import UpdateWork
+    from gym_llm.testing import make_tiny_model
 
     class FakePolicy(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.lm = Fake()
-            self.lm.embed.weight.requires_grad_(False)
+            self.lm = make_tiny_model(100, hidden_size=32, layers=2)
+            for param in self.lm.parameters():
+                param.requires_grad_(False)
+            self.lm.model.layers[1].self_attn.q_proj.weight.requires_grad_(True)  # 32 x 32
 
-    flops = update_flops(FakePolicy(), computed_tokens=3)
-    assert flops == 3 * (4 * 60 + 2 * 4)
-    assert torch.is_grad_enabled()
+    per_layer = 4 * 32 * 32 + 3 * 32 * 64  # q, k, v, o + gate, up, down
+    work = UpdateWork(token_layers=10, head_rows=3, tokens=5)
+    forward = 2 * (10 * per_layer + 3 * 100 * 32)
+    assert update_flops(FakePolicy(), work) == 2 * forward + 2 * 1024 * 5

@@ -1,0 +1,29 @@
+"""The flags every benchmark script shares, defined once."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from gym_llm.models import DEFAULT_MODEL
+
+
+def new_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """A parser whose description is the module docstring's first paragraph, defaults shown."""
+    return argparse.ArgumentParser(
+        prog=prog,
+        description=doc.split("\n\n")[0] if doc else None,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+
+
+def add_model_and_env(
+    add: Callable[..., Any], *, mode: str = "choice", n_envs_help: str = "parallel envs"
+) -> None:
+    """``--model --env --env-kwargs --mode --n-envs`` (Blackjack, SmolLM2-135M, 8 envs)."""
+    add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
+    add("--env", default="Blackjack-v1", help="Gymnasium env id")
+    add("--env-kwargs", nargs="*", default=["sab=False"], metavar="KEY=VALUE", help="env kwargs")
+    add("--mode", choices=["choice", "generate"], default=mode, help="action mode")
+    add("--n-envs", type=int, default=8, help=n_envs_help)
