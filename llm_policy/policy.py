@@ -46,6 +46,18 @@ from gym_llm.top_layers import (
 
 ActionMode = Literal["choice", "generate"]
 
+#: LoraConfig fields a saved agent records when they differ from peft's defaults.
+_LORA_FIELDS = (
+    "layers_to_transform",
+    "layers_pattern",
+    "rank_pattern",
+    "alpha_pattern",
+    "modules_to_save",
+    "use_rslora",
+    "use_dora",
+    "init_lora_weights",
+    "fan_in_fan_out",
+)
 #: Shorter shared prefixes are not worth a separate pass.
 _MIN_SHARED_PREFIX = 8
 #: Distinct observations whose choice scores a rollout remembers (see _remembered_choice_scores),
@@ -130,6 +142,22 @@ def _sample(log_probs: torch.Tensor) -> torch.Tensor:
     return token.clamp(max=cdf.shape[-1] - 1)
 
 
+def _lora_dict(config: Any) -> dict[str, Any]:
+    """A ``peft.LoraConfig`` as the dict that rebuilds it (sets as sorted lists), JSON-able."""
+    from peft import LoraConfig
+
+    defaults = LoraConfig().to_dict()
+    out: dict[str, Any] = {}
+    for key, value in config.to_dict().items():
+        if isinstance(value, set):
+            value = sorted(value)
+        if key in ("r", "lora_alpha", "lora_dropout", "target_modules", "bias", "task_type") or (
+            value != defaults.get(key) and key in _LORA_FIELDS
+        ):
+            out[key] = value
+    return out
+
+
 def _linear_names(lm: nn.Module) -> list[str]:
     """The linear layers of a decoder block, by name (what peft's "all-linear" picks there; a
     list, because peft cannot restrict "all-linear" to some layers)."""
@@ -179,7 +207,10 @@ class LLMPolicy(BasePolicy):
             ``{"role", "content"}`` user/assistant turns, rendered after the system message by
             the model's chat template (:func:`gym_llm.prompts.build_conversation`); a plain
             string is still one user turn.
-        lora: LoRA settings (dict or ``peft.LoraConfig``); ``None`` fine-tunes all weights.
+        lora: LoRA settings: ``"default"`` (the model's registry settings: r=16, alpha 32, the
+            attention and MLP projections), a dict of ``peft.LoraConfig`` fields overriding
+            them, or a ``LoraConfig``; ``None`` fine-tunes all weights (full fine-tuning: a
+            several times slower update and optimizer state for every weight).
         action_mode: ``"choice"`` (default when actions are listed) or ``"generate"``.
         max_new_tokens: reply budget in generate mode (default: the registry's, else 24).
         temperature: sampling temperature (generate: over tokens; choice: over action scores).
@@ -224,7 +255,7 @@ class LLMPolicy(BasePolicy):
         model: str | Any = "smollm2-135m",
         tokenizer: Any = None,
         conversation: bool = False,
-        lora: dict[str, Any] | Any | None = None,
+        lora: dict[str, Any] | Any | None = "default",
         action_mode: ActionMode | None = None,
         max_new_tokens: int | None = None,
         temperature: float = 1.0,
@@ -302,11 +333,21 @@ class LLMPolicy(BasePolicy):
             if str(device) != "auto":
                 lm = lm.to(device)
         total_layers = num_layers(lm)
+        if isinstance(lora, str):
+            if lora != "default":
+                raise ValueError(
+                    f"lora must be 'default', a dict of LoraConfig fields, a LoraConfig or None "
+                    f"(full fine-tuning); got {lora!r}."
+                )
+            lora = {}
         if isinstance(lora, dict):
             from peft import LoraConfig
 
             targets = spec.lora_target_modules if spec else _linear_names(lm)
             lora = LoraConfig(**{**_default_lora(targets), **lora})
+        #: The LoRA settings in effect, as a JSON-able dict (``None``: full fine-tuning), before
+        #: ``trainable_layers`` restricts them to some layers; what ``PPO.save`` records.
+        self.lora_settings: dict[str, Any] | None = _lora_dict(lora) if lora is not None else None
         own_layers = lora is not None and lora.layers_to_transform is not None
         if own_layers and trainable_layers == "auto":
             trainable_layers = None  # the caller chose LoRA's layers; nothing to resolve
@@ -498,8 +539,12 @@ class LLMPolicy(BasePolicy):
         return [(layer.keys, layer.values) for layer in out.past_key_values.layers]
 
     def invalidate_prefix_cache(self) -> None:
-        """Forget the cached prefix KV: call after changing the weights outside ``PPO.train``."""
+        """Forget what was computed with the current weights (the prefix KV cache, remembered
+        choice scores): call after changing the weights outside ``PPO.train``. Parameter version
+        counters cannot be relied on for this: Hugging Face's Trainer (SFT) updates weights in
+        place without bumping them (measured)."""
         self._prefix_kv = None
+        self._forget_scores()
 
     def set_training_mode(self, mode: bool) -> None:
         if mode:
@@ -811,7 +856,9 @@ class LLMPolicy(BasePolicy):
         Envs revisit observations all the time (Blackjack has 280 states, KeywordBandit 4 per
         option set), and under the same weights a prompt's scores and value are the same numbers,
         so a rollout scores each distinct observation once and samples every turn afresh from
-        them. The memory is forgotten as soon as a trainable weight changes.
+        them. The memory is forgotten by :meth:`invalidate_prefix_cache` (every optimizer step,
+        ``set_training_mode(True)``, weight loads, SFT) and whenever a trainable weight's version
+        counter, the temperature or the normalisation changes.
         """
         if not self.memoize_choice_scores or torch.is_grad_enabled() or self._reference_mode:
             return self._choice_scores(observations)

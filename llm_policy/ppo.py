@@ -444,10 +444,9 @@ class PPO(OnPolicyAlgorithm):
                     "the agent with model=DIR."
                 )
             policy_kwargs["model"] = self.policy.model_name
-        lora = self.policy_kwargs.get("lora")
-        if lora is not None and not isinstance(lora, dict):
-            lora = {k: (sorted(v) if isinstance(v, set) else v) for k, v in lora.to_dict().items()}
-        policy_kwargs["lora"] = lora
+        # The settings in effect (the default LoRA included), so a later change of a default
+        # cannot change what a saved agent rebuilds.
+        policy_kwargs["lora"] = self.policy.lora_settings
         # The effective value, so a later change of the default cannot change a saved agent.
         policy_kwargs["trainable_layers"] = self.policy.trainable_layers
         return {

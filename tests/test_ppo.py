@@ -148,6 +148,30 @@ def test_a_rollout_without_signal_is_not_amplified(model_dir: Path) -> None:
     assert model._advantage_normalisation() == (0.0, 1.0)
 
 
+def test_the_default_policy_is_lora_on_the_top_layers_and_saves_as_such(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """PPO(LLMPolicy, env) with only a model: LoRA (the registry's settings, r=16) on the top
+    quarter of the layers, recorded with its effective settings so a load rebuilds the same."""
+    import json
+
+    env = make_text_env("gym_llm/KeywordBandit-v0", n_envs=2, seed=0)
+    model = PPO(LLMPolicy, env, n_steps=2, batch_size=4, policy_kwargs={"model": str(model_dir)})
+    policy = model.policy
+    assert policy.uses_lora and policy.trainable_layers == 1 and policy.uses_rollout_states
+    assert policy.lora_settings is not None and policy.lora_settings["r"] == 16
+    model.learn(4)
+    model.save(tmp_path / "agent")
+    saved = json.loads((tmp_path / "agent" / "config.json").read_text())["policy_kwargs"]
+    assert saved["lora"]["r"] == 16 and saved["trainable_layers"] == 1
+    assert "layers_to_transform" not in saved["lora"]  # trainable_layers says that
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    names = {n for n, p in policy.named_parameters() if p.requires_grad}
+    assert names == {n for n, p in loaded.policy.named_parameters() if p.requires_grad}
+    with pytest.raises(ValueError, match="lora must be 'default'"):
+        _ppo(model_dir, policy_kwargs={"lora": "r16"})
+
+
 def test_save_load_keeps_the_advantage_scale(model_dir: Path, tmp_path: Path) -> None:
     model = _ppo(model_dir)
     model.learn(32)

@@ -270,6 +270,24 @@ def test_choice_rollouts_score_each_observation_once_per_weights(
     assert once > 0 and len(calls) == before + 2 * once  # switched off: scored every time
 
 
+def test_the_memo_is_forgotten_when_weights_change_behind_its_back(
+    deep_model_dir: Path, one_torch_thread: None
+) -> None:
+    """Hugging Face's Trainer (SFT) changes weights in place without bumping their version
+    counters; invalidate_prefix_cache, which SFT calls, must drop the remembered scores."""
+    policy = _policy(deep_model_dir, lora={"r": 2}, trainable_layers=2)
+    with torch.no_grad():
+        before, _, _ = policy._remembered_choice_scores(OBS[:1])
+        head = policy.lm.get_output_embeddings().weight
+        head.data.mul_(2.0)  # in place, no version bump (as the Trainer's optimizer does)
+        assert policy._remembered_choice_scores(OBS[:1])[0].equal(before)  # stale, as expected
+        policy.invalidate_prefix_cache()
+        after, _, _ = policy._remembered_choice_scores(OBS[:1])
+        fresh, _, _ = policy._choice_scores(OBS[:1])
+    assert not after.equal(before)
+    torch.testing.assert_close(after, fresh)
+
+
 def test_the_memo_follows_evaluation_temperature_and_its_memory_budget(
     deep_model_dir: Path, one_torch_thread: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
