@@ -15,8 +15,9 @@ except for the settings given here, then runs:
 Each ``learn()`` is split into rollout and update time. The naive loop's rate is the mean over
 its two blocks, which bracket the warm call, so a drift of the machine's speed biases the ratio
 less. ``--policy KEY=VALUE`` and ``--ppo KEY=VALUE`` set any other argument (e.g. ``--policy
-trainable_layers=None`` to measure a speed-up switched off). The JSON has every figure; a table is
-printed. Peak RSS is the whole process's high-water mark (model load included).
+trainable_layers=all`` or ``--policy lora=None`` for what those users get). The JSON has every
+figure; a table is printed. Peak RSS is the whole process's high-water mark (model load
+included); on a GPU also the peak CUDA memory (``--device cuda``).
 """
 
 from __future__ import annotations
@@ -148,6 +149,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "first_call_vs_naive": first["env_steps_per_s"] / naive_rate,
         "warm_call_vs_naive": warm["env_steps_per_s"] / naive_rate,
         "peak_rss_mb": _lifetime_rss_mb(),
+        "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2**20
+        if torch.cuda.is_available()
+        else None,
         "versions": versions(),
     }
 

@@ -53,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--n-epochs", type=int, default=defaults.n_epochs, help="PPO epochs per rollout")
     add("--learning-rate", type=float, default=defaults.learning_rate, help="Adam step size")
     add("--lora-r", type=int, default=defaults.lora_r, help="LoRA rank; 0 = full fine-tuning")
+    add(
+        "--trainable-layers",
+        default=defaults.trainable_layers,
+        help="top layers that train: auto, all, a count (8) or a share (0.25)",
+    )
     add("--ent-coef", type=float, default=defaults.ent_coef, help="entropy bonus")
     add("--kl-coef", type=float, default=defaults.kl_coef, help="KL penalty to the base model")
     add("--target-kl", type=float, default=None, help="stop an update's epochs above this KL")
