@@ -195,7 +195,7 @@ def train(args: argparse.Namespace) -> None:
         f"Training {config.model} (LoRA r={config.lora_r}) with PPO on {config.env} "
         f"{env_kwargs} for {config.timesteps} env steps ({config.n_envs} envs, choice mode).\n"
         "The first run converts the embedded model once (~20 s). On a 2-core CPU the whole demo "
-        "takes under 10 minutes.\n"
+        "takes about 2 minutes.\n"
     )
     if random is not None and optimum is not None:
         print(f"Reference points (exact): random play {random:+.4f}, optimal play {optimum:+.4f}.")
