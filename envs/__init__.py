@@ -20,6 +20,7 @@ _ENVS: dict[str, tuple[str, int | None]] = {
     # Episodes end by themselves after max_guesses: no step limit needed.
     "gym_llm/GuessNumber-v0": ("gym_llm.envs.guess_number:GuessNumberEnv", None),
     "gym_llm/TextMaze-v0": ("gym_llm.envs.text_maze:TextMazeEnv", 50),
+    "gym_llm/HighLow-v0": ("gym_llm.envs.high_low:HighLowEnv", None),
 }
 
 # Guarded so that a second import (importlib.reload, a test re-importing) does not re-register.

@@ -160,16 +160,7 @@ class KeywordBanditEnv(gym.Env[str, str]):
         self._done = True
         observation = self._text(self._target)
         self._render_text = f"{observation}\nReply: {action!r} -> {chosen}, reward {reward:g}."
-        info: dict[str, Any] = {
-            "target": self._target,
-            "action_text": action,
-            "action": result.action,
-            "action_valid": result.valid,
-            "parse_error": result.error,
-            "parse_method": result.method,
-            "action_clipped": False,
-            "invalid_actions": 0 if result.valid else 1,
-        }
+        info: dict[str, Any] = {"target": self._target, **result.info(action)}
         return observation, reward, True, False, info
 
     def render(self) -> str | None:

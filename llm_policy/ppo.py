@@ -30,7 +30,10 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.utils import FloatSchedule, explained_variance
 from stable_baselines3.common.vec_env import VecEnv
 
+from gym_llm.advantages import check_estimator, critic_free_advantages, dones_from_starts
 from gym_llm.buffer import TextRolloutBuffer
+from gym_llm.diagnostics import choice_diagnostics
+from gym_llm.losses import clipped_surrogate, entropy_bonus, k3_kl, value_loss
 from gym_llm.policy import LLMPolicy
 from gym_llm.spaces import TextActions, TextObservations
 from gym_llm.vec_env import TextVecEnv, check_text_env
@@ -55,6 +58,10 @@ _SAVED_HYPERPARAMETERS = (
     "micro_batch_size",
     "n_logged_samples",
     "seed",
+    "advantage_estimator",
+    "clip_range_vf",
+    "reward_scale",
+    "critic_warmup_steps",
 )
 
 
@@ -67,6 +74,40 @@ def _pad(arrays: list[np.ndarray], width: int, device: torch.device) -> torch.Te
     for i, a in enumerate(arrays):
         out[i, : len(a)] = torch.as_tensor(a, dtype=torch.float32)
     return out.to(device)
+
+
+def regroup_optimizer_state(
+    saved: dict[str, Any], optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
+    """A saved optimizer state laid out in ``optimizer``'s parameter groups.
+
+    Agents saved before the value head had its own group hold one group whose parameters are, in
+    order, the policy's and then the value head's: the order of today's groups, so the state
+    carries over index for index.
+    """
+    groups = optimizer.param_groups
+    if len(saved["param_groups"]) == len(groups):
+        return saved
+    flat = [i for group in saved["param_groups"] for i in group["params"]]
+    if len(flat) != sum(len(g["params"]) for g in groups):
+        raise ValueError(
+            f"The saved optimizer state holds {len(flat)} parameters, this policy trains "
+            f"{sum(len(g['params']) for g in groups)}: it was saved with other trainable layers "
+            "or LoRA settings."
+        )
+    template = {k: v for k, v in saved["param_groups"][0].items() if k != "params"}
+    regrouped, start = [], 0
+    for group in groups:
+        count = len(group["params"])
+        regrouped.append(
+            {
+                **template,
+                "lr_scale": group.get("lr_scale", 1.0),
+                "params": flat[start : start + count],
+            }
+        )
+        start += count
+    return {"state": saved["state"], "param_groups": regrouped}
 
 
 class PPO(OnPolicyAlgorithm):
@@ -83,6 +124,17 @@ class PPO(OnPolicyAlgorithm):
             GPU), estimated by :meth:`LLMPolicy.update_bytes_per_turn` for each minibatch. Fewer,
             larger passes are faster, and the shared prompt prefix is encoded once per pass.
         n_logged_samples: (prompt, reply, reward) examples written to TensorBoard per rollout.
+        advantage_estimator: ``"gae"`` (turn-level GAE with the critic, default) or a critic-free
+            one: ``"rebn"``, ``"grpo"``, ``"rloo"``, ``"gigpo"`` (see :mod:`gym_llm.advantages`).
+            The critic is still trained (``vf_coef``) and its explained variance logged.
+        clip_range_vf: clip the value loss around the rollout's values (PPO2, SB3's
+            ``clip_range_vf``); ``None`` = no clipping. In units of (scaled) return.
+        reward_scale: every reward is multiplied by this before advantages and returns (GLAM
+            used 20 for sparse 0/1 rewards; returns in the hundreds want < 1). Logged episode
+            returns stay unscaled.
+        critic_warmup_steps: for the first this many env steps only the value head trains (the
+            policy's weights get no update), so the first policy updates see a critic that
+            already predicts something (TWOSOME warms its critic up for 5k steps).
     """
 
     policy_aliases: ClassVar[dict[str, type[Any]]] = {"LLMPolicy": LLMPolicy}
@@ -108,6 +160,10 @@ class PPO(OnPolicyAlgorithm):
         kl_coef: float = 0.0,
         micro_batch_size: int | None = None,
         n_logged_samples: int = 4,
+        advantage_estimator: str = "gae",
+        clip_range_vf: float | None = None,
+        reward_scale: float = 1.0,
+        critic_warmup_steps: int = 0,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -147,6 +203,16 @@ class PPO(OnPolicyAlgorithm):
             raise ValueError(
                 f"micro_batch_size must be >= 1 (or None: chosen by memory), got {micro_batch_size}."
             )
+        if clip_range_vf is not None and clip_range_vf <= 0:
+            raise ValueError(
+                f"clip_range_vf must be > 0 (or None: no clipping), got {clip_range_vf}."
+            )
+        if critic_warmup_steps < 0:
+            raise ValueError(f"critic_warmup_steps must be >= 0, got {critic_warmup_steps}.")
+        self.advantage_estimator = check_estimator(advantage_estimator)
+        self.clip_range_vf = clip_range_vf
+        self.reward_scale = float(reward_scale)
+        self.critic_warmup_steps = critic_warmup_steps
         self.batch_size = batch_size
         self.n_epochs = n_epochs
         self.clip_range_value = float(clip_range)
@@ -165,10 +231,22 @@ class PPO(OnPolicyAlgorithm):
         #: Running std of every advantage so far: the scale of normalize_advantage.
         self.advantage_scale = RunningMeanStd()
         self._shuffle_rng = np.random.default_rng(seed)
+        #: Each observation's greedy action when a rollout first saw it (rollout/greedy_changed).
+        self._first_greedy: dict[str, int] = {}
         if _init_setup_model:
             self._setup_model()
 
     # --- set-up --------------------------------------------------------------------------------
+
+    def _update_learning_rate(
+        self, optimizers: torch.optim.Optimizer | list[torch.optim.Optimizer]
+    ) -> None:
+        """SB3's schedule, times each parameter group's ``lr_scale`` (the value head's own rate)."""
+        lr = self.lr_schedule(self._current_progress_remaining)
+        self.logger.record("train/learning_rate", lr)
+        for optimizer in optimizers if isinstance(optimizers, list) else [optimizers]:
+            for group in optimizer.param_groups:
+                group["lr"] = lr * group.get("lr_scale", 1.0)
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
@@ -226,11 +304,16 @@ class PPO(OnPolicyAlgorithm):
         callback.on_rollout_start()
         n_steps = invalid = 0
         samples: list[str] = []
+        seen: list[str] = []
+        probs: list[np.ndarray] = []
         dones = np.zeros(env.num_envs, dtype=bool)
         while n_steps < n_rollout_steps:
             observations: np.ndarray = self._last_obs  # type: ignore[assignment]
             with torch.inference_mode():
                 step = self.policy.act(list(observations))
+            if step.action_probs is not None:
+                seen.extend(str(o) for o in observations)
+                probs.append(step.action_probs)
             new_obs, rewards, dones, infos = env.step(np.array(step.replies, dtype=object))
             self.num_timesteps += env.num_envs
             callback.update_locals(locals())
@@ -244,7 +327,7 @@ class PPO(OnPolicyAlgorithm):
                     f"**observation**\n\n    {observations[0]!s}\n\n**reply:** {step.replies[0]}"
                     f"\n\n**reward:** {float(rewards[0]):g}"
                 )
-            rewards = rewards.astype(np.float32)
+            rewards = rewards.astype(np.float32) * self.reward_scale
             for idx, done in enumerate(dones):
                 terminal = infos[idx].get("terminal_observation")
                 if done and terminal is not None and infos[idx].get("TimeLimit.truncated", False):
@@ -266,7 +349,20 @@ class PPO(OnPolicyAlgorithm):
         with torch.inference_mode():
             last_values = self.policy.predict_values(list(self._last_obs))  # type: ignore[arg-type]
         buffer.compute_returns_and_advantage(last_values=last_values.float(), dones=dones)
+        if self.advantage_estimator != "gae":
+            buffer.advantages = critic_free_advantages(
+                self.advantage_estimator,
+                buffer.rewards,
+                dones_from_starts(buffer.episode_starts, dones),
+                buffer.episode_starts,
+                buffer.observations_text,
+                self.gamma,
+            ).astype(np.float32)
         self.invalid_action_rate = invalid / (n_steps * env.num_envs)
+        if probs:
+            figures = choice_diagnostics(seen, np.concatenate(probs), self._first_greedy)
+            for name, value in figures.items():
+                self.logger.record(f"rollout/{name}", value)
         self.logger.record("rollout/invalid_action_rate", self.invalid_action_rate)
         if samples:
             self.logger.record(
@@ -300,6 +396,13 @@ class PPO(OnPolicyAlgorithm):
         continue_training, first, first_error = True, True, 0.0
         epoch = 0
         centre, scale = self._advantage_normalisation()
+        clip_vf = self.clip_range_vf
+        warmup = self.num_timesteps <= self.critic_warmup_steps
+        policy_params = [
+            p
+            for name, p in self.policy.named_parameters()
+            if p.requires_grad and not name.startswith("value_head.")
+        ]
         for epoch in range(self.n_epochs):
             for batch in self.rollout_buffer.minibatches(self.batch_size, self._shuffle_rng):
                 advantages = (batch.advantages - centre) / scale
@@ -317,35 +420,31 @@ class PPO(OnPolicyAlgorithm):
                     old = _pad(
                         batch.old_token_log_probs[part], ev.token_log_probs.shape[1], self.device
                     )
-                    log_ratio = (ev.token_log_probs - old) * mask
-                    ratio = torch.exp(log_ratio)
-                    adv = advantages[part].float().unsqueeze(-1)
-                    surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
-                    tokens = mask.sum().clamp(min=1)
-                    pg_loss = -(surrogate * mask).sum() / tokens
-                    value_loss = torch.nn.functional.mse_loss(
-                        ev.values, batch.returns[part].float()
+                    surrogate = clipped_surrogate(
+                        ev.token_log_probs, old, advantages[part], mask, clip
                     )
-                    entropy_loss = -ev.entropy.mean()
-                    loss = pg_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
+                    critic = value_loss(
+                        ev.values, batch.returns[part], batch.old_values[part], clip_vf
+                    )
+                    loss = (
+                        surrogate.loss
+                        + self.ent_coef * entropy_bonus(ev.entropy)
+                        + self.vf_coef * critic
+                    )
                     if self.kl_coef > 0:
                         ref = self.policy.reference_log_probs(observations, actions, states)
-                        delta = (ref - ev.token_log_probs) * mask
-                        kl_ref = ((torch.exp(delta) - delta - 1) * mask).sum() / tokens  # k3
+                        kl_ref = k3_kl(ev.token_log_probs, ref, mask)
                         loss = loss + self.kl_coef * kl_ref
                         stats["kl_ref"].append(kl_ref.item())
                     (loss * (len(observations) / n)).backward()
-                    with torch.no_grad():
-                        approx_kl = float((((ratio - 1) - log_ratio) * mask).sum() / tokens)
-                        clipped = ((ratio - 1).abs() > clip).float() * mask
-                        if first:
-                            first_error = max(first_error, float(((ratio - 1).abs() * mask).max()))
-                    batch_kl.append(approx_kl)
-                    stats["pg"].append(pg_loss.item())
-                    stats["value"].append(value_loss.item())
-                    stats["entropy"].append(entropy_loss.item())
-                    stats["approx_kl"].append(approx_kl)
-                    stats["clip_fraction"].append(float(clipped.sum() / tokens))
+                    if first:
+                        first_error = max(first_error, surrogate.max_ratio_error)
+                    batch_kl.append(surrogate.approx_kl)
+                    stats["pg"].append(surrogate.loss.item())
+                    stats["value"].append(critic.item())
+                    stats["entropy"].append(entropy_bonus(ev.entropy).item())
+                    stats["approx_kl"].append(surrogate.approx_kl)
+                    stats["clip_fraction"].append(surrogate.clip_fraction)
                 if first:
                     self.first_ratio_error, first = first_error, False
                 if self.target_kl is not None and float(np.mean(batch_kl)) > 1.5 * self.target_kl:
@@ -355,6 +454,9 @@ class PPO(OnPolicyAlgorithm):
                             f"Early stopping at epoch {epoch} (approx_kl {np.mean(batch_kl):.4f})"
                         )
                     break
+                if warmup:  # the critic learns, the policy waits
+                    for param in policy_params:
+                        param.grad = None
                 torch.nn.utils.clip_grad_norm_(
                     [p for p in self.policy.parameters() if p.requires_grad], self.max_grad_norm
                 )
@@ -378,6 +480,7 @@ class PPO(OnPolicyAlgorithm):
         self.logger.record("train/epochs", epoch + 1)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/clip_range", clip)
+        self.logger.record("train/critic_warmup", int(warmup))
         self.turns_per_pass = float(np.mean(stats["rows_per_pass"]))
         self.logger.record("train/turns_per_pass", self.turns_per_pass)
         self.logger.record("train/learning_rate", self.policy.optimizer.param_groups[0]["lr"])
@@ -493,6 +596,11 @@ class PPO(OnPolicyAlgorithm):
                         ],
                         dtype=torch.float64,
                     ),
+                    **(
+                        {"choice_calibration": self.policy.choice_calibration.cpu()}
+                        if self.policy.choice_calibration is not None
+                        else {}
+                    ),
                 },
                 tmp / "policy.pt",
             )
@@ -561,7 +669,12 @@ class PPO(OnPolicyAlgorithm):
         config = json.loads((directory / "config.json").read_text())
         state = torch.load(directory / "policy.pt", map_location=self.device, weights_only=True)
         self.policy.load_trainable_state_dict(state["trainable"])
-        self.policy.optimizer.load_state_dict(state["optimizer"])
+        self.policy.optimizer.load_state_dict(
+            regroup_optimizer_state(state["optimizer"], self.policy.optimizer)
+        )
+        if "choice_calibration" in state:  # exactly the constants the agent trained with
+            self.policy.choice_calibration = state["choice_calibration"].to(self.device)
+            self.policy.invalidate_prefix_cache()
         if "advantage_scale" in state:  # agents saved before it existed start a fresh one
             mean, var, count = state["advantage_scale"].tolist()
             self.advantage_scale.mean = np.asarray(mean, dtype=np.float64)

@@ -244,13 +244,5 @@ class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConst
         if not result.valid:
             reward = float(reward) + self.invalid_penalty
         info = dict(info)
-        info.update(
-            action_text=action,
-            action=env_action,
-            action_valid=result.valid,
-            parse_error=result.error,
-            parse_method=result.method,
-            action_clipped=result.clipped,
-            invalid_actions=self.invalid_actions,
-        )
+        info.update(result.info(action, self.invalid_actions), action=env_action)
         return obs, reward, terminated, truncated, info

@@ -64,6 +64,20 @@ class ParseResult:
     def valid(self) -> bool:
         return self.action is not None
 
+    def info(self, reply: str, invalid_actions: int | None = None) -> dict[str, Any]:
+        """The ``info`` keys every text env and :class:`ActionParserWrapper` report for a step,
+        so logging code reads them the same way everywhere. ``invalid_actions`` defaults to
+        this reply alone (1 if invalid, else 0)."""
+        return {
+            "action_text": reply,
+            "action": self.action,
+            "action_valid": self.valid,
+            "parse_error": self.error,
+            "parse_method": self.method,
+            "action_clipped": self.clipped,
+            "invalid_actions": int(not self.valid) if invalid_actions is None else invalid_actions,
+        }
+
 
 def _json_objects(text: str) -> Iterator[Any]:
     """Every JSON value found in fenced blocks, then every balanced ``{...}`` / ``[...]``."""

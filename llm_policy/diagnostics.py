@@ -1,0 +1,65 @@
+"""Is the policy learning or only exploring? Pure functions over a rollout's action distributions.
+
+Entropy alone cannot tell: a policy that puts the same 50/50 on every state explores and ignores
+its input (RAGEN-2's "template collapse": outputs stop depending on the input). These figures
+separate the two, over the distinct observations of a choice-mode rollout, each weighted by how
+often the rollout saw it:
+
+- ``state_entropy``: mean over observations of ``H(p(. | o))`` (nats): how much it explores.
+- ``mutual_information``: ``I(O; A) = H(mean_o p(. | o)) - mean_o H(p(. | o))`` (nats): how much
+  the action depends on the observation; 0 when every state gets the same distribution.
+- ``greedy_changed``: the share of observations (among those whose first greedy action is
+  known) whose greedy action now differs from the one they had when first seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def entropy(probs: np.ndarray) -> np.ndarray:
+    """``-sum p log p`` over the last axis (0 log 0 = 0)."""
+    p = np.clip(probs, 1e-12, 1.0)
+    return -(probs * np.log(p)).sum(-1)  # type: ignore[no-any-return]
+
+
+def distinct(
+    observations: Sequence[str], probs: np.ndarray
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The distinct observations, their action distributions (first seen in the batch) and how
+    often each occurs (weights summing to 1)."""
+    index: dict[str, int] = {}
+    for i, obs in enumerate(observations):
+        index.setdefault(obs, i)
+    keys = list(index)
+    counts = np.array([0.0] * len(keys))
+    position = {k: j for j, k in enumerate(keys)}
+    for obs in observations:
+        counts[position[obs]] += 1
+    return keys, probs[[index[k] for k in keys]], counts / counts.sum()
+
+
+def mutual_information(probs: np.ndarray, weights: np.ndarray) -> float:
+    """``H(sum_o w_o p_o) - sum_o w_o H(p_o)`` for distributions ``probs`` ``(n, K)``."""
+    marginal = (weights[:, None] * probs).sum(0)
+    return float(entropy(marginal) - (weights * entropy(probs)).sum())
+
+
+def choice_diagnostics(
+    observations: Sequence[str], probs: np.ndarray, first_greedy: dict[str, int]
+) -> dict[str, float]:
+    """The three figures above for one rollout; ``first_greedy`` is updated with observations
+    seen for the first time (their greedy action now)."""
+    keys, dists, weights = distinct(observations, probs)
+    greedy = dists.argmax(-1)
+    changed = [int(greedy[j]) != first_greedy[k] for j, k in enumerate(keys) if k in first_greedy]
+    for j, key in enumerate(keys):
+        first_greedy.setdefault(key, int(greedy[j]))
+    return {
+        "state_entropy": float((weights * entropy(dists)).sum()),
+        "mutual_information": mutual_information(dists, weights),
+        "greedy_changed": float(np.mean(changed)) if changed else 0.0,
+        "distinct_observations": float(len(keys)),
+    }

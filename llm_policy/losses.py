@@ -1,0 +1,103 @@
+"""PPO's loss terms as pure functions of tensors: no model, no buffer, testable by hand.
+
+Every function takes per-token tensors of shape ``(n, T)`` with a ``mask`` of the same shape (1 for
+an action token, 0 for padding) or per-turn tensors of shape ``(n,)``. Token means are over the
+masked tokens of the whole batch, as in TRL (each token of a reply counts once; a long reply
+weighs more than a short one, which is what makes the loss a sum over sampled tokens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SurrogateTerms:
+    """The clipped surrogate and the figures PPO logs about it (detached floats)."""
+
+    loss: torch.Tensor
+    ratio: torch.Tensor
+    approx_kl: float
+    clip_fraction: float
+    max_ratio_error: float
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over ``mask`` (``(values * mask).sum() / mask.sum()``, 0 if empty)."""
+    return (values * mask).sum() / mask.sum().clamp(min=1)
+
+
+def clipped_surrogate(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_range: float,
+) -> SurrogateTerms:
+    """PPO's clipped objective per action token, each token weighted by its turn's advantage.
+
+    Naive form (Schulman et al. 2017, eq. 7), with ``r = exp(log_probs - old_log_probs)``::
+
+        loss = -mean_tokens(min(r * A, clip(r, 1 - eps, 1 + eps) * A))
+
+    ``advantages`` is ``(n,)`` (one per turn) and broadcast over the turn's tokens.
+    ``approx_kl`` is the k3 estimator of KL(old || new), ``mean((r - 1) - log r)``
+    (http://joschu.net/blog/kl-approx.html), as SB3 and CleanRL log it; ``clip_fraction`` is the
+    share of tokens whose ratio left the clip range; ``max_ratio_error`` is ``max |r - 1|``, which
+    invariant 1 requires to be ~0 on an update's first minibatch.
+    """
+    log_ratio = (log_probs - old_log_probs) * mask
+    ratio = torch.exp(log_ratio)
+    adv = advantages.to(log_probs.dtype).unsqueeze(-1)
+    surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1 - clip_range, 1 + clip_range) * adv)
+    loss = -masked_mean(surrogate, mask)
+    with torch.no_grad():
+        approx_kl = float(masked_mean((ratio - 1) - log_ratio, mask))
+        clip_fraction = float(masked_mean(((ratio - 1).abs() > clip_range).float(), mask))
+        error = ((ratio - 1).abs() * mask).max() if mask.numel() else torch.zeros(())
+    return SurrogateTerms(loss, ratio, approx_kl, clip_fraction, float(error))
+
+
+def value_loss(
+    values: torch.Tensor,
+    returns: torch.Tensor,
+    old_values: torch.Tensor | None = None,
+    clip_range: float | None = None,
+) -> torch.Tensor:
+    """Mean squared error of the critic, optionally clipped around the rollout's values.
+
+    Naive form: ``mean((V - R)^2)``. With ``clip_range`` (PPO2's value clipping, as in SB3's
+    ``clip_range_vf`` and CleanRL's ``clip_vloss``)::
+
+        V_clipped = V_old + clip(V - V_old, -eps, eps)
+        loss = mean(max((V - R)^2, (V_clipped - R)^2))
+    """
+    returns = returns.to(values.dtype)
+    error = (values - returns) ** 2
+    if clip_range is None:
+        return error.mean()
+    if old_values is None:
+        raise ValueError("value clipping needs old_values (the values the rollout stored).")
+    old = old_values.to(values.dtype)
+    clipped = old + torch.clamp(values - old, -clip_range, clip_range)
+    return torch.max(error, (clipped - returns) ** 2).mean()
+
+
+def k3_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """KL(policy || reference) per token with the k3 estimator, averaged over tokens.
+
+    Naive form, with ``d = ref_log_probs - log_probs`` on tokens sampled from the policy::
+
+        kl = mean_tokens(exp(d) - d - 1)
+
+    Unbiased and never negative (http://joschu.net/blog/kl-approx.html); TRL's ``kl_penalty="k3"``.
+    """
+    delta = (ref_log_probs - log_probs) * mask
+    return masked_mean(torch.exp(delta) - delta - 1, mask)
+
+
+def entropy_bonus(entropy: torch.Tensor) -> torch.Tensor:
+    """The entropy term of the loss: ``-mean(H)`` (minimising it raises the entropy)."""
+    return -entropy.mean()

@@ -1,0 +1,43 @@
+"""Exploration vs learning figures against hand-computed values (no model)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gym_llm.diagnostics import choice_diagnostics, distinct, entropy, mutual_information
+
+
+def test_entropy_by_hand() -> None:
+    assert entropy(np.array([0.5, 0.5])) == pytest.approx(math.log(2))
+    assert entropy(np.array([1.0, 0.0])) == pytest.approx(0.0)
+
+
+def test_distinct_weights_by_frequency() -> None:
+    probs = np.array([[0.9, 0.1], [0.2, 0.8], [0.9, 0.1]])
+    keys, dists, weights = distinct(["a", "b", "a"], probs)
+    assert keys == ["a", "b"]
+    np.testing.assert_allclose(dists, [[0.9, 0.1], [0.2, 0.8]])
+    np.testing.assert_allclose(weights, [2 / 3, 1 / 3])
+
+
+def test_mutual_information_zero_when_the_input_is_ignored_and_max_when_it_decides() -> None:
+    same = np.array([[0.5, 0.5], [0.5, 0.5]])
+    assert mutual_information(same, np.array([0.5, 0.5])) == pytest.approx(0.0, abs=1e-9)
+    decided = np.array([[1.0, 0.0], [0.0, 1.0]])
+    assert mutual_information(decided, np.array([0.5, 0.5])) == pytest.approx(math.log(2))
+
+
+def test_choice_diagnostics_tracks_greedy_changes_since_first_seen() -> None:
+    first: dict[str, int] = {}
+    out = choice_diagnostics(["a", "b"], np.array([[0.9, 0.1], [0.9, 0.1]]), first)
+    assert out["greedy_changed"] == 0.0 and first == {"a": 0, "b": 0}
+    assert out["mutual_information"] == pytest.approx(0.0, abs=1e-9)
+    out = choice_diagnostics(["a", "b", "c"], np.array([[0.9, 0.1], [0.1, 0.9], [0.3, 0.7]]), first)
+    assert out["greedy_changed"] == pytest.approx(0.5)  # b flipped, a did not; c is new
+    assert first["c"] == 1
+    assert out["distinct_observations"] == 3.0
+    expected_h = (entropy(np.array([0.9, 0.1])) * 2 + entropy(np.array([0.3, 0.7]))) / 3
+    assert out["state_entropy"] == pytest.approx(expected_h)

@@ -1,0 +1,69 @@
+"""The loss terms against hand-computed values (no model)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gym_llm.losses import clipped_surrogate, entropy_bonus, k3_kl, masked_mean, value_loss
+
+
+def test_masked_mean_ignores_padding_and_handles_empty() -> None:
+    values = torch.tensor([[1.0, 2.0, 100.0], [3.0, 100.0, 100.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert masked_mean(values, mask).item() == pytest.approx(2.0)
+    assert masked_mean(values, torch.zeros_like(mask)).item() == 0.0
+
+
+def test_clipped_surrogate_matches_the_formula_by_hand() -> None:
+    old = torch.log(torch.tensor([[0.5, 0.5], [0.2, 0.2]]))
+    new = torch.log(torch.tensor([[0.55, 0.5], [0.3, 0.2]]))  # ratios 1.1, 1.0 / 1.5, (pad)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    advantages = torch.tensor([1.0, -2.0])
+    terms = clipped_surrogate(new, old, advantages, mask, clip_range=0.2)
+    # turn 0: min(1.1 * 1, 1.1 * 1) = 1.1 ; min(1.0, 1.0) = 1.0
+    # turn 1: A < 0, r = 1.5: min(1.5 * -2, 1.2 * -2) = -3.0
+    expected = -(1.1 + 1.0 - 3.0) / 3
+    assert terms.loss.item() == pytest.approx(expected, rel=1e-5)
+    assert terms.clip_fraction == pytest.approx(1 / 3)  # only 1.5 left [0.8, 1.2]
+    k3 = [(r - 1) - math.log(r) for r in (1.1, 1.0, 1.5)]
+    assert terms.approx_kl == pytest.approx(sum(k3) / 3, rel=1e-5)
+    assert terms.max_ratio_error == pytest.approx(0.5, rel=1e-5)
+
+
+def test_clipped_surrogate_gradient_vanishes_when_clipped_in_the_advantage_direction() -> None:
+    old = torch.zeros(1, 1)
+    new = torch.tensor([[math.log(1.5)]], requires_grad=True)
+    terms = clipped_surrogate(new, old, torch.tensor([1.0]), torch.ones(1, 1), 0.2)
+    terms.loss.backward()
+    assert new.grad is not None and new.grad.abs().item() == 0.0
+
+
+def test_value_loss_plain_and_clipped() -> None:
+    values = torch.tensor([1.0, 3.0])
+    returns = torch.tensor([0.0, 0.0])
+    assert value_loss(values, returns).item() == pytest.approx((1 + 9) / 2)
+    old = torch.tensor([0.0, 2.5])
+    # clipped: [0.2, 2.7] -> errors [0.04, 7.29]; max with [1, 9] -> [1, 9]
+    assert value_loss(values, returns, old, 0.2).item() == pytest.approx(5.0)
+    # a value moving toward the target further than the clip gets the clipped (larger) error
+    assert value_loss(
+        torch.tensor([0.0]), torch.tensor([0.0]), torch.tensor([2.0]), 0.5
+    ).item() == (pytest.approx(1.5**2))
+    with pytest.raises(ValueError, match="old_values"):
+        value_loss(values, returns, None, 0.2)
+
+
+def test_k3_kl_is_zero_at_the_reference_and_matches_the_formula() -> None:
+    logp = torch.log(torch.tensor([[0.5, 0.25]]))
+    mask = torch.ones(1, 2)
+    assert k3_kl(logp, logp, mask).item() == pytest.approx(0.0)
+    ref = torch.log(torch.tensor([[0.25, 0.25]]))
+    d = math.log(0.25) - math.log(0.5)
+    assert k3_kl(logp, ref, mask).item() == pytest.approx((math.exp(d) - d - 1) / 2, rel=1e-6)
+
+
+def test_entropy_bonus_is_the_negative_mean() -> None:
+    assert entropy_bonus(torch.tensor([1.0, 3.0])).item() == pytest.approx(-2.0)

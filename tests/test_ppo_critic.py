@@ -1,0 +1,146 @@
+"""The critic's settings and the advantage estimators inside PPO (tiny model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from gym_llm import PPO, LLMPolicy, make_text_env
+from gym_llm.advantages import critic_free_advantages, dones_from_starts
+from gym_llm.testing import save_tiny_model
+
+WORDS = ["apple", "banana", "cherry"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("critic"), words=WORDS)
+
+
+def _ppo(model_dir: Path, **kwargs: Any) -> PPO:
+    env = make_text_env("gym_llm/KeywordBandit-v0", n_envs=4, seed=0)
+    policy_kwargs = {"model": str(model_dir), "lora": {"r": 4}, "action_mode": "choice"}
+    policy_kwargs.update(kwargs.pop("policy_kwargs", {}))
+    settings: dict[str, Any] = {"n_steps": 4, "batch_size": 8, "n_epochs": 1, "seed": 0}
+    settings.update(device="cpu", learning_rate=1e-3)
+    return PPO(LLMPolicy, env, policy_kwargs=policy_kwargs, **{**settings, **kwargs})
+
+
+def test_values_are_stored_with_the_observation_they_were_computed_on(model_dir: Path) -> None:
+    """A known bug class: a value paired with the next (or previous) turn's observation."""
+    model = _ppo(model_dir)
+    with torch.no_grad():  # values that differ from observation to observation
+        torch.nn.init.normal_(model.policy.value_head.weight, std=1.0)
+    model.learn(16)  # then one more rollout, under the trained weights
+    buffer = model.rollout_buffer
+    model.collect_rollouts(model.env, _NoCallback(), buffer, 4)
+    with torch.no_grad():
+        for t in range(buffer.buffer_size):
+            observations = [str(o) for o in buffer.observations_text[t]]
+            expected = model.policy.predict_values(observations).numpy()
+            np.testing.assert_allclose(buffer.values[t], expected, atol=1e-5)
+    assert np.ptp(buffer.values) > 1e-3  # a shifted pairing would not match
+
+
+class _NoCallback:
+    def on_rollout_start(self) -> None: ...
+    def on_rollout_end(self) -> None: ...
+    def on_step(self) -> bool:
+        return True
+
+    def update_locals(self, _locals: dict[str, Any]) -> None: ...
+
+
+def test_value_head_has_its_own_learning_rate(model_dir: Path) -> None:
+    model = _ppo(model_dir, policy_kwargs={"value_lr_scale": 10.0})
+    groups = model.policy.optimizer.param_groups
+    assert len(groups) == 2
+    value_ids = {id(p) for p in model.policy.value_head.parameters()}
+    assert {id(p) for p in groups[1]["params"]} == value_ids
+    assert not value_ids & {id(p) for p in groups[0]["params"]}
+    model.learn(16)
+    assert groups[1]["lr"] == pytest.approx(10 * groups[0]["lr"])
+    assert groups[0]["lr"] == pytest.approx(1e-3)
+    with pytest.raises(ValueError, match="value_lr_scale"):
+        _ppo(model_dir, policy_kwargs={"value_lr_scale": 0.0})
+
+
+def test_optimizer_state_saved_as_one_group_loads_into_two(model_dir: Path, tmp_path: Path) -> None:
+    model = _ppo(model_dir)
+    model.learn(16)
+    model.save(tmp_path / "agent")
+    state = torch.load(tmp_path / "agent" / "policy.pt", weights_only=True)
+    groups = state["optimizer"]["param_groups"]
+    merged = {k: v for k, v in groups[0].items() if k not in ("params", "lr_scale")}
+    merged["params"] = [i for g in groups for i in g["params"]]
+    state["optimizer"]["param_groups"] = [merged]  # what agents saved before this change hold
+    torch.save(state, tmp_path / "agent" / "policy.pt")
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    a, b = model.policy.optimizer.state_dict(), loaded.policy.optimizer.state_dict()
+    assert [len(g["params"]) for g in a["param_groups"]] == [
+        len(g["params"]) for g in b["param_groups"]
+    ]
+    for index, entry in a["state"].items():
+        torch.testing.assert_close(entry["exp_avg"], b["state"][index]["exp_avg"])
+
+
+def test_critic_warmup_trains_only_the_value_head(model_dir: Path) -> None:
+    model = _ppo(model_dir, critic_warmup_steps=16, ent_coef=0.01)
+    with torch.no_grad():
+        model.policy.value_head.bias.fill_(0.5)
+    before = {n: p.detach().clone() for n, p in model.policy.named_parameters()}
+    model.learn(16)
+    changed = {n for n, p in model.policy.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all(n.startswith("value_head") for n in changed), changed
+    model.learn(16, reset_num_timesteps=False)  # past the warm-up: LoRA trains
+    changed = {n for n, p in model.policy.named_parameters() if not torch.equal(p, before[n])}
+    assert any("lora_" in n for n in changed)
+
+
+@pytest.mark.parametrize("estimator", ["rebn", "grpo", "rloo", "gigpo"])
+def test_critic_free_estimators_fill_the_buffer(model_dir: Path, estimator: str) -> None:
+    model = _ppo(model_dir, advantage_estimator=estimator)
+    model.learn(16)
+    buffer = model.rollout_buffer
+    last_dones = np.ones(buffer.n_envs)  # KeywordBandit episodes are one step
+    expected = critic_free_advantages(
+        estimator,
+        buffer.rewards,
+        dones_from_starts(buffer.episode_starts, last_dones),
+        buffer.episode_starts,
+        buffer.observations_text,
+        model.gamma,
+    )
+    np.testing.assert_allclose(buffer.advantages, expected, atol=1e-6)
+    assert np.isfinite(model.first_ratio_error) and model.first_ratio_error < 1e-5
+
+
+def test_reward_scale_and_argument_checks(model_dir: Path) -> None:
+    plain = _ppo(model_dir)
+    plain.learn(16)
+    scaled = _ppo(model_dir, reward_scale=20.0)  # same seeds, same first rollout
+    scaled.learn(16)
+    assert plain.rollout_buffer.rewards.any()
+    np.testing.assert_allclose(scaled.rollout_buffer.rewards, 20 * plain.rollout_buffer.rewards)
+    with pytest.raises(ValueError, match="advantage_estimator"):
+        _ppo(model_dir, advantage_estimator="ppo")
+    with pytest.raises(ValueError, match="clip_range_vf"):
+        _ppo(model_dir, clip_range_vf=0.0)
+    with pytest.raises(ValueError, match="critic_warmup_steps"):
+        _ppo(model_dir, critic_warmup_steps=-1)
+
+
+def test_value_clipping_runs_and_saves(model_dir: Path, tmp_path: Path) -> None:
+    model = _ppo(model_dir, clip_range_vf=0.1, advantage_estimator="gigpo", reward_scale=2.0)
+    model.learn(16)
+    model.save(tmp_path / "agent")
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    assert (loaded.clip_range_vf, loaded.advantage_estimator, loaded.reward_scale) == (
+        0.1,
+        "gigpo",
+        2.0,
+    )
