@@ -85,7 +85,7 @@ PPO_KEYS: dict[str, str] = {
 _PPO_DEFAULTS: dict[str, Any] = {
     "episodes_per_update": 16,
     "mini_batch_size": 16,
-    "learning_rate": 1e-4,
+    "learning_rate": None,  # PPO's: 5e-4 with LoRA, 1e-5 without
     "n_epochs": 4,
     "gamma": 0.99,
     "gae_lambda": 0.95,
