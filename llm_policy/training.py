@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
+from gym_llm.advantages import check_estimator
 from gym_llm.evaluation import EvalStats, evaluate
 from gym_llm.exact import exact_evaluation_supported, exact_policy_value
 from gym_llm.models import DEFAULT_MODEL, resolve_device
@@ -54,6 +55,14 @@ class TrainConfig:
     learning_rate: float | None = None
     #: LoRA rank; 0 fine-tunes all weights.
     lora_r: int = 16
+    #: Advantages: gae (with the critic), or critic-free rebn, grpo, rloo, gigpo.
+    advantage_estimator: str = "gae"
+    #: The value head's learning rate as a multiple of the policy's.
+    value_lr_scale: float = 1.0
+    #: Env steps at the start during which only the value head trains.
+    critic_warmup_steps: int = 0
+    #: Choice mode: subtract each action's score under a content-free prompt.
+    choice_calibration: bool = False
     #: Decoder layers that train, from the top: "auto" (a quarter with LoRA, all without),
     #: "all", a count ("8") or a share ("0.25"). The update starts from the hidden states the
     #: rollout computed below them, so fewer layers make it cheaper.
@@ -103,6 +112,9 @@ class TrainConfig:
         if self.sft_demos is not None and self.sft_epochs <= 0:
             raise ValueError(f"sft_epochs must be > 0, got {self.sft_epochs}.")
         parse_trainable_layers(self.trainable_layers)  # a bad value fails here, not mid-run
+        check_estimator(self.advantage_estimator)
+        if self.choice_calibration and self.mode != "choice":
+            raise ValueError("choice_calibration needs mode='choice'.")
         if self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}.")
         if self.eval_episodes == 0 and not exact_evaluation_supported(self.env, self.env_kwargs):
@@ -118,7 +130,10 @@ class TrainConfig:
             "action_mode": self.mode,
             "temperature": self.temperature,
             "trainable_layers": parse_trainable_layers(self.trainable_layers),
+            "value_lr_scale": self.value_lr_scale,
         }
+        if self.choice_calibration:
+            kwargs["choice_calibration"] = True
         if self.max_new_tokens is not None:
             kwargs["max_new_tokens"] = self.max_new_tokens
         return kwargs
@@ -339,6 +354,8 @@ def run(
         kl_coef=config.kl_coef,
         target_kl=config.target_kl,
         micro_batch_size=config.micro_batch_size,
+        advantage_estimator=config.advantage_estimator,
+        critic_warmup_steps=config.critic_warmup_steps,
         policy_kwargs=config.policy_kwargs(),
         tensorboard_log=str(run_dir / "tensorboard"),
         seed=config.seed,

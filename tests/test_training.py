@@ -76,3 +76,25 @@ def test_config_errors_say_what_to_change(tiny_model_dir: Path) -> None:
     with pytest.raises(ValueError, match="exact evaluation"):
         _config(tiny_model_dir, env="CartPole-v1", env_kwargs={}, eval_episodes=0)
     assert _config(tiny_model_dir, lora_r=0).policy_kwargs()["lora"] is None
+
+
+def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match="advantage_estimator"):
+        _config(tiny_model_dir, advantage_estimator="ppo")
+    with pytest.raises(ValueError, match="choice_calibration"):
+        _config(tiny_model_dir, mode="generate", choice_calibration=True)
+    config = _config(
+        tiny_model_dir,
+        timesteps=32,
+        advantage_estimator="rloo",
+        value_lr_scale=10.0,
+        critic_warmup_steps=32,
+        choice_calibration=True,
+    )
+    run(config, tmp_path / "run")
+    model = PPO.load(tmp_path / "run" / "agent", device="cpu")
+    assert model.advantage_estimator == "rloo" and model.critic_warmup_steps == 32
+    assert model.policy.value_lr_scale == 10.0
+    assert model.policy.choice_calibration is not None
