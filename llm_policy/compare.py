@@ -40,6 +40,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
+from gym_llm.advantages import ESTIMATORS
 from gym_llm.baselines import (
     ClassicAlgo,
     Score,
@@ -386,6 +387,7 @@ def llm_config(
         learning_rate=args.llm_lr,
         lora_r=args.llm_lora_r,
         ent_coef=args.llm_ent_coef,
+        advantage_estimator=args.llm_estimator,
         micro_batch_size=args.llm_micro_batch_size,
         max_new_tokens=args.max_new_tokens,
         eval_episodes=0 if exact_evaluation_supported(spec.id, spec.kwargs) else args.eval_episodes,
@@ -896,6 +898,13 @@ def build_parser(
     add("--llm-lr", type=float, default=5e-4, help="LLM PPO: learning rate")
     add("--llm-ent-coef", type=float, default=0.01, help="LLM PPO: entropy bonus")
     add("--llm-lora-r", type=int, default=16, help="LLM PPO: LoRA rank (0 = full fine-tuning)")
+    add(
+        "--llm-estimator",
+        choices=list(ESTIMATORS),
+        default="gae",
+        help="LLM PPO: advantage estimator (gigpo solved FrozenLake where gae did not; "
+        "benchmarks/RESULTS.md)",
+    )
     add("--max-new-tokens", type=int, default=None, help="LLM reply budget in generate mode")
     add("--device", default="auto", help="LLM device: auto, cpu, cuda or mps (SB3 uses CPU)")
     add("--name", default="bench", help="results go to <root>/compare-<name> unless --out")
