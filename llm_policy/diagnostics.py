@@ -18,6 +18,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+#: At most this many observations keep their first greedy action (greedy_changed's reference).
+MAX_TRACKED = 100_000
+
 
 def entropy(probs: np.ndarray) -> np.ndarray:
     """``-sum p log p`` over the last axis (0 log 0 = 0)."""
@@ -56,6 +59,8 @@ def choice_diagnostics(
     greedy = dists.argmax(-1)
     changed = [int(greedy[j]) != first_greedy[k] for j, k in enumerate(keys) if k in first_greedy]
     for j, key in enumerate(keys):
+        if len(first_greedy) >= MAX_TRACKED:  # text games rarely repeat: bound the memory
+            break
         first_greedy.setdefault(key, int(greedy[j]))
     return {
         "state_entropy": float((weights * entropy(dists)).sum()),

@@ -414,13 +414,13 @@ class PPO(OnPolicyAlgorithm):
         continue_training, first, first_error = True, True, 0.0
         epoch = 0
         centre, scale = self._advantage_normalisation()
-        clip_vf = self.clip_range_vf
         warmup = self.num_timesteps <= self.critic_warmup_steps
-        policy_params = [
-            p
-            for name, p in self.policy.named_parameters()
-            if p.requires_grad and not name.startswith("value_head.")
-        ]
+        value_ids = {id(p) for p in self.policy.value_head.parameters()}
+        frozen_now = (  # during the critic's warm-up the policy's weights wait
+            [p for p in self.policy.parameters() if p.requires_grad and id(p) not in value_ids]
+            if warmup
+            else []
+        )
         for epoch in range(self.n_epochs):
             for batch in self.rollout_buffer.minibatches(self.batch_size, self._shuffle_rng):
                 advantages = (batch.advantages - centre) / scale
@@ -442,13 +442,10 @@ class PPO(OnPolicyAlgorithm):
                         ev.token_log_probs, old, advantages[part], mask, clip
                     )
                     critic = value_loss(
-                        ev.values, batch.returns[part], batch.old_values[part], clip_vf
+                        ev.values, batch.returns[part], batch.old_values[part], self.clip_range_vf
                     )
-                    loss = (
-                        surrogate.loss
-                        + self.ent_coef * entropy_bonus(ev.entropy)
-                        + self.vf_coef * critic
-                    )
+                    entropy = entropy_bonus(ev.entropy)
+                    loss = surrogate.loss + self.ent_coef * entropy + self.vf_coef * critic
                     if self.kl_coef > 0:
                         ref = self.policy.reference_log_probs(observations, actions, states)
                         kl_ref = k3_kl(ev.token_log_probs, ref, mask)
@@ -460,7 +457,7 @@ class PPO(OnPolicyAlgorithm):
                     batch_kl.append(surrogate.approx_kl)
                     stats["pg"].append(surrogate.loss.item())
                     stats["value"].append(critic.item())
-                    stats["entropy"].append(entropy_bonus(ev.entropy).item())
+                    stats["entropy"].append(entropy.item())
                     stats["approx_kl"].append(surrogate.approx_kl)
                     stats["clip_fraction"].append(surrogate.clip_fraction)
                 if first:
@@ -472,9 +469,8 @@ class PPO(OnPolicyAlgorithm):
                             f"Early stopping at epoch {epoch} (approx_kl {np.mean(batch_kl):.4f})"
                         )
                     break
-                if warmup:  # the critic learns, the policy waits
-                    for param in policy_params:
-                        param.grad = None
+                for param in frozen_now:
+                    param.grad = None
                 torch.nn.utils.clip_grad_norm_(
                     [p for p in self.policy.parameters() if p.requires_grad], self.max_grad_norm
                 )
