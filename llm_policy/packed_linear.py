@@ -39,6 +39,13 @@ def packing_available() -> bool:
     )
 
 
+def _bf16_packing() -> bool:
+    """Whether oneDNN packs bf16 weights here: it needs AVX512 (BW/VL/DQ) or AVX-NE-CONVERT, and
+    raises on other CPUs (seen on this project's 2-core AVX2 machine) instead of falling back."""
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(check is not None and check())
+
+
 def _packable(module: nn.Module) -> TypeGuard[nn.Linear]:
     # Exact type: subclasses (quantised linears, for instance) compute something else.
     weight = getattr(module, "weight", None)
@@ -47,7 +54,7 @@ def _packable(module: nn.Module) -> TypeGuard[nn.Linear]:
         and isinstance(weight, torch.Tensor)
         and not weight.requires_grad
         and weight.device.type == "cpu"
-        and weight.dtype in (torch.float32, torch.bfloat16)
+        and (weight.dtype == torch.float32 or (weight.dtype == torch.bfloat16 and _bf16_packing()))
     )
 
 

@@ -83,3 +83,16 @@ def test_subclasses_and_non_float_weights_are_not_packed() -> None:
     custom = Custom(4, 4).requires_grad_(False)
     half = nn.Linear(4, 4).half().requires_grad_(False)
     assert len(PackedLinears(nn.Sequential(custom, half))) == 0
+
+
+def test_bf16_weights_are_packed_only_where_onednn_supports_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gym_llm import packed_linear
+
+    layer = nn.Linear(4, 4).to(torch.bfloat16).requires_grad_(False)
+    monkeypatch.setattr(packed_linear, "_bf16_packing", lambda: False)
+    assert not packed_linear._packable(layer)  # an AVX2 CPU: oneDNN would raise
+    monkeypatch.setattr(packed_linear, "_bf16_packing", lambda: True)
+    assert packed_linear._packable(layer)
+    assert packed_linear._packable(nn.Linear(4, 4).requires_grad_(False))  # float32: always
