@@ -186,6 +186,29 @@ def _convert_embedded(spec: ModelSpec, gguf: Path, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _float32_linear(self: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+    bias = self.bias.float() if self.bias is not None else None
+    return torch.nn.functional.linear(hidden.float(), self.weight.float(), bias)
+
+
+def float32_logits(model: Any) -> bool:
+    """Make the LM head compute its logits in float32 when the weights are bf16/fp16.
+
+    A bf16 logit has 8 significant bits: between 16 and 32 its spacing is 0.125, so the same
+    token's log-prob computed in two batches of different shapes (the rollout's and the update's)
+    can differ by ~0.1 from rounding alone, and PPO's ratio is off by 10 % before any update. On an
+    H100 in bf16 the first minibatch's largest ratio error reached 0.1-0.2 (RESULTS.md). verl and
+    OpenRLHF compute logits in float32 for the same reason. Only the head's output precision
+    changes: its weights, their tying to the embeddings and the state dict stay as they are.
+    Returns whether the head was changed (``False`` for float32 models and unknown heads).
+    """
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear) or head.weight.dtype == torch.float32:
+        return False
+    head.forward = _float32_linear.__get__(head)  # type: ignore[method-assign]
+    return True
+
+
 def _prepare(model: Any, tokenizer: Any, device: torch.device) -> ModelAndTokenizer:
     # Batched rollouts need left padding and a pad token; many chat tokenizers have neither set.
     tokenizer.padding_side = "left"

@@ -30,7 +30,7 @@ from stable_baselines3.common.policies import BasePolicy
 from torch import nn
 
 from gym_llm.kv_cache import ReservedCache
-from gym_llm.models import MODEL_REGISTRY, load_model
+from gym_llm.models import MODEL_REGISTRY, float32_logits, load_model
 from gym_llm.packed_linear import PackedLinears
 from gym_llm.prompts import build_conversation, build_messages, render_prompt
 from gym_llm.spaces import TextActions
@@ -347,6 +347,7 @@ class LLMPolicy(BasePolicy):
             lm, self.tokenizer = model, tokenizer
             if str(device) != "auto":
                 lm = lm.to(device)
+        float32_logits(lm)  # exact log-probs in bf16 too (invariant 1)
         total_layers = num_layers(lm)
         if isinstance(lora, str):
             if lora != "default":

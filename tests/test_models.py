@@ -97,3 +97,20 @@ def test_embedded_model_loads_offline_and_is_cached() -> None:
             **ids, max_new_tokens=3, do_sample=False, pad_token_id=tokenizer.pad_token_id
         )
     assert out.shape[1] == ids["input_ids"].shape[1] + 3 or tokenizer.eos_token_id in out[0]
+
+
+def test_float32_logits_for_low_precision_weights(tiny_model_dir: Path) -> None:
+    model, _ = load_model(tiny_model_dir, device="cpu", dtype="bf16")
+    keys = set(model.state_dict())
+    hidden = torch.randn(3, model.config.hidden_size, dtype=torch.bfloat16)
+    rounded = model.get_output_embeddings()(hidden)
+    assert rounded.dtype == torch.bfloat16
+    assert models.float32_logits(model)
+    exact = model.get_output_embeddings()(hidden)
+    assert exact.dtype == torch.float32
+    weight = model.get_output_embeddings().weight
+    assert weight.dtype == torch.bfloat16  # the weights themselves are untouched
+    torch.testing.assert_close(exact, hidden.float() @ weight.float().T)
+    assert set(model.state_dict()) == keys  # saving and loading see the same model
+    full, _ = load_model(tiny_model_dir, device="cpu", dtype="float32")
+    assert not models.float32_logits(full)  # nothing to do in float32

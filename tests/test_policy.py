@@ -334,3 +334,20 @@ def test_sampler_draws_from_the_softmax() -> None:
         keep = expected > 0
         chi2 = float(((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum())
         assert chi2 < 72.0, chi2  # 38 degrees of freedom: 99.9% quantile is 72.0
+
+
+@pytest.mark.parametrize("mode", ["choice", "generate"])
+def test_bf16_policy_runs_on_any_cpu_and_keeps_log_probs(kb_model_dir: Path, mode: str) -> None:
+    """bf16 weights on a CPU without AVX512-BF16 used to crash in oneDNN's weight packing; the
+    head's logits are float32 (gym_llm.models.float32_logits), so stored and recomputed log-probs
+    differ only by the bf16 hidden states' rounding (measured here: <= 1.2e-4)."""
+    policy = _policy(kb_model_dir, lora={"r": 4}, action_mode=mode, max_new_tokens=5, dtype="bf16")
+    assert policy.lm.get_output_embeddings().weight.dtype == torch.bfloat16
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        step = policy.act(OBS * 2)
+    ev = policy.evaluate_actions(OBS, step.actions[:2])
+    assert ev.token_log_probs.dtype == torch.float32
+    for i in range(2):
+        recomputed = ev.token_log_probs[i][ev.mask[i]].detach().numpy()
+        np.testing.assert_allclose(recomputed, step.token_log_probs[i], atol=2e-3)
