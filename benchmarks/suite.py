@@ -1,0 +1,313 @@
+"""Issue 14's suite, one run per process, streamed: every curve point is appended to a JSONL file
+the moment it is measured, so a run cut off at a deadline (a lent GPU's lease) keeps its points.
+
+    python -m benchmarks.suite run --env FrozenLake-v1 --env-kwargs is_slippery=False \\
+        --seed 0 --timesteps 20480 --every 1024 --estimator gigpo --n-steps 16 \\
+        --jsonl out/suite.jsonl --run-dir /tmp/runs/fl-0
+    python -m benchmarks.suite summarize out/suite.jsonl
+
+``run`` trains SmolLM2 with ``gym_llm.training.run`` (exact evaluation of the greedy policy at each
+point) and writes one line per point plus a last line with the run's totals. ``summarize`` reads
+the lines of many runs and prints, per env and estimator, the mean ± std over seeds at each
+target budget of issue 14, the env step and training seconds at which each seed first met the
+target, and the env step at which it first closed 90 % of the random → optimum gap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.cli_args import new_parser
+from gym_llm.demo import parse_env_kwargs, quiet_progress_bar_warning
+from gym_llm.models import DEFAULT_MODEL
+
+#: Issue 14's targets: (env id, env kwargs) -> (target mean return, env-step budget).
+TARGETS: dict[tuple[str, str], tuple[float, int]] = {
+    ("FrozenLake-v1", "is_slippery=False"): (1.0, 2048),
+    ("gym_llm/TextMaze-v0", ""): (-7.0, 4096),
+    ("gym_llm/GuessNumber-v0", ""): (0.50, 4096),
+    ("Blackjack-v1", "sab=False"): (-0.070, 8192),
+    ("FrozenLake-v1", "is_slippery=True"): (0.60, 8192),
+}
+
+
+def env_key(env: str, kwargs: Sequence[str]) -> tuple[str, str]:
+    """How a run's env is named in :data:`TARGETS` and in the summary."""
+    return env, ",".join(sorted(kwargs))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = new_parser("python -m benchmarks.suite", __doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="one training run, its points streamed to --jsonl")
+    add = run.add_argument
+    add("--env", required=True, help="Gymnasium env id")
+    add("--env-kwargs", nargs="*", default=[], metavar="KEY=VALUE", help="env kwargs")
+    add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
+    add("--mode", choices=["choice", "generate"], default="choice", help="action mode")
+    add("--seed", type=int, default=0, help="seed")
+    add("--timesteps", type=int, default=2048, help="env steps in all")
+    add(
+        "--every",
+        type=int,
+        default=512,
+        help="env steps between curve points (rounded up to whole rollouts)",
+    )
+    add("--estimator", default="gae", help="advantage estimator (gae, rebn, grpo, rloo, gigpo)")
+    add("--n-envs", type=int, default=8, help="parallel envs")
+    add("--n-steps", type=int, default=8, help="steps per env per rollout")
+    add("--batch-size", type=int, default=32, help="PPO minibatch size")
+    add("--epochs", type=int, default=2, help="passes over each rollout")
+    add("--lr", type=float, default=None, help="learning rate (default: PPO's)")
+    add("--ent-coef", type=float, default=0.01, help="entropy bonus")
+    add("--device", default="auto", help="auto, cpu, cuda or mps")
+    add("--jsonl", type=Path, required=True, help="append the points here")
+    add("--run-dir", type=Path, required=True, help="the run's directory (agent, TensorBoard)")
+    summarize = commands.add_parser("summarize", help="a markdown table from JSONL files")
+    summarize.add_argument("files", nargs="+", type=Path, help="JSONL files written by run")
+    summarize.add_argument("--plots", type=Path, default=None, help="one PNG per env here")
+    diagnostics = commands.add_parser(
+        "diagnostics", help="rollout/train figures of run dirs' TensorBoard logs as CSV"
+    )
+    diagnostics.add_argument("run_dirs", nargs="+", type=Path, help="--run-dir of each run")
+    diagnostics.add_argument("--every", type=int, default=8, help="keep every N-th update")
+    diagnostics.add_argument("--csv", type=Path, required=True, help="write the rows here")
+    return parser
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from gym_llm.training import TrainConfig
+    from gym_llm.training import run as train
+
+    rollout = args.n_envs * args.n_steps
+    iterations = max(1, -(-args.timesteps // rollout))
+    every_rollouts = max(1, -(-args.every // rollout))
+    config = TrainConfig(
+        env=args.env,
+        env_kwargs=parse_env_kwargs(args.env_kwargs),
+        model=args.model,
+        mode=args.mode,
+        timesteps=args.timesteps,
+        n_envs=args.n_envs,
+        n_steps=args.n_steps,
+        batch_size=args.batch_size,
+        n_epochs=args.epochs,
+        learning_rate=args.lr,
+        ent_coef=args.ent_coef,
+        advantage_estimator=args.estimator,
+        eval_episodes=0,
+        eval_points=max(0, iterations // every_rollouts - 1),
+        seed=args.seed,
+        device=args.device,
+    )
+    env, kwargs = env_key(args.env, args.env_kwargs)
+    base = {
+        "env": env,
+        "env_kwargs": kwargs,
+        "estimator": args.estimator,
+        "mode": args.mode,
+        "seed": args.seed,
+        "n_steps": args.n_steps,
+    }
+    args.jsonl.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+
+    def write(row: dict[str, Any]) -> None:
+        with args.jsonl.open("a") as out:
+            out.write(json.dumps(base | row) + "\n")
+
+    def on_point(point: Any) -> None:
+        write(
+            {
+                "env_steps": point.timesteps,
+                "train_s": round(point.wall_s, 2),
+                "value": point.value,
+                "elapsed_s": round(time.perf_counter() - start, 1),
+            }
+        )
+
+    quiet_progress_bar_warning()
+    result = train(config, args.run_dir, progress_bar=False, on_point=on_point)
+    totals = {
+        "done": True,
+        "device": result.device,
+        "env_steps": result.timesteps,
+        "train_s": round(result.train_wall_s, 2),
+        "value": result.after.value,
+        "env_steps_per_s": round(result.timesteps / max(result.train_wall_s, 1e-9), 2),
+    }
+    write(totals)
+    return base | totals
+
+
+def read_runs(files: Sequence[Path]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    """Points grouped by run (env, kwargs, estimator, mode, n_steps, seed), in file order; a
+    run's ``done`` line is kept as its last element."""
+    runs: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for path in files:
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                key = tuple(
+                    row[k] for k in ("env", "env_kwargs", "estimator", "mode", "n_steps", "seed")
+                )
+                runs[key].append(row)
+    return runs
+
+
+def value_at(points: Sequence[dict[str, Any]], budget: int) -> float | None:
+    """The last curve value measured at or before ``budget`` env steps (``None``: the run had not
+    got that far, so a cut-off run is never credited with a budget it did not reach)."""
+    reached = [p for p in points if "done" not in p and p["env_steps"] <= budget]
+    if not reached or max(p["env_steps"] for p in points if "done" not in p) < budget:
+        return None
+    return float(reached[-1]["value"])
+
+
+def first_reaching(points: Sequence[dict[str, Any]], level: float) -> dict[str, Any] | None:
+    """The first curve point whose value is at least ``level``."""
+    return next((p for p in points if "done" not in p and p["value"] >= level - 1e-9), None)
+
+
+def summarize(files: Sequence[Path]) -> str:
+    """The markdown table the README and RESULTS.md quote."""
+    from statistics import mean, stdev
+
+    from gym_llm.evaluation import reference_returns
+
+    groups: dict[tuple[Any, ...], list[list[dict[str, Any]]]] = defaultdict(list)
+    for key, points in sorted(read_runs(files).items()):
+        groups[key[:5]].append(points)
+    lines = [
+        "| env | estimator (mode, n_steps) | seeds | target @ budget | value @ budget "
+        "(per seed) | mean ± std | first met target: env steps (train s) | 90 % of gap at | "
+        "last point |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (env, kwargs, estimator, mode, n_steps), runs in groups.items():
+        target, budget = TARGETS.get((env, kwargs), (float("nan"), 0))
+        refs = reference_returns(
+            env, parse_env_kwargs(kwargs.split(",") if kwargs else []), measure_random=False
+        )
+        level90 = (
+            refs["random"] + 0.9 * (refs["optimum"] - refs["random"])
+            if "random" in refs and "optimum" in refs
+            else None
+        )
+        at_budget = [value_at(points, budget) for points in runs]
+        known = [v for v in at_budget if v is not None]
+        spread = (
+            f"{mean(known):+.3f} ± {stdev(known):.3f}"
+            if len(known) > 1
+            else f"{known[0]:+.3f}"
+            if known
+            else "not reached"
+        )
+        met = [first_reaching(points, target) for points in runs]
+        gap = [first_reaching(points, level90) if level90 is not None else None for points in runs]
+        last = [[p for p in points if "done" not in p][-1] for points in runs]
+        lines.append(
+            f"| {env} {kwargs} | {estimator} ({mode}, {n_steps}) | {len(runs)} | {target:+.3f} @ "
+            f"{budget} | {' / '.join('—' if v is None else f'{v:+.3f}' for v in at_budget)} | "
+            f"{spread} | "
+            + " / ".join(
+                "never" if m is None else f"{m['env_steps']} ({m['train_s']:.0f} s)" for m in met
+            )
+            + " | "
+            + " / ".join("never" if g is None else str(g["env_steps"]) for g in gap)
+            + " | "
+            + " / ".join(f"{p['value']:+.3f} @ {p['env_steps']}" for p in last)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def plot(files: Sequence[Path], directory: Path) -> list[Path]:
+    """One PNG per env: every run's curve (estimator and seed in the label), random play and
+    the optimum as lines, the target as a point at its budget."""
+    from gym_llm.evaluation import reference_returns
+    from gym_llm.plots import Series, plot_curves
+
+    by_env: dict[tuple[str, str], list[Series]] = defaultdict(list)
+    for (env, kwargs, estimator, mode, n_steps, seed), rows in sorted(read_runs(files).items()):
+        points = [p for p in rows if "done" not in p]
+        label = f"{estimator} ({mode}, n_steps {n_steps}) seed {seed}"
+        steps, values = [p["env_steps"] for p in points], [p["value"] for p in points]
+        by_env[env, kwargs].append(Series(label, steps, values))
+    paths = []
+    for (env, kwargs), series in by_env.items():
+        env_kwargs = parse_env_kwargs(kwargs.split(",") if kwargs else [])
+        references = reference_returns(env, env_kwargs, measure_random=False)
+        if (env, kwargs) in TARGETS:
+            references["target"] = TARGETS[env, kwargs][0]
+        name = f"{env.split('/')[-1]}{'-' + kwargs if kwargs else ''}".replace(",", "-")
+        paths.append(
+            plot_curves(
+                series, directory / f"{name}.png", title=f"{env} {kwargs}", references=references
+            )
+        )
+    return paths
+
+
+#: The TensorBoard figures that say why a run learned or not (see gym_llm.diagnostics).
+DIAGNOSTICS = (
+    "rollout/ep_rew_mean",
+    "rollout/state_entropy",
+    "rollout/mutual_information",
+    "rollout/greedy_changed",
+    "train/explained_variance",
+    "train/approx_kl",
+    "train/clip_fraction",
+    "train/first_ratio_error",
+)
+
+
+def diagnostics(run_dirs: Sequence[Path], every: int, csv: Path) -> int:
+    """``run,env_steps,<figure>...`` rows, every ``every``-th update of each run; the row count."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    rows = 0
+    csv.parent.mkdir(parents=True, exist_ok=True)
+    with csv.open("w") as out:
+        out.write("run,env_steps," + ",".join(t.split("/")[1] for t in DIAGNOSTICS) + "\n")
+        for run_dir in run_dirs:
+            for events in sorted(run_dir.glob("tensorboard/*/")):
+                accumulator = EventAccumulator(str(events))
+                accumulator.Reload()
+                tags = set(accumulator.Tags()["scalars"])
+                table: dict[int, dict[str, float]] = defaultdict(dict)
+                for tag in DIAGNOSTICS:
+                    for event in accumulator.Scalars(tag) if tag in tags else []:
+                        table[event.step][tag] = event.value
+                for step in sorted(table)[::every]:
+                    cells = (
+                        f"{table[step][t]:.4g}" if t in table[step] else "" for t in DIAGNOSTICS
+                    )
+                    out.write(f"{run_dir.name},{step}," + ",".join(cells) + "\n")
+                    rows += 1
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> Any:
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        return run(args)
+    if args.command == "diagnostics":
+        return diagnostics(args.run_dirs, args.every, args.csv)
+    table = summarize(args.files)
+    print(table)
+    if args.plots is not None:
+        for path in plot(args.files, args.plots):
+            print(f"wrote {path}")
+    return table
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,53 @@
+"""``benchmarks/suite.py``: points streamed as measured, a cut-off run never credited with a
+budget it did not reach, the table, the plots and the TensorBoard diagnostics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks.suite import first_reaching, main, value_at
+
+
+def test_run_streams_points_then_summarize_plots_and_diagnostics(
+    tiny_model_dir: Path, tmp_path: Path, one_torch_thread: None
+) -> None:
+    jsonl = tmp_path / "suite.jsonl"
+    totals = main(
+        [
+            "run", "--model", str(tiny_model_dir), "--env", "FrozenLake-v1", "--env-kwargs",
+            "is_slippery=False", "--timesteps", "16", "--every", "8", "--n-envs", "2",
+            "--n-steps", "4", "--batch-size", "4", "--epochs", "1", "--estimator", "gigpo",
+            "--device", "cpu", "--jsonl", str(jsonl), "--run-dir", str(tmp_path / "run"),
+        ]
+    )  # fmt: skip
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [r["env_steps"] for r in rows[:-1]] == [0, 8, 16]
+    assert rows[-1]["done"] and rows[-1]["env_steps"] == 16 == totals["env_steps"]
+    assert {r["estimator"] for r in rows} == {"gigpo"}
+    assert all(0.0 <= r["value"] <= 1.0 for r in rows)  # FrozenLake's exact goal probability
+
+    table = main(["summarize", str(jsonl), "--plots", str(tmp_path / "plots")])
+    assert "| FrozenLake-v1 is_slippery=False | gigpo (choice, 4) | 1 | +1.000 @ 2048 |" in table
+    assert "not reached" in table  # 16 steps never reach the 2,048-step budget
+    assert (tmp_path / "plots" / "FrozenLake-v1-is_slippery=False.png").stat().st_size > 0
+
+    csv = tmp_path / "diag.csv"
+    count = main(["diagnostics", str(tmp_path / "run"), "--every", "1", "--csv", str(csv)])
+    lines = csv.read_text().splitlines()
+    assert lines[0].startswith("run,env_steps,ep_rew_mean,state_entropy,mutual_information")
+    assert count == len(lines) - 1 >= 2
+
+
+def test_value_at_needs_the_budget_reached() -> None:
+    points = [
+        {"env_steps": 0, "value": 0.0},
+        {"env_steps": 1024, "value": 0.5},
+        {"env_steps": 2048, "value": 1.0},
+        {"done": True, "env_steps": 2048, "value": 1.0},
+    ]
+    assert value_at(points, 1500) == 0.5  # the last point at or before the budget
+    assert value_at(points, 2048) == 1.0
+    assert value_at(points, 4096) is None  # cut off before the budget: no credit
+    assert first_reaching(points, 0.5) == points[1]
+    assert first_reaching(points, 1.5) is None
