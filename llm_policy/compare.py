@@ -902,8 +902,8 @@ def build_parser(
         "--llm-estimator",
         choices=list(ESTIMATORS),
         default="gae",
-        help="LLM PPO: advantage estimator (gigpo solved FrozenLake where gae did not; "
-        "benchmarks/RESULTS.md)",
+        help="LLM PPO: advantage estimator (gigpo reached FrozenLake's goal on 4 of 10 seeds "
+        "within 2,048 env steps; benchmarks/RESULTS.md)",
     )
     add("--max-new-tokens", type=int, default=None, help="LLM reply budget in generate mode")
     add("--device", default="auto", help="LLM device: auto, cpu, cuda or mps (SB3 uses CPU)")
