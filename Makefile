@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml setup.cfg constraints.txt
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m gym_llm.demo $(DEMO_ARGS)
+	$(PY) -m gym_llm.cli.demo $(DEMO_ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)

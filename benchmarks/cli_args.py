@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from gym_llm.models import DEFAULT_MODEL
+from gym_llm.policy.models import DEFAULT_MODEL
 
 
 def new_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:

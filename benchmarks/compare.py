@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gym_llm.compare import main as compare_main
+from gym_llm.cli.bench import main as compare_main
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

@@ -35,9 +35,9 @@ import torch
 from benchmarks.cli_args import add_model_and_env, new_parser
 from benchmarks.throughput import NaiveLoop, _lifetime_rss_mb, _RolloutTimer, _sync
 from gym_llm import PPO, make_text_env
-from gym_llm.demo import parse_env_kwargs, quiet_progress_bar_warning
-from gym_llm.models import resolve_device
-from gym_llm.training import device_name, versions
+from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
+from gym_llm.experiments.run import device_name, versions
+from gym_llm.policy.models import resolve_device
 
 
 def build_parser() -> argparse.ArgumentParser:

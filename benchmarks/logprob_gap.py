@@ -27,10 +27,10 @@ import torch
 
 from benchmarks.cli_args import add_model_and_env, new_parser
 from gym_llm import make_text_env
-from gym_llm.demo import parse_env_kwargs
-from gym_llm.models import resolve_device
-from gym_llm.policy import LLMPolicy
-from gym_llm.training import device_name
+from gym_llm.cli.demo import parse_env_kwargs
+from gym_llm.experiments.run import device_name
+from gym_llm.policy.llm_policy import LLMPolicy
+from gym_llm.policy.models import resolve_device
 
 
 def build_parser() -> argparse.ArgumentParser:

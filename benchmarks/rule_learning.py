@@ -25,10 +25,10 @@ from stable_baselines3.common.logger import configure
 
 from benchmarks.cli_args import new_parser
 from gym_llm import PPO, make_text_env
-from gym_llm.demo import parse_env_kwargs, quiet_progress_bar_warning
+from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
 from gym_llm.envs.high_low import HighLowEnv, exact_success
-from gym_llm.models import DEFAULT_MODEL
-from gym_llm.training import device_name
+from gym_llm.experiments.run import device_name
+from gym_llm.policy.models import DEFAULT_MODEL
 
 
 def build_parser() -> argparse.ArgumentParser:

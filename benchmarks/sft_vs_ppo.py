@@ -9,7 +9,7 @@ Two runs of :func:`gym_llm.training.run` from the same base model, seed and PPO 
   the env's reference policy (:func:`gym_llm.sft.make_demos`, one per state with the default
   ``--balanced``; or ``--demos FILE``), then the same PPO.
 
-Each is evaluated exactly (:mod:`gym_llm.exact`: one greedy question per state, expected return by
+Each is evaluated exactly (:mod:`gym_llm.evaluation.exact`: one greedy question per state, expected return by
 dynamic programming) before, after SFT and after PPO. Writes ``sft-<env>-<model>.json`` (both
 runs, the summary, demo stats, wall times, device, versions) and ``.png`` to ``--out`` (default
 ``benchmarks/results/``); TensorBoard logs and agents go to ``--run-dir``.
@@ -28,12 +28,12 @@ from typing import Any
 
 import torch
 
-from gym_llm.demo import parse_env_kwargs, quiet_progress_bar_warning
-from gym_llm.evaluation import reference_returns
-from gym_llm.exact import exact_evaluation_supported
-from gym_llm.plots import Series, plot_curves
-from gym_llm.sft import make_demos
-from gym_llm.training import CurvePoint, TrainConfig, TrainResult, run
+from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
+from gym_llm.evaluation.exact import exact_evaluation_supported
+from gym_llm.evaluation.monte_carlo import reference_returns
+from gym_llm.experiments.plots import Series, plot_curves
+from gym_llm.experiments.run import CurvePoint, TrainConfig, TrainResult, run
+from gym_llm.rl.sft import make_demos
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

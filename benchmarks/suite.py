@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cli_args import new_parser
-from gym_llm.demo import parse_env_kwargs, quiet_progress_bar_warning
-from gym_llm.models import DEFAULT_MODEL
+from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
+from gym_llm.policy.models import DEFAULT_MODEL
 
 #: Issue 14's targets: (env id, env kwargs) -> (target mean return, env-step budget).
 TARGETS: dict[tuple[str, str], tuple[float, int]] = {
@@ -83,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from gym_llm.training import TrainConfig
-    from gym_llm.training import run as train
+    from gym_llm.experiments.run import TrainConfig
+    from gym_llm.experiments.run import run as train
 
     rollout = args.n_envs * args.n_steps
     iterations = max(1, -(-args.timesteps // rollout))
@@ -180,7 +180,7 @@ def summarize(files: Sequence[Path]) -> str:
     """The markdown table the README and RESULTS.md quote."""
     from statistics import mean, stdev
 
-    from gym_llm.evaluation import reference_returns
+    from gym_llm.evaluation.monte_carlo import reference_returns
 
     groups: dict[tuple[Any, ...], list[list[dict[str, Any]]]] = defaultdict(list)
     for key, points in sorted(read_runs(files).items()):
@@ -232,8 +232,8 @@ def summarize(files: Sequence[Path]) -> str:
 def plot(files: Sequence[Path], directory: Path) -> list[Path]:
     """One PNG per env: every run's curve (estimator and seed in the label), random play and
     the optimum as lines, the target as a point at its budget."""
-    from gym_llm.evaluation import reference_returns
-    from gym_llm.plots import Series, plot_curves
+    from gym_llm.evaluation.monte_carlo import reference_returns
+    from gym_llm.experiments.plots import Series, plot_curves
 
     by_env: dict[tuple[str, str], list[Series]] = defaultdict(list)
     for (env, kwargs, estimator, mode, n_steps, seed), rows in sorted(read_runs(files).items()):
@@ -256,7 +256,7 @@ def plot(files: Sequence[Path], directory: Path) -> list[Path]:
     return paths
 
 
-#: The TensorBoard figures that say why a run learned or not (see gym_llm.diagnostics).
+#: The TensorBoard figures that say why a run learned or not (see gym_llm.rl.diagnostics).
 DIAGNOSTICS = (
     "rollout/ep_rew_mean",
     "rollout/state_entropy",

@@ -60,12 +60,12 @@ from tqdm.auto import tqdm
 
 from benchmarks.cli_args import add_model_and_env, new_parser
 from gym_llm import PPO, make_text_env
-from gym_llm.demo import parse_env_kwargs, quiet_progress_bar_warning
-from gym_llm.models import resolve_device
-from gym_llm.policy import LLMPolicy, UpdateWork
-from gym_llm.prompts import render_prompt, system_text
-from gym_llm.top_layers import decoder_of, parse_trainable_layers
-from gym_llm.training import device_name
+from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
+from gym_llm.experiments.run import device_name
+from gym_llm.policy.llm_policy import LLMPolicy, UpdateWork
+from gym_llm.policy.models import resolve_device
+from gym_llm.policy.prompts import render_prompt, system_text
+from gym_llm.policy.top_layers import decoder_of, parse_trainable_layers
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 
 #: LlamaGym's default generation settings (its README's ``generate_config_dict``).

@@ -174,7 +174,7 @@ class GuessNumberEnv(gym.Env[np.int64, np.int64]):
     @property
     def optimal_return(self) -> float:
         """The best expected return (dynamic programming over :attr:`P`)."""
-        from gym_llm.exact import TabularModel
+        from gym_llm.envs.tabular import TabularModel
 
         return TabularModel.of(self).optimum()
 

@@ -2,7 +2,7 @@
 
 The loop is LlamaGym's README example with one changed import; the agent trains with gym_llm's
 PPO (exact token log-probs, per-turn rewards, value head). At the end the learned greedy strategy
-is evaluated exactly (``gym_llm.exact``: one question per decision state, then dynamic programming)
+is evaluated exactly (``gym_llm.evaluation.exact``: one question per decision state, then dynamic programming)
 and printed as a basic-strategy chart.
 
     python examples/blackjack.py --episodes 400 --batch-size 16
@@ -22,7 +22,7 @@ import gymnasium as gym
 from tqdm import trange
 
 from gym_llm import Agent
-from gym_llm.exact import (
+from gym_llm.evaluation.exact import (
     HIT,
     STICK,
     BlackjackState,

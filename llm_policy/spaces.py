@@ -102,3 +102,12 @@ class TextActions(spaces.Text):
 
     def __hash__(self) -> int:
         return hash(("TextActions", self.actions))
+
+
+#: What to do when an env or a policy is given spaces that are not text (one message for both).
+NOT_TEXT_HELP = (
+    "gym_llm's PPO needs a text-in/text-out env: observations in a gymnasium.spaces.Text and "
+    "replies in gym_llm.spaces.TextActions. Wrap it:\n"
+    "    env = ActionParserWrapper(TextObservationWrapper(env))\n"
+    "or build a vectorised one with gym_llm.make_text_env('ENV_ID', n_envs=8)."
+)

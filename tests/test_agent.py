@@ -198,7 +198,7 @@ def test_invalid_actions(model_dir: Path) -> None:
 
 
 def _fixed_step(agent: Agent, reply: str) -> Any:
-    from gym_llm.policy import PolicyStep
+    from gym_llm.policy.llm_policy import PolicyStep
 
     ids = agent.tokenizer(reply, add_special_tokens=False)["input_ids"]
     return PolicyStep(
@@ -345,7 +345,7 @@ def test_sft_warm_start_and_replay(model_dir: Path, monkeypatch: pytest.MonkeyPa
     agent = _agent(model_dir, sft_warm_start=True, sft_demos=demos, sft_kwargs={"max_steps": 1})
     assert agent.sft_stats["sft/steps"] == 1
 
-    import gym_llm.sft
+    import gym_llm.rl.sft
 
     calls: list[tuple[Any, dict[str, Any]]] = []
 
@@ -353,7 +353,7 @@ def test_sft_warm_start_and_replay(model_dir: Path, monkeypatch: pytest.MonkeyPa
         calls.append((records, kwargs))
         return {"sft/loss": 0.5}
 
-    monkeypatch.setattr(gym_llm.sft, "warm_start", fake_warm_start)
+    monkeypatch.setattr(gym_llm.rl.sft, "warm_start", fake_warm_start)
     replay = _agent(model_dir, sft_replay=0.25, ppo_config={"batch_size": 4, "ppo_epochs": 1})
     for reward in (0.0, 1.0, -1.0, 0.5):
         replay.act((12, 3, 0))

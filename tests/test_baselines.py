@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from gym_llm.baselines import (
+from gym_llm.evaluation.baselines import (
     OneHotObservation,
     build_sb3,
     exact_score,
@@ -21,7 +21,7 @@ from gym_llm.baselines import (
     success_probability,
     train_sb3,
 )
-from gym_llm.exact import exact_random_value
+from gym_llm.evaluation.exact import exact_random_value
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -110,7 +110,7 @@ def test_update_flops_counts_the_work_done() -> None:
     """2 x forward (forward + activation gradients) + 2 N_trainable per trained token."""
     from torch import nn
 
-    from gym_llm.policy import UpdateWork
+    from gym_llm.policy.llm_policy import UpdateWork
     from gym_llm.testing import make_tiny_model
 
     class FakePolicy(nn.Module):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gym_llm.buffer import TextRolloutBuffer
+from gym_llm.rl.buffer import TextRolloutBuffer
 
 
 def reference_gae(rewards, values, starts, last_values, last_dones, gamma, lam):

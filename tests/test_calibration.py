@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gym_llm import PPO, LLMPolicy, make_text_env
-from gym_llm.policy import CONTENT_FREE_OBSERVATION
+from gym_llm.policy.llm_policy import CONTENT_FREE_OBSERVATION
 from gym_llm.testing import save_tiny_model
 
 WORDS = ["apple", "banana", "cherry"]

@@ -15,9 +15,9 @@ from typing import Any, Literal
 import pytest
 
 import gym_llm
-from gym_llm import cli
-from gym_llm.models import MODEL_REGISTRY
-from gym_llm.training import TrainConfig
+from gym_llm.cli import commands as cli
+from gym_llm.experiments.run import TrainConfig
+from gym_llm.policy.models import MODEL_REGISTRY
 
 FAST = [
     "--env", "gym_llm/KeywordBandit-v0",
@@ -229,21 +229,21 @@ def test_bench_forwards_every_argument(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     seen: list[list[str]] = []
-    fake = types.ModuleType("gym_llm.compare")
+    fake = types.ModuleType("gym_llm.cli.bench")
 
     def main(argv: list[str]) -> int:
         seen.append(list(argv))
         return 0
 
     fake.main = main
-    monkeypatch.setitem(sys.modules, "gym_llm.compare", fake)
-    monkeypatch.setattr(gym_llm, "compare", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "gym_llm.cli.bench", fake)
+    monkeypatch.setattr(gym_llm.cli, "bench", fake, raising=False)
     assert cli.main(["bench", "--envs", "CartPole-v1", "--help"]) == 0
     assert seen == [["--envs", "CartPole-v1", "--help"]]
 
 
 def test_bench_help_is_the_comparison_suites(capsys: pytest.CaptureFixture[str]) -> None:
-    compare = pytest.importorskip("gym_llm.compare")
+    compare = pytest.importorskip("gym_llm.cli.bench")
     with pytest.raises(SystemExit) as exc:
         cli.main(["bench", "--help"])
     assert exc.value.code == 0
@@ -261,10 +261,10 @@ def test_demos_calls_make_demos(
         calls.append((env_id, episodes, path, kwargs))
         return 42
 
-    fake = types.ModuleType("gym_llm.sft")
+    fake = types.ModuleType("gym_llm.rl.sft")
     fake.make_demos = make_demos
-    monkeypatch.setitem(sys.modules, "gym_llm.sft", fake)
-    monkeypatch.setattr(gym_llm, "sft", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "gym_llm.rl.sft", fake)
+    monkeypatch.setattr(gym_llm.rl, "sft", fake, raising=False)
     out = str(tmp_path / "d.jsonl")
     argv = ["demos", "--env", "gym_llm/GuessNumber-v0", "--episodes", "5", "--out", out,
             "--seed", "3", "--env-kwargs", "max_guesses=7"]  # fmt: skip
@@ -279,7 +279,7 @@ def test_demos_calls_make_demos(
 def test_models_lists_the_registry_and_offline_availability(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gym_llm.models import embedded_gguf_path
+    from gym_llm.policy.models import embedded_gguf_path
 
     monkeypatch.setenv("GYM_LLM_CACHE", str(tmp_path))  # nothing converted here
     assert cli.main(["models", "--json"]) == 0
@@ -300,7 +300,10 @@ def test_models_lists_the_registry_and_offline_availability(
 
 def test_module_entry_point_and_console_script() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "gym_llm.cli", "--help"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "gym_llm.cli.commands", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0 and "train" in done.stdout and "bench" in done.stdout
     pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"

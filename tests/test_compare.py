@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gym_llm.compare import (
+from gym_llm.cli.bench import (
     EnvSpec,
     Row,
     build_parser,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gym_llm.curves import Reached, gap_target, time_to_target
+from gym_llm.experiments.curves import Reached, gap_target, time_to_target
 
 
 def test_first_point_at_or_above_the_target() -> None:
@@ -35,6 +35,6 @@ def test_gap_target() -> None:
 def test_docstring_examples() -> None:
     import doctest
 
-    import gym_llm.curves
+    import gym_llm.experiments.curves
 
-    assert doctest.testmod(gym_llm.curves).failed == 0
+    assert doctest.testmod(gym_llm.experiments.curves).failed == 0

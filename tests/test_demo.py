@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gym_llm.demo import main, parse_env_kwargs
+from gym_llm.cli.demo import main, parse_env_kwargs
 
 
 def test_env_kwargs_parsing() -> None:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from gym_llm.diagnostics import choice_diagnostics, distinct, entropy, mutual_information
+from gym_llm.rl.diagnostics import choice_diagnostics, distinct, entropy, mutual_information
 
 
 def test_entropy_by_hand() -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gym_llm import make_text_env
-from gym_llm.evaluation import evaluate, known_optimum, random_baseline
+from gym_llm.evaluation.monte_carlo import evaluate, known_optimum, random_baseline
 
 
 class _Scripted:

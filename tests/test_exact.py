@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from gym_llm.exact import (
+from gym_llm.evaluation.exact import (
     HIT,
     STICK,
     BlackjackState,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gym_llm.exact import blackjack_states
+from gym_llm.evaluation.exact import blackjack_states
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -15,7 +15,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 import gym_llm
 from gym_llm.envs import DescribesItself
 from gym_llm.envs.guess_number import GuessNumberEnv
-from gym_llm.exact import (
+from gym_llm.evaluation.exact import (
     TabularModel,
     exact_evaluation_supported,
     exact_optimum,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
-from gym_llm.kv_cache import ReservedCache, ReservedLayer
+from gym_llm.policy.kv_cache import ReservedCache, ReservedLayer
 
 PAD = 0
 

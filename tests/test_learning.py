@@ -30,7 +30,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 
 from gym_llm import PPO, LLMPolicy, TextObservations, make_text_env
 from gym_llm.envs.keyword_bandit import KeywordBanditEnv
-from gym_llm.prompts import system_text, user_text
+from gym_llm.policy.prompts import system_text, user_text
 from gym_llm.testing import save_tiny_model
 
 WORDS = ["apple", "banana", "cherry"]
@@ -117,8 +117,8 @@ def test_learning_sweep(tmp_path: Path, mode: str, seed: int) -> None:
 def test_embedded_smollm2_learns_keyword_bandit(tmp_path: Path) -> None:
     """The real model (what `make demo` trains): it answers the first option whatever the
     target before training (exact success 0.25); measured 1.0 after 256 env steps on 2 CPU cores."""
-    from gym_llm.demo import DEMO_SETTINGS
-    from gym_llm.training import TrainConfig, run
+    from gym_llm.cli.demo import DEMO_SETTINGS
+    from gym_llm.experiments.run import TrainConfig, run
 
     settings = {**DEMO_SETTINGS, "timesteps": 384, "eval_points": 0}
     config = TrainConfig(env="gym_llm/KeywordBandit-v0", eval_episodes=0, device="cpu", **settings)

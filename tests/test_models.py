@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 import torch
 
-from gym_llm import models
-from gym_llm.models import (
+from gym_llm.policy import models
+from gym_llm.policy.models import (
     MODEL_REGISTRY,
     ModelLoadError,
     embedded_gguf_path,

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from gym_llm.packed_linear import PackedLinears, packing_available
+from gym_llm.policy.packed_linear import PackedLinears, packing_available
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN")
 
@@ -88,7 +88,7 @@ def test_subclasses_and_non_float_weights_are_not_packed() -> None:
 def test_bf16_weights_are_packed_only_where_onednn_supports_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from gym_llm import packed_linear
+    from gym_llm.policy import packed_linear
 
     layer = nn.Linear(4, 4).to(torch.bfloat16).requires_grad_(False)
     monkeypatch.setattr(packed_linear, "_bf16_packing", lambda: False)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gym_llm.plots import Series, plot_curves
+from gym_llm.experiments.plots import Series, plot_curves
 
 
 def test_plot_curves_writes_a_png(tmp_path: Path) -> None:

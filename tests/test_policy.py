@@ -284,7 +284,7 @@ def test_reserved_kv_cache_samples_exactly_what_the_dynamic_cache_samples(
 def test_packed_frozen_weights_give_the_same_rollouts(kb_model_dir: Path, mode: str) -> None:
     """oneDNN-packed base weights change speed only: same tokens, log-probs and values to float32
     rounding, with a trained (non-zero) adapter, and the update recomputes the same log-probs."""
-    from gym_llm.packed_linear import packing_available
+    from gym_llm.policy.packed_linear import packing_available
 
     if not packing_available():
         pytest.skip("this torch has no oneDNN")
@@ -319,7 +319,7 @@ def test_packed_frozen_weights_give_the_same_rollouts(kb_model_dir: Path, mode: 
 def test_sampler_draws_from_the_softmax() -> None:
     """Inverse-CDF sampling: frequencies match the probabilities (chi-square, fixed seed), a
     zero-mass token is never drawn, and rows are independent distributions."""
-    from gym_llm.policy import _sample
+    from gym_llm.policy.llm_policy import _sample
 
     torch.manual_seed(0)
     logits = torch.randn(2, 40) * 2

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gym_llm.prompts import build_messages, render_prompt, system_text, user_text
+from gym_llm.policy.prompts import build_messages, render_prompt, system_text, user_text
 from gym_llm.spaces import TextActions, TextObservations
 from gym_llm.testing import make_tiny_tokenizer
 

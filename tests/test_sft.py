@@ -16,9 +16,9 @@ import torch
 
 from gym_llm import PPO, LLMPolicy, TextObservations, make_text_env
 from gym_llm.envs.keyword_bandit import KeywordBanditEnv
-from gym_llm.exact import blackjack_optimum, blackjack_states
-from gym_llm.prompts import build_messages, render_prompt
-from gym_llm.sft import DemoError, make_demos, read_demos, sft_examples, warm_start
+from gym_llm.evaluation.exact import blackjack_optimum, blackjack_states
+from gym_llm.policy.prompts import build_messages, render_prompt
+from gym_llm.rl.sft import DemoError, make_demos, read_demos, sft_examples, warm_start
 from gym_llm.testing import make_tiny_model, make_tiny_tokenizer, save_tiny_model
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 
@@ -367,7 +367,7 @@ def test_warm_start_on_a_plain_model(tmp_path: Path) -> None:
 
 def test_train_run_with_sft_demos(tmp_path: Path) -> None:
     """``TrainConfig(sft_demos=...)``: SFT after the "before" evaluation, recorded in result.json."""
-    from gym_llm.training import TrainConfig, run
+    from gym_llm.experiments.run import TrainConfig, run
 
     model_dir = save_tiny_model(tmp_path / "model", words=["apple", "banana", "cherry", "grape"])
     demos = tmp_path / "kb.jsonl"
@@ -395,7 +395,7 @@ def test_train_run_with_sft_demos(tmp_path: Path) -> None:
 
 
 def test_cli_demos_writes_what_make_demos_writes(tmp_path: Path) -> None:
-    from gym_llm.cli import main
+    from gym_llm.cli.commands import main
 
     out = tmp_path / "cli.jsonl"
     args = ["demos", "--env", "Blackjack-v1", "--env-kwargs", "sab=False", "--out", str(out)]
@@ -409,7 +409,7 @@ def test_cli_demos_writes_what_make_demos_writes(tmp_path: Path) -> None:
 def test_shared_prefix_loss_trains_like_trl(monkeypatch: pytest.MonkeyPatch) -> None:
     """The prompt head every example shares is encoded once per batch; the weights after a few
     steps must be those of TRL's own full-sequence loss."""
-    import gym_llm.sft as sft
+    import gym_llm.rl.sft as sft
 
     tokenizer = make_tiny_tokenizer(WORDS)
     records = _bandit_records() * 2

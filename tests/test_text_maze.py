@@ -16,7 +16,12 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 import gym_llm
 from gym_llm.envs import DescribesItself
 from gym_llm.envs.text_maze import DEFAULT_LAYOUT, TextMazeEnv
-from gym_llm.exact import TabularModel, exact_optimum, exact_policy_value, exact_random_value
+from gym_llm.evaluation.exact import (
+    TabularModel,
+    exact_optimum,
+    exact_policy_value,
+    exact_random_value,
+)
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 
 ENV_ID = "gym_llm/TextMaze-v0"

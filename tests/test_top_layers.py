@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from gym_llm import PPO, LLMPolicy, make_text_env
-from gym_llm.testing import make_tiny_model, make_tiny_tokenizer, save_tiny_model
-from gym_llm.top_layers import (
+from gym_llm.policy.top_layers import (
     TopLayers,
     pad_states,
     resolve_trainable_layers,
     top_layers_supported,
 )
+from gym_llm.testing import make_tiny_model, make_tiny_tokenizer, save_tiny_model
 
 WORDS = ["apple", "banana", "cherry", "grape"]
 OBS = [f"Options: apple, banana, cherry, grape. Target: {w}." for w in WORDS]
@@ -141,9 +141,9 @@ def test_resolve_trainable_layers_rejects(value: object) -> None:
 def test_docstring_examples() -> None:
     import doctest
 
-    import gym_llm.top_layers
+    import gym_llm.policy.top_layers
 
-    assert doctest.testmod(gym_llm.top_layers).failed == 0
+    assert doctest.testmod(gym_llm.policy.top_layers).failed == 0
 
 
 def _twins(model_dir: Path, **kwargs) -> tuple[LLMPolicy, LLMPolicy]:
@@ -291,7 +291,7 @@ def test_the_memo_is_forgotten_when_weights_change_behind_its_back(
 def test_the_memo_follows_evaluation_temperature_and_its_memory_budget(
     deep_model_dir: Path, one_torch_thread: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gym_llm.policy
+    import gym_llm.policy.llm_policy
 
     policy = _policy(deep_model_dir, lora={"r": 2}, trainable_layers=2)
     policy.predict(OBS[0], deterministic=True)  # evaluation: no states kept
@@ -305,7 +305,7 @@ def test_the_memo_follows_evaluation_temperature_and_its_memory_budget(
         after, _, _ = policy._remembered_choice_scores(OBS[:1])
     torch.testing.assert_close(after, before / 2)  # not the memo's temperature-1 scores
     one_entry = step.states[0].nbytes
-    monkeypatch.setattr(gym_llm.policy, "_MEMO_MAX_BYTES", int(2.5 * one_entry))
+    monkeypatch.setattr(gym_llm.policy.llm_policy, "_MEMO_MAX_BYTES", int(2.5 * one_entry))
     with torch.inference_mode():
         for observation in OBS:
             policy.act([observation])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gym_llm import PPO
-from gym_llm.training import TrainConfig, run
+from gym_llm.experiments.run import TrainConfig, run
 
 
 def _config(model_dir: Path, **overrides: object) -> TrainConfig:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from gym_llm import make_text_env
-from gym_llm.vec_env import TextVecEnv
+from gym_llm.rl.vec_env import TextVecEnv
 
 
 def test_text_vec_env_steps_and_auto_resets() -> None:

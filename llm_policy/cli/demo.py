@@ -9,7 +9,7 @@ CPU demo allows (see benchmarks/RESULTS.md). Both are evaluated exactly (every s
 so before/after differences are not sampling noise. ``--zero-shot`` only watches the untrained
 model play a few episodes (about 30 s).
 
-Run ``python -m gym_llm.demo --help`` for the options.
+Run ``python -m gym_llm.cli.demo --help`` for the options.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from gym_llm.models import DEFAULT_MODEL, load_model
-from gym_llm.prompts import build_messages, render_prompt, system_text
-from gym_llm.vec_env import make_text_env
+from gym_llm.policy.models import DEFAULT_MODEL, load_model
+from gym_llm.policy.prompts import build_messages, render_prompt, system_text
+from gym_llm.rl.vec_env import make_text_env
 
 
 def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
@@ -71,7 +71,7 @@ DEMO_SETTINGS: dict[str, Any] = {
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m gym_llm.demo",
+        prog="python -m gym_llm.cli.demo",
         description="Train a language model with PPO on a Gymnasium env through text and show "
         "its evaluation before and after (exact on KeywordBandit, Blackjack, FrozenLake, Taxi "
         "and CliffWalking; Monte-Carlo elsewhere), the learned strategy on Blackjack, and where "
@@ -172,9 +172,13 @@ def _gap_closed(value: float, random: float | None, optimum: float | None) -> st
 
 def train(args: argparse.Namespace) -> None:
     """Evaluate, train with PPO, evaluate again; print the results and where everything is."""
-    from gym_llm.evaluation import reference_returns
-    from gym_llm.exact import blackjack_chart, exact_evaluation_supported, greedy_hit_probabilities
-    from gym_llm.training import CurvePoint, TrainConfig, run
+    from gym_llm.evaluation.exact import (
+        blackjack_chart,
+        exact_evaluation_supported,
+        greedy_hit_probabilities,
+    )
+    from gym_llm.evaluation.monte_carlo import reference_returns
+    from gym_llm.experiments.run import CurvePoint, TrainConfig, run
 
     env_kwargs = parse_env_kwargs(args.env_kwargs)
     exact = exact_evaluation_supported(args.env, env_kwargs)

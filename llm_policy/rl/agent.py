@@ -37,12 +37,12 @@ import torch
 from gymnasium import spaces
 from stable_baselines3.common.utils import configure_logger
 
-from gym_llm.buffer import TextRolloutBuffer
-from gym_llm.policy import LLMPolicy
-from gym_llm.ppo import PPO
-from gym_llm.prompts import Message
+from gym_llm.policy.llm_policy import LLMPolicy
+from gym_llm.policy.prompts import Message
+from gym_llm.policy.top_layers import TrainableLayers, TurnStates
+from gym_llm.rl.buffer import TextRolloutBuffer
+from gym_llm.rl.ppo import PPO
 from gym_llm.spaces import TextActions, TextObservations
-from gym_llm.top_layers import TrainableLayers, TurnStates
 from gym_llm.wrappers.parsing import DiscreteParser, NumericParser, ParseResult
 
 SelfAgent = TypeVar("SelfAgent", bound="Agent")
@@ -122,7 +122,7 @@ class Turn:
     reward: float = 0.0
     #: Exchanges dropped from the start of the conversation to fit ``max_context_tokens``.
     dropped_exchanges: int = 0
-    #: What the update reuses from the rollout (gym_llm.top_layers), if the policy keeps it.
+    #: What the update reuses from the rollout (gym_llm.policy.top_layers), if the policy keeps it.
     states: TurnStates | None = None
 
 
@@ -280,7 +280,7 @@ class Agent(abc.ABC):
         if sft_warm_start and sft_demos is None:
             raise ValueError(
                 "sft_warm_start=True needs demonstrations: pass sft_demos=PATH (chat-messages "
-                "JSONL, see gym_llm.sft) or a list of {'messages': [...]} records."
+                "JSONL, see gym_llm.rl.sft) or a list of {'messages': [...]} records."
             )
 
         self.episodes_per_update = int(hyper.pop("episodes_per_update"))
@@ -623,7 +623,7 @@ class Agent(abc.ABC):
     ) -> dict[str, float]:
         """Supervised fine-tuning of this agent's policy on chat-messages demonstrations
         (:func:`gym_llm.sft.warm_start`, with ``sft_kwargs`` then ``kwargs``); returns its stats."""
-        from gym_llm import sft
+        from gym_llm.rl import sft
 
         stats = sft.warm_start(self.policy, demos, **{**self.sft_kwargs, **kwargs})
         self.policy.invalidate_prefix_cache()

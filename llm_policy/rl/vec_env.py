@@ -22,14 +22,8 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
+from gym_llm.spaces import NOT_TEXT_HELP
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
-
-NOT_TEXT_HELP = (
-    "gym_llm's PPO needs a text-in/text-out env: observations in a gymnasium.spaces.Text and "
-    "replies in gym_llm.spaces.TextActions. Wrap it:\n"
-    "    env = ActionParserWrapper(TextObservationWrapper(env))\n"
-    "or build a vectorised one with gym_llm.make_text_env('ENV_ID', n_envs=8)."
-)
 
 
 def check_text_env(env: gym.Env[Any, Any] | VecEnv) -> None:

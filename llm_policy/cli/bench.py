@@ -40,8 +40,8 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from gym_llm.advantages import ESTIMATORS
-from gym_llm.baselines import (
+from gym_llm.cli.commands import parse_value
+from gym_llm.evaluation.baselines import (
     ClassicAlgo,
     Score,
     exact_score,
@@ -49,10 +49,10 @@ from gym_llm.baselines import (
     tabular_supported,
     train_sb3,
 )
-from gym_llm.cli import parse_value
-from gym_llm.curves import gap_target, time_to_target
-from gym_llm.models import DEFAULT_MODEL, resolve_device
-from gym_llm.training import TrainConfig, device_name
+from gym_llm.experiments.curves import gap_target, time_to_target
+from gym_llm.experiments.run import TrainConfig, device_name
+from gym_llm.policy.models import DEFAULT_MODEL, resolve_device
+from gym_llm.rl.advantages import ESTIMATORS
 
 #: Every agent ``--agents`` can select.
 AGENTS: tuple[str, ...] = ("random", "ppo", "dqn", "llm-zero-shot", "llm-choice", "llm-generate")
@@ -191,7 +191,7 @@ class References:
 def env_references(spec: EnvSpec, episodes: int = 1000) -> References:
     """Random play (exact or Monte-Carlo) and the optimum: by dynamic programming, the env's
     ``optimal_return``, or CartPole's step limit (balancing to the end is the best possible)."""
-    from gym_llm.evaluation import known_optimum
+    from gym_llm.evaluation.monte_carlo import known_optimum
 
     optimum = known_optimum(spec.id, spec.kwargs)
     if optimum is None and spec.id.startswith("CartPole"):
@@ -338,16 +338,16 @@ def run_classic(
 
 def llm_score(model: Any, spec: EnvSpec, episodes: int, seed: int) -> Score:
     """An LLM agent's greedy policy through text: exactly (with its success probability on
-    tabular envs) where :mod:`gym_llm.exact` allows, else Monte-Carlo."""
-    from gym_llm.evaluation import evaluate
-    from gym_llm.exact import (
+    tabular envs) where :mod:`gym_llm.evaluation.exact` allows, else Monte-Carlo."""
+    from gym_llm.evaluation.exact import (
         TEXT_TABULAR_ENVS,
         exact_evaluation_supported,
         exact_policy_value,
         greedy_action_probabilities,
         reachable_greedy_probabilities,
     )
-    from gym_llm.vec_env import make_text_env
+    from gym_llm.evaluation.monte_carlo import evaluate
+    from gym_llm.rl.vec_env import make_text_env
 
     if tabular_supported(spec.id, spec.kwargs):
         # Text-native envs have hundreds of states: ask only those the greedy policy reaches.
@@ -369,7 +369,7 @@ def llm_config(
     spec: EnvSpec, mode: str, budget: int, seed: int, args: argparse.Namespace
 ) -> TrainConfig:
     """gym_llm PPO settings whose rollouts add up to at most ``budget`` env steps."""
-    from gym_llm.exact import exact_evaluation_supported
+    from gym_llm.evaluation.exact import exact_evaluation_supported
 
     n_envs = max(1, min(args.llm_n_envs, budget))
     n_steps = max(1, min(args.llm_n_steps, budget // n_envs))
@@ -429,7 +429,7 @@ def run_llm_trained(
     """The LLM trained with gym_llm's PPO; with ``zero_shot``, also the untrained model's row,
     taken from the run's "before" evaluation (the LoRA adapter starts as the identity) instead
     of evaluating the same policy twice."""
-    from gym_llm.training import run
+    from gym_llm.experiments.run import run
 
     config = llm_config(spec, mode, budget, seed, args)
     with _run_dir(args, f"{spec.slug}-llm-{mode}-seed{seed}") as run_dir:
@@ -466,8 +466,8 @@ def run_llm_trained(
 
 def run_llm_zero_shot(spec: EnvSpec, seed: int, args: argparse.Namespace) -> Row:
     """The untrained model's greedy policy (choice mode: it scores the listed actions)."""
-    from gym_llm.ppo import PPO
-    from gym_llm.vec_env import make_text_env
+    from gym_llm.rl.ppo import PPO
+    from gym_llm.rl.vec_env import make_text_env
 
     config = llm_config(spec, "choice", 1, seed, args)
     env = make_text_env(spec.id, 1, env_kwargs=spec.kwargs, seed=seed)
@@ -511,7 +511,7 @@ class Job:
 def plan(specs: Sequence[EnvSpec], agents: Sequence[str], args: argparse.Namespace) -> list[Job]:
     """Every run, env by env. Random play and the zero-shot LLM are deterministic where the
     evaluation is exact, so they run once (seed 0) there and once per seed elsewhere."""
-    from gym_llm.exact import exact_evaluation_supported
+    from gym_llm.evaluation.exact import exact_evaluation_supported
 
     jobs: list[Job] = []
     for spec in specs:

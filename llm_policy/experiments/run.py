@@ -20,13 +20,13 @@ from typing import Any
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
-from gym_llm.advantages import check_estimator
-from gym_llm.evaluation import EvalStats, evaluate
-from gym_llm.exact import exact_evaluation_supported, exact_policy_value
-from gym_llm.models import DEFAULT_MODEL, resolve_device
-from gym_llm.ppo import PPO
-from gym_llm.top_layers import parse_trainable_layers
-from gym_llm.vec_env import TextVecEnv, make_text_env
+from gym_llm.evaluation.exact import exact_evaluation_supported, exact_policy_value
+from gym_llm.evaluation.monte_carlo import EvalStats, evaluate
+from gym_llm.policy.models import DEFAULT_MODEL, resolve_device
+from gym_llm.policy.top_layers import parse_trainable_layers
+from gym_llm.rl.advantages import check_estimator
+from gym_llm.rl.ppo import PPO
+from gym_llm.rl.vec_env import TextVecEnv, make_text_env
 
 
 @dataclass
@@ -83,7 +83,7 @@ class TrainConfig:
     #: Sampling temperature of the policy.
     temperature: float = 1.0
     #: Monte-Carlo episodes per evaluation (before, after, each curve point); 0 skips them where
-    #: the env has an exact evaluation (gym_llm.exact), which every point then uses.
+    #: the env has an exact evaluation (gym_llm.evaluation.exact), which every point then uses.
     eval_episodes: int = 100
     #: Evaluations during training (evenly spaced), besides before and after.
     eval_points: int = 4
@@ -376,7 +376,7 @@ def run(
     before = curve.record()
     after_sft, sft_stats = None, None
     if config.sft_demos is not None:
-        from gym_llm.sft import warm_start
+        from gym_llm.rl.sft import warm_start
 
         sft_stats = warm_start(
             model.policy,
@@ -420,8 +420,8 @@ def plot_result(
 ) -> Path:
     """The run's learning curve as a PNG, with random play and the optimum as lines where known
     (``references`` overrides them)."""
-    from gym_llm.evaluation import reference_returns
-    from gym_llm.plots import Series, plot_curves
+    from gym_llm.evaluation.monte_carlo import reference_returns
+    from gym_llm.experiments.plots import Series, plot_curves
 
     config = result.config
     if references is None:

@@ -4,7 +4,7 @@ Subcommands::
 
     gym-llm train  --env ENV_ID --model NAME_OR_PATH --timesteps N --out runs/NAME ...
     gym-llm eval   --load runs/NAME --episodes 100
-    gym-llm bench  ...            (the comparison suite, gym_llm.compare)
+    gym-llm bench  ...            (the comparison suite, gym_llm.cli.bench)
     gym-llm demos  --env ENV_ID --episodes N --out demos.jsonl
     gym-llm models
 
@@ -330,7 +330,7 @@ def load_config_file(path: str | Path, cls: type) -> dict[str, Any]:
 
 
 def _train_config(args: argparse.Namespace) -> Any:
-    from gym_llm.training import TrainConfig
+    from gym_llm.experiments.run import TrainConfig
 
     values: dict[str, Any] = {}
     if args.config is not None:
@@ -377,8 +377,8 @@ def _train(args: argparse.Namespace) -> int:
         print(json.dumps(dataclasses.asdict(config), indent=2))
         return 0
 
-    from gym_llm.evaluation import reference_returns
-    from gym_llm.training import CurvePoint, run
+    from gym_llm.evaluation.monte_carlo import reference_returns
+    from gym_llm.experiments.run import CurvePoint, run
 
     def report(point: CurvePoint) -> None:
         print(f"[{point.timesteps:>7} env steps, {point.wall_s:7.1f} s] {point.describe()}")
@@ -430,7 +430,7 @@ def _find_run(path: Path) -> tuple[Path, Path]:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from gym_llm.training import TrainConfig
+    from gym_llm.experiments.run import TrainConfig
 
     if args.episodes < 1:
         raise CLIError(f"--episodes must be >= 1, got {args.episodes}.")
@@ -443,9 +443,9 @@ def _eval(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out is not None else config_path.parent / "eval.json"
 
     from gym_llm import PPO, make_text_env
-    from gym_llm.evaluation import evaluate, reference_returns
-    from gym_llm.exact import exact_evaluation_supported, exact_policy_value
-    from gym_llm.training import device_name, versions
+    from gym_llm.evaluation.exact import exact_evaluation_supported, exact_policy_value
+    from gym_llm.evaluation.monte_carlo import evaluate, reference_returns
+    from gym_llm.experiments.run import device_name, versions
 
     print(f"Evaluating {agent_dir} on {env_id} {env_kwargs or ''}")
     start = time.perf_counter()
@@ -491,7 +491,7 @@ def _bench(argv: Sequence[str]) -> int:
     """Everything after ``bench`` goes to ``gym_llm.compare.main`` (imported only now: it pulls in
     SB3's algorithms and matplotlib)."""
     try:
-        from gym_llm import compare
+        from gym_llm.cli import bench as compare
     except ImportError as exc:
         print(
             f"{PROG} bench: error: the comparison suite could not be imported: {exc}",
@@ -502,7 +502,7 @@ def _bench(argv: Sequence[str]) -> int:
 
 
 def _demos(args: argparse.Namespace) -> int:
-    from gym_llm import sft
+    from gym_llm.rl import sft
 
     if args.episodes < 1:
         raise CLIError(f"--episodes must be >= 1, got {args.episodes}.")
@@ -520,7 +520,7 @@ def _demos(args: argparse.Namespace) -> int:
 
 def model_availability() -> list[dict[str, str]]:
     """Each registry model and where it would load from right now, without loading weights."""
-    from gym_llm.models import MODEL_REGISTRY, cache_dir, embedded_gguf_path
+    from gym_llm.policy.models import MODEL_REGISTRY, cache_dir, embedded_gguf_path
 
     rows = []
     for spec in MODEL_REGISTRY.values():
@@ -552,7 +552,7 @@ def _hub_cache_status(hub_id: str) -> str:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from gym_llm.models import DEFAULT_MODEL, cache_dir
+    from gym_llm.policy.models import DEFAULT_MODEL, cache_dir
 
     rows = model_availability()
     if args.json:
@@ -582,7 +582,7 @@ def _para(text: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gym_llm.training import TrainConfig
+    from gym_llm.experiments.run import TrainConfig
 
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -667,7 +667,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "bench",
         add_help=False,
-        help="compare with classic RL (gym_llm.compare); `gym-llm bench --help` for its flags",
+        help="compare with classic RL (gym_llm.cli.bench); `gym-llm bench --help` for its flags",
     )
 
     demos = commands.add_parser(

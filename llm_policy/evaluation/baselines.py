@@ -1,12 +1,12 @@
 """Classic RL baselines on the raw env: uniform random, and SB3 PPO/DQN with ``MlpPolicy``.
 
-The comparison suite (:mod:`gym_llm.compare`) puts an LLM agent next to what a classic agent
+The comparison suite (:mod:`gym_llm.cli.bench`) puts an LLM agent next to what a classic agent
 reaches on the *same* env with the *same* number of env steps. SB3's ``MlpPolicy`` needs a flat
 ``Box`` observation, so :class:`OneHotObservation` turns ``Discrete`` observations into one-hots
 and Blackjack's ``Tuple`` of ``Discrete`` into concatenated one-hots (Box observations such as
 CartPole's pass through).
 
-Every agent is scored the same way: exactly where :mod:`gym_llm.exact` has a model of the env
+Every agent is scored the same way: exactly where :mod:`gym_llm.evaluation.exact` has a model of the env
 (the greedy action is asked once per raw state, then the same dynamic programming that scores the
 LLM), by Monte-Carlo with a 95% interval elsewhere. :class:`Score` also carries the probability
 of *succeeding* (ending the episode on its best terminal reward: reaching the goal), because on
@@ -33,9 +33,9 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from gym_llm.exact import (
+from gym_llm.envs.tabular import TabularModel
+from gym_llm.evaluation.exact import (
     ALL_TABULAR_ENVS,
-    TabularModel,
     blackjack_states,
     blackjack_value,
     exact_evaluation_supported,
@@ -255,7 +255,7 @@ def random_score(
     """Uniform random play: exact where possible, else Monte-Carlo on the raw env."""
     if exact_supported(env_id, env_kwargs):
         return exact_score(env_id, env_kwargs, uniform_action_table(env_id, env_kwargs))
-    from gym_llm.evaluation import random_baseline
+    from gym_llm.evaluation.monte_carlo import random_baseline
 
     stats = random_baseline(env_id, dict(env_kwargs or {}), episodes=episodes, seed=seed)
     return Score(stats.mean, stats.sem, "mc", stats.episodes)

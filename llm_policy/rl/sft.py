@@ -7,7 +7,7 @@ choices put the good actions where PPO can find them. This module is that bridge
 
 * :func:`make_demos` plays a reference policy in a built-in env and writes chat-messages JSONL, with
   exactly the system and user messages the :class:`~gym_llm.LLMPolicy` sees (built by
-  :mod:`gym_llm.prompts` from the text wrappers' instruction and formatter) and the action's name
+  :mod:`gym_llm.policy.prompts` from the text wrappers' instruction and formatter) and the action's name
   as the assistant reply. ``balanced=True`` writes each state once instead of as often as
   episodes visit it: 200 optimal Blackjack episodes give 307 turns over only 137 of the 280
   states, dominated by a few common hands, while the balanced set has every state, rare hands
@@ -41,12 +41,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from gym_llm.prompts import Message, build_messages, render_prompt
+from gym_llm.policy.prompts import Message, build_messages, render_prompt
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-    from gym_llm.policy import LLMPolicy
+    from gym_llm.policy.llm_policy import LLMPolicy
 
 ROLES: tuple[str, ...] = ("system", "user", "assistant")
 
@@ -339,7 +339,7 @@ def warm_start(
 
     With an ``LLMPolicy`` its prefix KV cache is invalidated afterwards (the weights changed).
     """
-    from gym_llm.policy import LLMPolicy
+    from gym_llm.policy.llm_policy import LLMPolicy
 
     if not (epochs > 0 or max_steps > 0):
         raise ValueError(f"Give epochs > 0 or max_steps > 0 (got epochs={epochs}, {max_steps=}).")
@@ -484,7 +484,7 @@ def make_demos(
     """Play a reference policy and write its turns as chat-messages JSONL; returns lines written.
 
     One line per turn: the system and user messages the policy sees for that observation (built
-    with :mod:`gym_llm.prompts` from the text wrappers' instruction and formatter, as PPO builds
+    with :mod:`gym_llm.policy.prompts` from the text wrappers' instruction and formatter, as PPO builds
     them) and the reference action's name as the assistant reply. Reference policies:
     ``Blackjack-v1`` (``sab=False``, ``natural=False``): the optimal strategy
     (:func:`gym_llm.exact.blackjack_optimum`); ``gym_llm/KeywordBandit-v0``: the target; any env
@@ -532,7 +532,7 @@ def make_demos(
 def _blackjack_demos(
     episodes: int, seed: int, kwargs: dict[str, Any], balanced: bool
 ) -> list[dict[str, Any]]:
-    from gym_llm.exact import blackjack_optimum, blackjack_states
+    from gym_llm.evaluation.exact import blackjack_optimum, blackjack_states
 
     _, best = blackjack_optimum()
     env = gym.make(BLACKJACK, **{**kwargs, "sab": False})

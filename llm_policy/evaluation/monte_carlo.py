@@ -110,9 +110,9 @@ def random_baseline(
 
 
 def known_optimum(env_id: str, env_kwargs: dict[str, Any] | None = None) -> float | None:
-    """The env's optimal expected return, if known: computed exactly (``gym_llm.exact``) or
+    """The env's optimal expected return, if known: computed exactly (``gym_llm.evaluation.exact``) or
     from the env's own ``optimal_return`` attribute (text-native envs such as KeywordBandit)."""
-    from gym_llm.exact import exact_evaluation_supported, exact_optimum
+    from gym_llm.evaluation.exact import exact_evaluation_supported, exact_optimum
 
     kwargs = env_kwargs or {}
     if exact_evaluation_supported(env_id, kwargs):
@@ -132,9 +132,9 @@ def reference_returns(
     env_id: str, env_kwargs: dict[str, Any] | None = None, *, measure_random: bool = True
 ) -> dict[str, float]:
     """The lines a learning curve is read against: ``random`` (exact where
-    :mod:`gym_llm.exact` can compute it, else measured with :func:`random_baseline` when
+    :mod:`gym_llm.evaluation.exact` can compute it, else measured with :func:`random_baseline` when
     ``measure_random``) and ``optimum`` (where known). Missing keys are unknown."""
-    from gym_llm.exact import exact_evaluation_supported, exact_random_value
+    from gym_llm.evaluation.exact import exact_evaluation_supported, exact_random_value
 
     kwargs = env_kwargs or {}
     references: dict[str, float] = {}

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from stable_baselines3.common.buffers import RolloutBuffer
 
-from gym_llm.top_layers import TurnStates
+from gym_llm.policy.top_layers import TurnStates
 
 
 @dataclass
@@ -29,7 +29,7 @@ class TextBatch:
     advantages: torch.Tensor
     returns: torch.Tensor
     #: The rollout's states for each turn (``None`` if any turn has none): the update then
-    #: starts at the first trainable layer (gym_llm.top_layers).
+    #: starts at the first trainable layer (gym_llm.policy.top_layers).
     states: list[TurnStates] | None = None
 
 

@@ -30,13 +30,13 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.utils import FloatSchedule, explained_variance
 from stable_baselines3.common.vec_env import VecEnv
 
-from gym_llm.advantages import check_estimator, critic_free_advantages, dones_from_starts
-from gym_llm.buffer import TextRolloutBuffer
-from gym_llm.diagnostics import choice_diagnostics
-from gym_llm.losses import clipped_surrogate, entropy_bonus, k3_kl, value_loss
-from gym_llm.policy import LLMPolicy
+from gym_llm.policy.llm_policy import LLMPolicy
+from gym_llm.rl.advantages import check_estimator, critic_free_advantages, dones_from_starts
+from gym_llm.rl.buffer import TextRolloutBuffer
+from gym_llm.rl.diagnostics import choice_diagnostics
+from gym_llm.rl.losses import clipped_surrogate, entropy_bonus, k3_kl, value_loss
+from gym_llm.rl.vec_env import TextVecEnv, check_text_env
 from gym_llm.spaces import TextActions, TextObservations
-from gym_llm.vec_env import TextVecEnv, check_text_env
 
 SelfPPO = TypeVar("SelfPPO", bound="PPO")
 
@@ -141,7 +141,7 @@ class PPO(OnPolicyAlgorithm):
             larger passes are faster, and the shared prompt prefix is encoded once per pass.
         n_logged_samples: (prompt, reply, reward) examples written to TensorBoard per rollout.
         advantage_estimator: ``"gae"`` (turn-level GAE with the critic, default) or a critic-free
-            one: ``"rebn"``, ``"grpo"``, ``"rloo"``, ``"gigpo"`` (see :mod:`gym_llm.advantages`).
+            one: ``"rebn"``, ``"grpo"``, ``"rloo"``, ``"gigpo"`` (see :mod:`gym_llm.rl.advantages`).
             The critic is still trained (``vf_coef``) and its explained variance logged.
         clip_range_vf: clip the value loss around the rollout's values (PPO2, SB3's
             ``clip_range_vf``); ``None`` = no clipping. In units of (scaled) return.

@@ -29,12 +29,11 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 from torch import nn
 
-from gym_llm.kv_cache import ReservedCache
-from gym_llm.models import MODEL_REGISTRY, float32_logits, load_model
-from gym_llm.packed_linear import PackedLinears
-from gym_llm.prompts import build_conversation, build_messages, render_prompt
-from gym_llm.spaces import TextActions
-from gym_llm.top_layers import (
+from gym_llm.policy.kv_cache import ReservedCache
+from gym_llm.policy.models import MODEL_REGISTRY, float32_logits, load_model
+from gym_llm.policy.packed_linear import PackedLinears
+from gym_llm.policy.prompts import build_conversation, build_messages, render_prompt
+from gym_llm.policy.top_layers import (
     TopLayers,
     TrainableLayers,
     TurnStates,
@@ -43,6 +42,7 @@ from gym_llm.top_layers import (
     resolve_trainable_layers,
     top_layers_supported,
 )
+from gym_llm.spaces import TextActions
 
 ActionMode = Literal["choice", "generate"]
 
@@ -167,7 +167,7 @@ def _lora_dict(config: Any) -> dict[str, Any]:
 def _linear_names(lm: nn.Module) -> list[str]:
     """The linear layers of a decoder block, by name (what peft's "all-linear" picks there; a
     list, because peft cannot restrict "all-linear" to some layers)."""
-    from gym_llm.top_layers import decoder_of
+    from gym_llm.policy.top_layers import decoder_of
 
     block = decoder_of(lm).layers[0]
     return sorted(
@@ -178,7 +178,7 @@ def _linear_names(lm: nn.Module) -> list[str]:
 def _freeze_below(lm: nn.Module, start: int) -> None:
     """Full fine-tuning of the top layers only: everything but layers ``start..`` and the final
     norm is frozen (the embeddings too, which a tied LM head shares)."""
-    from gym_llm.top_layers import decoder_of
+    from gym_llm.policy.top_layers import decoder_of
 
     decoder = decoder_of(lm)
     for param in lm.parameters():
@@ -231,7 +231,7 @@ class LLMPolicy(BasePolicy):
             the reply (:class:`gym_llm.kv_cache.ReservedCache`) instead of growing it with
             ``torch.cat`` every token. Results are the same either way.
         pack_frozen_weights: on the CPU, run rollouts (no-gradient passes) through oneDNN with
-            the frozen linear weights packed once (:mod:`gym_llm.packed_linear`) instead of
+            the frozen linear weights packed once (:mod:`gym_llm.policy.packed_linear`) instead of
             MKL re-packing them every call; costs one more copy of those weights in memory.
             Log-probs agree with the update's recomputation to float32 rounding. No effect on
             GPUs or on trainable weights.
@@ -243,7 +243,7 @@ class LLMPolicy(BasePolicy):
             end (``reuse_rollout_states``), which makes it several times cheaper.
         reuse_rollout_states: with ``trainable_layers``, keep from each rollout the hidden
             states entering the first trainable layer and run only the trainable layers in the
-            update (:mod:`gym_llm.top_layers`): the same numbers as recomputing the whole model
+            update (:mod:`gym_llm.policy.top_layers`): the same numbers as recomputing the whole model
             (the frozen layers' inputs and weights are the same), for a fraction of the work.
             Costs ``new positions x hidden_size x 4`` bytes per stored turn.
         value_lr_scale: the value head's learning rate as a multiple of the policy's (a separate
@@ -291,7 +291,7 @@ class LLMPolicy(BasePolicy):
         if not isinstance(observation_space, spaces.Text) or not isinstance(
             action_space, spaces.Text
         ):
-            from gym_llm.vec_env import NOT_TEXT_HELP
+            from gym_llm.spaces import NOT_TEXT_HELP
 
             raise TypeError(
                 f"LLMPolicy got observation space {observation_space} and action space "
@@ -989,7 +989,7 @@ class LLMPolicy(BasePolicy):
         """Log-probs (per action token), entropy and values of stored actions, with gradients.
 
         ``states`` (from the rollout's :attr:`PolicyStep.states`) let the pass start at the first
-        trainable layer (:mod:`gym_llm.top_layers`); without them the whole model runs. Both give
+        trainable layer (:mod:`gym_llm.policy.top_layers`); without them the whole model runs. Both give
         the same numbers to float rounding.
         """
         from_states = (

@@ -1,0 +1,79 @@
+"""The layout's one rule that code can break silently: imports point one way along
+spaces <- policy <- rl <- evaluation <- experiments <- cli (act -> learn -> score -> run -> command
+line); ``wrappers`` and ``envs`` import only ``spaces``, ``wrappers`` and ``envs``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Layer of each part of ``gym_llm``; an import may point to the same layer or a lower one.
+RANK = {"spaces": 0, "wrappers": 0, "envs": 0, "policy": 1, "rl": 2, "evaluation": 3,
+        "experiments": 4, "cli": 5}  # fmt: skip
+
+#: Known backward imports, each with the change that removes it. Nothing may be added here.
+KNOWN = {
+    # Blackjack demonstrations need the optimal policy; demos move to experiments/ (issue 15).
+    ("rl/sft.py", "evaluation"),
+}
+
+
+def _layer_of_file(path: Path) -> str | None:
+    relative = path.relative_to(ROOT)
+    if relative.parts[0] in ("wrappers", "envs"):
+        return relative.parts[0]
+    inner = relative.relative_to("llm_policy")
+    if len(inner.parts) > 1:
+        return inner.parts[0]
+    return "spaces" if inner.stem == "spaces" else None  # __init__, testing, _aliases: any
+
+
+def _imported_layers(tree: ast.AST) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(tree):
+        names = (
+            [node.module]
+            if isinstance(node, ast.ImportFrom) and node.module
+            else [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else []
+        )
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "gym_llm" and len(parts) > 1 and parts[1] in RANK:
+                found.append((node.lineno, parts[1]))
+    return found
+
+
+def backward_imports() -> list[str]:
+    problems = []
+    files = [*ROOT.glob("llm_policy/**/*.py"), *ROOT.glob("wrappers/*.py"), *ROOT.glob("envs/*.py")]
+    for path in sorted(files):
+        layer = _layer_of_file(path)
+        if layer is None:
+            continue
+        where = str(path.relative_to(ROOT / "llm_policy")) if "llm_policy" in path.parts else ""
+        for line, target in _imported_layers(ast.parse(path.read_text())):
+            if (where, target) in KNOWN:
+                continue
+            low = layer in ("wrappers", "envs")
+            if (low and target not in ("spaces", "wrappers", "envs")) or RANK[target] > RANK[layer]:
+                problems.append(f"{path.relative_to(ROOT)}:{line}: {layer} imports {target}")
+    return problems
+
+
+def test_no_backward_imports() -> None:
+    assert backward_imports() == []
+
+
+def test_the_check_catches_a_backward_import(tmp_path: Path) -> None:
+    tree = ast.parse("def f():\n    from gym_llm.cli.bench import main\n")
+    assert _imported_layers(tree) == [(2, "cli")]  # imports inside functions count too
+
+
+def test_every_subpackage_is_packaged() -> None:
+    listed = (ROOT / "setup.cfg").read_text()
+    for package in sorted(p.parent.name for p in ROOT.glob("llm_policy/*/__init__.py")):
+        assert f"gym_llm.{package}\n" in listed, f"add gym_llm.{package} to setup.cfg"
