@@ -6,7 +6,7 @@ Two runs of :func:`gym_llm.training.run` from the same base model, seed and PPO 
 
 * ``ppo``: PPO for ``--timesteps`` env steps;
 * ``sft+ppo``: first supervised fine-tuning (:func:`gym_llm.sft.warm_start`) on demonstrations of
-  the env's reference policy (:func:`gym_llm.sft.make_demos`, one per state with the default
+  the env's reference policy (:func:`gym_llm.experiments.demos.make_demos`, one per state with the default
   ``--balanced``; or ``--demos FILE``), then the same PPO.
 
 Each is evaluated exactly (:mod:`gym_llm.evaluation.exact`: one greedy question per state, expected return by
@@ -31,9 +31,9 @@ import torch
 from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
 from gym_llm.evaluation.exact import exact_evaluation_supported
 from gym_llm.evaluation.monte_carlo import reference_returns
+from gym_llm.experiments.demos import make_demos
 from gym_llm.experiments.plots import Series, plot_curves
 from gym_llm.experiments.run import CurvePoint, TrainConfig, TrainResult, run
-from gym_llm.rl.sft import make_demos
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

@@ -261,10 +261,10 @@ def test_demos_calls_make_demos(
         calls.append((env_id, episodes, path, kwargs))
         return 42
 
-    fake = types.ModuleType("gym_llm.rl.sft")
+    fake = types.ModuleType("gym_llm.experiments.demos")
     fake.make_demos = make_demos
-    monkeypatch.setitem(sys.modules, "gym_llm.rl.sft", fake)
-    monkeypatch.setattr(gym_llm.rl, "sft", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "gym_llm.experiments.demos", fake)
+    monkeypatch.setattr(gym_llm.experiments, "demos", fake, raising=False)
     out = str(tmp_path / "d.jsonl")
     argv = ["demos", "--env", "gym_llm/GuessNumber-v0", "--episodes", "5", "--out", out,
             "--seed", "3", "--env-kwargs", "max_guesses=7"]  # fmt: skip

@@ -14,10 +14,7 @@ RANK = {"spaces": 0, "wrappers": 0, "envs": 0, "policy": 1, "rl": 2, "evaluation
         "experiments": 4, "cli": 5}  # fmt: skip
 
 #: Known backward imports, each with the change that removes it. Nothing may be added here.
-KNOWN = {
-    # Blackjack demonstrations need the optimal policy; demos move to experiments/ (issue 15).
-    ("rl/sft.py", "evaluation"),
-}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def _layer_of_file(path: Path) -> str | None:

@@ -17,8 +17,9 @@ import torch
 from gym_llm import PPO, LLMPolicy, TextObservations, make_text_env
 from gym_llm.envs.keyword_bandit import KeywordBanditEnv
 from gym_llm.evaluation.exact import blackjack_optimum, blackjack_states
+from gym_llm.experiments.demos import make_demos
 from gym_llm.policy.prompts import build_messages, render_prompt
-from gym_llm.rl.sft import DemoError, make_demos, read_demos, sft_examples, warm_start
+from gym_llm.rl.sft import DemoError, read_demos, sft_examples, warm_start
 from gym_llm.testing import make_tiny_model, make_tiny_tokenizer, save_tiny_model
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 

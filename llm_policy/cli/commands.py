@@ -502,14 +502,14 @@ def _bench(argv: Sequence[str]) -> int:
 
 
 def _demos(args: argparse.Namespace) -> int:
-    from gym_llm.rl import sft
+    from gym_llm.experiments import demos
 
     if args.episodes < 1:
         raise CLIError(f"--episodes must be >= 1, got {args.episodes}.")
     _check_env_id(args.env, args.env_kwargs)
     extra: dict[str, Any] = {"balanced": True} if args.balanced else {}
     try:
-        lines = sft.make_demos(
+        lines = demos.make_demos(
             args.env, args.episodes, args.out, seed=args.seed, env_kwargs=args.env_kwargs, **extra
         )
     except ValueError as exc:
@@ -674,7 +674,7 @@ def build_parser() -> argparse.ArgumentParser:
         "demos",
         help="write reference-policy demonstrations (JSONL chat messages) for SFT",
         description="Play an env's reference policy and write one chat-format line per turn "
-        "(gym_llm.sft.make_demos), for a supervised warm start before PPO.",
+        "(gym_llm.experiments.demos.make_demos), for a supervised warm start before PPO.",
         formatter_class=_HelpFormatter,
     )
     demos.add_argument("--env", required=True, metavar="ENV_ID", help="Gymnasium env id")

@@ -93,7 +93,7 @@ class TrainConfig:
     device: str = "auto"
     #: Save the agent every N env steps to run_dir/checkpoints/<steps>/ (0: only the final agent).
     checkpoint_every: int = 0
-    #: Chat-messages JSONL of demonstrations (``gym-llm demos``, gym_llm.sft.make_demos) to
+    #: Chat-messages JSONL of demonstrations (``gym-llm demos``, gym_llm.experiments.demos.make_demos) to
     #: fine-tune on with SFT after the "before" evaluation and before PPO (None: no warm start).
     sft_demos: str | None = None
     #: Passes over the demonstrations in that SFT warm start.
