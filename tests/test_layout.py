@@ -74,3 +74,12 @@ def test_every_subpackage_is_packaged() -> None:
     listed = (ROOT / "setup.cfg").read_text()
     for package in sorted(p.parent.name for p in ROOT.glob("llm_policy/*/__init__.py")):
         assert f"gym_llm.{package}\n" in listed, f"add gym_llm.{package} to setup.cfg"
+
+
+def test_package_docstring_example_runs() -> None:
+    import doctest
+
+    import gym_llm
+
+    result = doctest.testmod(gym_llm)
+    assert result.attempted >= 2 and result.failed == 0
