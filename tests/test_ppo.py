@@ -269,3 +269,33 @@ def test_target_kl_stops_early(model_dir: Path) -> None:
     model.learn(16)
     assert model.logger.name_to_value["train/early_stopped"] == 1
     assert model.logger.name_to_value["train/epochs"] < 5
+
+
+def test_from_spaces_builds_an_agent_without_an_env(model_dir: Path) -> None:
+    """The public way to build PPO without an env (Agent and PPO.load use it), then train it
+    once an env is set."""
+    env = make_text_env("gym_llm/KeywordBandit-v0", n_envs=2, seed=0)
+    model = PPO.from_spaces(
+        env.observation_space,
+        env.action_space,
+        n_envs=2,  # the envs it will train on (SB3's set_env checks the count)
+        n_steps=2,
+        batch_size=4,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"model": str(model_dir), "lora": {"r": 4}},
+    )
+    assert model.env is None and model.n_envs == 2
+    assert isinstance(model.policy, LLMPolicy) and model.rollout_buffer.n_envs == 2
+    replies, _ = model.predict([f"Options: {', '.join(WORDS)}. Target: apple."])
+    assert replies[0] in WORDS
+    model.set_env(env)
+    model.learn(4)
+    assert model.num_timesteps == 4
+
+
+def test_load_into_a_raw_env_gives_the_wrapping_advice(model_dir: Path, tmp_path: Path) -> None:
+    model = _ppo(model_dir)
+    model.save(tmp_path / "agent")
+    with pytest.raises(TypeError, match="text-in/text-out"):
+        PPO.load(tmp_path / "agent", env=gym.make("FrozenLake-v1"), device="cpu")

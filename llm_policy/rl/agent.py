@@ -313,20 +313,15 @@ class Agent(abc.ABC):
         if not isinstance(model, str):
             policy_kwargs["tokenizer"] = tokenizer
         mini_batch = int(hyper.pop("mini_batch_size"))
-        self.ppo = PPO(
-            LLMPolicy,
-            None,
+        self.ppo = PPO.from_spaces(
+            TextObservations(2**31 - 1),
+            TextActions(None),
             batch_size=mini_batch,
             n_steps=1,
             policy_kwargs=policy_kwargs,
             device=device,
-            _init_setup_model=False,
             **hyper,
         )
-        self.ppo.observation_space = TextObservations(2**31 - 1)
-        self.ppo.action_space = TextActions(None)
-        self.ppo.n_envs = 1
-        self.ppo._setup_model()
         self.ppo.set_logger(
             configure_logger(0, None if tensorboard_log is None else str(tensorboard_log), "Agent")
         )

@@ -256,6 +256,27 @@ class PPO(OnPolicyAlgorithm):
 
     # --- set-up --------------------------------------------------------------------------------
 
+    @classmethod
+    def from_spaces(
+        cls: type[SelfPPO],
+        observation_space: TextObservations,
+        action_space: TextActions,
+        *,
+        n_envs: int = 1,
+        **kwargs: Any,
+    ) -> SelfPPO:
+        """An agent built from its spaces instead of an env (SB3 reads them off the env).
+
+        For callers that step envs themselves (``Agent``) or have none yet (``PPO.load`` of an
+        agent to query); ``kwargs`` are the constructor's. Training with :meth:`learn` needs an
+        env first (:meth:`set_env`, whose env count must be ``n_envs``).
+        """
+        model = cls(LLMPolicy, None, _init_setup_model=False, **kwargs)
+        model.observation_space, model.action_space = observation_space, action_space
+        model.n_envs = n_envs
+        model._setup_model()
+        return model
+
     def _update_learning_rate(
         self, optimizers: torch.optim.Optimizer | list[torch.optim.Optimizer]
     ) -> None:
@@ -646,33 +667,32 @@ class PPO(OnPolicyAlgorithm):
         hyper = dict(config["hyperparameters"])
         hyper["clip_range"] = hyper.pop("clip_range_value")
         hyper.update(kwargs)
-        model = cls(
-            LLMPolicy,
-            env,
-            # Agents saved before trainable_layers existed trained every layer.
-            policy_kwargs={"trainable_layers": None, **config["policy_kwargs"]},
-            device=device,
-            _init_setup_model=False,
-            **hyper,
-        )
+        # Agents saved before trainable_layers existed trained every layer.
+        policy_kwargs = {"trainable_layers": None, **config["policy_kwargs"]}
         saved_actions = config["action_space"]["actions"]
         if env is None:
-            model.observation_space = TextObservations(
-                config["observation_space"]["max_length"],
-                instruction=config["observation_space"]["instruction"],
+            model = cls.from_spaces(
+                TextObservations(
+                    config["observation_space"]["max_length"],
+                    instruction=config["observation_space"]["instruction"],
+                ),
+                TextActions(
+                    saved_actions,
+                    description=config["action_space"]["description"],
+                    max_length=config["action_space"]["max_length"],
+                ),
+                policy_kwargs=policy_kwargs,
+                device=device,
+                **hyper,
             )
-            model.action_space = TextActions(
-                saved_actions,
-                description=config["action_space"]["description"],
-                max_length=config["action_space"]["max_length"],
-            )
-            model.n_envs = 1
-        elif saved_actions != (list(getattr(model.action_space, "actions", None) or []) or None):
-            raise ValueError(
-                f"The env's actions {getattr(model.action_space, 'actions', None)} differ from the "
-                f"saved agent's {saved_actions}."
-            )
-        model._setup_model()
+        else:
+            check_text_env(env)  # a raw env gets the wrapping advice, not an action mismatch
+            actions = getattr(env.action_space, "actions", None)
+            if saved_actions != (list(actions or []) or None):
+                raise ValueError(
+                    f"The env's actions {actions} differ from the saved agent's {saved_actions}."
+                )
+            model = cls(LLMPolicy, env, policy_kwargs=policy_kwargs, device=device, **hyper)
         model.load_policy_state(directory)
         return model
 
