@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
@@ -112,3 +114,35 @@ def test_initial_prefix_is_copied_per_row(model: Any) -> None:
         ReservedCache(3, reserve=1, initial=prefix)
     with pytest.raises(ValueError, match="reserve must be >= 0"):
         ReservedLayer(-1)
+
+
+def test_the_prefix_cache_follows_weights_changed_behind_its_back(tmp_path: Path) -> None:
+    """The shared-prefix KV cache is the policy's: a write that bypasses version counters (as
+    Hugging Face's Trainer makes) still makes the next rollout use the new weights."""
+    from gym_llm import LLMPolicy, make_text_env
+    from gym_llm.testing import save_tiny_model
+
+    model_dir = save_tiny_model(tmp_path / "m", words=["apple", "banana", "cherry", "grape"])
+    env = make_text_env("gym_llm/KeywordBandit-v0")
+    policy = LLMPolicy(
+        env.observation_space, env.action_space, lambda _: 1e-3, model=str(model_dir),
+        device="cpu", lora={"r": 4}, memoize_choice_scores=False,
+    )  # fmt: skip
+    assert policy.shared_prefix  # every prompt starts with the same system message
+    obs = ["Options: apple, banana, cherry, grape. Target: cherry."]
+    with torch.inference_mode():
+        before = policy.act(obs, deterministic=True)
+    with torch.no_grad():
+        for name, parameter in policy.named_parameters():
+            if "lora_B" in name:
+                parameter.data.normal_(0.0, 0.5)  # no version bump
+    with torch.inference_mode():
+        after = policy.act(obs, deterministic=True)
+    recomputed = policy.evaluate_actions(obs, after.actions)  # with gradients: never cached
+    assert before.action_probs is not None and after.action_probs is not None
+    assert abs(after.action_probs - before.action_probs).max() > 1e-3
+    np.testing.assert_allclose(
+        recomputed.token_log_probs[0][recomputed.mask[0]].detach().numpy(),
+        after.token_log_probs[0],
+        atol=1e-5,
+    )

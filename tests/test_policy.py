@@ -199,11 +199,19 @@ def test_prefix_cache_is_invalidated_when_weights_change(kb_model_dir: Path) -> 
     with torch.inference_mode():
         np.testing.assert_allclose(after.numpy(), reference.predict_values(OBS).numpy(), atol=1e-5)
     assert not np.allclose(after.numpy(), before.numpy())
-    # An optimizer step invalidates it too, whoever calls it.
-    assert policy._prefix_kv is not None
+    # An optimizer step changes the weights version: the next rollout encodes the prefix anew.
+    cached = policy._prefix_kv
+    assert cached is not None
     policy.evaluate_actions(OBS, [np.array([0]), np.array([1])]).values.sum().backward()
     policy.optimizer.step()
-    assert policy._prefix_kv is None
+    with torch.inference_mode():
+        stepped = policy.predict_values(OBS)
+    assert policy._prefix_kv is not cached
+    reference.load_state_dict(policy.state_dict())
+    with torch.inference_mode():
+        np.testing.assert_allclose(
+            stepped.numpy(), reference.predict_values(OBS).numpy(), atol=1e-5
+        )
 
 
 def test_gradient_checkpointing_keeps_choice_log_probs_exact(kb_model_dir: Path) -> None:

@@ -418,7 +418,7 @@ class LLMPolicy(BasePolicy):
         self._prefix_states: torch.Tensor | None = None
         #: Choice mode: observation -> (action logits, value, states) under the current weights.
         self._memo: dict[str, tuple[torch.Tensor, torch.Tensor, TurnStates | None]] = {}
-        self._memo_version: tuple[int, float, str] | None = None
+        self._memo_version: tuple[tuple[int, float], float, str, float | None] | None = None
         self._memo_bytes = 0
         self._states_wanted = True
         self._prompt_cache: dict[str, list[int]] = {}
@@ -430,6 +430,7 @@ class LLMPolicy(BasePolicy):
         #: Built on the first rollout with packing on, and kept if packing is switched off.
         self._packed: PackedLinears | None = None
         self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        self._prefix_version: tuple[int, float] | None = None
         self._candidates = self._tokenize_candidates() if self.action_mode == "choice" else None
         self._reference_mode = False
         #: Running count of what the update computed (benchmarks read and reset it).
@@ -440,7 +441,6 @@ class LLMPolicy(BasePolicy):
         self.optimizer = self.optimizer_class(  # type: ignore[call-arg]
             self._param_groups(lr_schedule(1)), lr=lr_schedule(1), **self.optimizer_kwargs
         )
-        self.optimizer.register_step_post_hook(lambda *_: self.invalidate_prefix_cache())
         #: Choice mode: each action's score under a content-free prompt, subtracted from its
         #: score (a constant of the parameterisation, fixed at construction; saved with agents).
         self.choice_calibration: torch.Tensor | None = None
@@ -569,9 +569,8 @@ class LLMPolicy(BasePolicy):
         """A KV cache holding the shared prefix for ``n`` rows (with ``reserve`` free positions
         after it in a :class:`ReservedCache` if given, else a ``DynamicCache``).
 
-        Without gradients (rollouts, evaluation) the prefix is encoded once per policy version and
-        reused across steps; optimizer steps, ``set_training_mode(True)`` and weight loads
-        invalidate it. With gradients it is encoded once per micro-batch, and the gradients of
+        Without gradients (rollouts, evaluation) the prefix is encoded once per
+        :meth:`weights_version` and reused across steps. With gradients it is encoded once per micro-batch, and the gradients of
         every row flow back through that one pass.
         """
         from transformers import DynamicCache
@@ -579,8 +578,9 @@ class LLMPolicy(BasePolicy):
         if torch.is_grad_enabled() or self._reference_mode:
             layers = self._encode_prefix()
         else:
-            if self._prefix_kv is None:
-                self._prefix_kv = self._encode_prefix()
+            version = self.weights_version()
+            if self._prefix_kv is None or version != self._prefix_version:
+                self._prefix_kv, self._prefix_version = self._encode_prefix(), version
             layers = self._prefix_kv
         rows = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in layers]
         if reserve is not None:
@@ -594,9 +594,8 @@ class LLMPolicy(BasePolicy):
 
     def invalidate_prefix_cache(self) -> None:
         """Forget what was computed with the current weights (the prefix KV cache, remembered
-        choice scores): call after changing the weights outside ``PPO.train``. Parameter version
-        counters cannot be relied on for this: Hugging Face's Trainer (SFT) updates weights in
-        place without bumping them (measured)."""
+        choice scores). Never needed for correctness (both follow :meth:`weights_version`); it
+        frees their memory."""
         self._prefix_kv = None
         self._forget_scores()
 
@@ -890,11 +889,38 @@ class LLMPolicy(BasePolicy):
             states=states,
         )
 
-    def _scores_version(self) -> tuple[int, float, str]:
-        """Changes whenever the choice scores could: a trainable weight modified in place
-        (optimizer steps, loads), or the temperature or normalisation set anew."""
-        weights = sum(p._version for p in self.parameters() if p.requires_grad)
-        return weights, self.temperature, self.choice_normalization
+    def weights_version(self) -> tuple[int, float]:
+        """Changes whenever a trainable weight does, so the caches computed with the old weights
+        (the prefix KV cache, the remembered choice scores) are dropped by their owner, never by
+        a caller who might forget.
+
+        Version counters alone miss writes that bypass them (Hugging Face's Trainer, as used by
+        SFT, updates weights without bumping them: measured; ``p.data`` writes too), so a
+        fingerprint of the trainable tensors' values is part of it: their norms, in one fused
+        call and one sync (the sum of sums would miss updates that cancel out)."""
+        # The optimizer's parameters: what trains (found without walking the model's modules).
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        counters = sum(p._version for p in params)
+        with torch.no_grad():
+            norms = torch._foreach_norm([p.detach() for p in params])
+            if not norms:
+                return counters, 0.0
+            stacked = torch.stack(norms).double()
+            # Weighted by position, so two tensors trading norms still changes the sum.
+            weights = torch.arange(1, len(norms) + 1, dtype=stacked.dtype, device=stacked.device)
+            fingerprint = float((stacked * weights).sum())
+        return counters, fingerprint
+
+    def _scores_version(self) -> tuple[tuple[int, float], float, str, float | None]:
+        """Changes whenever the choice scores could: a trainable weight (:meth:`weights_version`),
+        the temperature, the normalisation or the calibration constants."""
+        calibration = self.choice_calibration
+        return (
+            self.weights_version(),
+            self.temperature,
+            self.choice_normalization,
+            None if calibration is None else float(calibration.double().sum()),
+        )
 
     @contextlib.contextmanager
     def _without_states(self) -> Iterator[None]:
@@ -913,9 +939,8 @@ class LLMPolicy(BasePolicy):
         Envs revisit observations all the time (Blackjack has 280 states, KeywordBandit 4 per
         option set), and under the same weights a prompt's scores and value are the same numbers,
         so a rollout scores each distinct observation once and samples every turn afresh from
-        them. The memory is forgotten by :meth:`invalidate_prefix_cache` (every optimizer step,
-        ``set_training_mode(True)``, weight loads, SFT) and whenever a trainable weight's version
-        counter, the temperature or the normalisation changes.
+        them. The memory is forgotten whenever :meth:`_scores_version` changes (any trainable
+        weight, the temperature, the normalisation, the calibration).
         """
         if not self.memoize_choice_scores or torch.is_grad_enabled() or self._reference_mode:
             return self._choice_scores(observations)

@@ -621,7 +621,6 @@ class Agent(abc.ABC):
         from gym_llm.rl import sft
 
         stats = sft.warm_start(self.policy, demos, **{**self.sft_kwargs, **kwargs})
-        self.policy.invalidate_prefix_cache()
         self.policy.set_training_mode(False)
         return stats
 

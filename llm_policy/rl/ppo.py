@@ -708,7 +708,6 @@ class PPO(OnPolicyAlgorithm):
         )
         if "choice_calibration" in state:  # exactly the constants the agent trained with
             self.policy.choice_calibration = state["choice_calibration"].to(self.device)
-            self.policy.invalidate_prefix_cache()
         if "advantage_scale" in state:  # agents saved before it existed start a fresh one
             mean, var, count = state["advantage_scale"].tolist()
             self.advantage_scale.mean = np.asarray(mean, dtype=np.float64)

@@ -397,8 +397,6 @@ def warm_start(
         if output_dir is not None:
             trainer.state.save_to_json(str(out / "trainer_state.json"))
         del trainer
-    if policy is not None:
-        policy.invalidate_prefix_cache()
     logged = [h for h in history if "loss" in h]
     last = logged[-1] if logged else {}
     return {
