@@ -570,8 +570,8 @@ class LLMPolicy(BasePolicy):
         after it in a :class:`ReservedCache` if given, else a ``DynamicCache``).
 
         Without gradients (rollouts, evaluation) the prefix is encoded once per
-        :meth:`weights_version` and reused across steps. With gradients it is encoded once per micro-batch, and the gradients of
-        every row flow back through that one pass.
+        :meth:`weights_version` and reused across steps. With gradients it is encoded once per
+        micro-batch, and the gradients of every row flow back through that one pass.
         """
         from transformers import DynamicCache
 
