@@ -327,7 +327,7 @@ def test_packed_frozen_weights_give_the_same_rollouts(kb_model_dir: Path, mode: 
 def test_sampler_draws_from_the_softmax() -> None:
     """Inverse-CDF sampling: frequencies match the probabilities (chi-square, fixed seed), a
     zero-mass token is never drawn, and rows are independent distributions."""
-    from gym_llm.policy.llm_policy import _sample
+    from gym_llm.policy.sampling import sample as _sample
 
     torch.manual_seed(0)
     logits = torch.randn(2, 40) * 2

@@ -290,7 +290,7 @@ def test_the_memo_is_forgotten_when_weights_change_behind_its_back(
 def test_the_memo_follows_evaluation_temperature_and_its_memory_budget(
     deep_model_dir: Path, one_torch_thread: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gym_llm.policy.llm_policy
+    import gym_llm.policy.scoring
 
     policy = _policy(deep_model_dir, lora={"r": 2}, trainable_layers=2)
     policy.predict(OBS[0], deterministic=True)  # evaluation: no states kept
@@ -304,7 +304,7 @@ def test_the_memo_follows_evaluation_temperature_and_its_memory_budget(
         after, _, _ = policy._remembered_choice_scores(OBS[:1])
     torch.testing.assert_close(after, before / 2)  # not the memo's temperature-1 scores
     one_entry = step.states[0].nbytes
-    monkeypatch.setattr(gym_llm.policy.llm_policy, "_MEMO_MAX_BYTES", int(2.5 * one_entry))
+    monkeypatch.setattr(gym_llm.policy.scoring, "_MEMO_MAX_BYTES", int(2.5 * one_entry))
     with torch.inference_mode():
         for observation in OBS:
             policy.act([observation])

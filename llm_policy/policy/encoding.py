@@ -1,0 +1,294 @@
+"""The policy's first layer: observation -> prompt token ids -> one batched pass over the prompts.
+
+The prompt part every observation shares (system message, instruction) is encoded once and its KV
+cache reused; the cache belongs to the policy and follows :meth:`PromptEncoding.weights_version`,
+so no caller ever has to invalidate it. :class:`gym_llm.policy.scoring.ActionScoring` builds on
+this layer, :class:`gym_llm.policy.update.UpdatePasses` on that one, and
+:class:`gym_llm.policy.llm_policy.LLMPolicy` (which sets every attribute declared here) on top.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from stable_baselines3.common.policies import BasePolicy
+
+from gym_llm.policy.kv_cache import ReservedCache
+from gym_llm.policy.packed_linear import PackedLinears
+from gym_llm.policy.prompts import build_conversation, build_messages, render_prompt
+from gym_llm.policy.top_layers import TopLayers, TurnStates
+
+#: Shorter shared prefixes are not worth a separate pass.
+_MIN_SHARED_PREFIX = 8
+
+
+class PromptEncoding(BasePolicy):
+    """Prompts, the shared-prefix KV cache and the prompt pass (see the module docstring)."""
+
+    lm: Any
+    tokenizer: Any
+    value_head: torch.nn.Linear
+    conversation: bool
+    system_prompt: str | None
+    actions_list: tuple[str, ...]
+    gradient_checkpointing: bool
+    reuse_rollout_states: bool
+    pack_frozen_weights: bool
+    share_prefix: bool
+    shared_prefix: list[int]
+    #: The trainable layers as a model of their own, where the update can start there.
+    top: TopLayers | None
+    _prompt_cache: dict[str, list[int]]
+    _prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None
+    _prefix_version: tuple[int, float] | None
+    _packed: PackedLinears | None
+    _reference_mode: bool
+    _states_wanted: bool
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.lm.device)
+
+    def _stop_token_ids(self) -> list[int]:
+        ids = {self.tokenizer.eos_token_id}
+        configured = getattr(getattr(self.lm, "generation_config", None), "eos_token_id", None)
+        if isinstance(configured, int):
+            ids.add(configured)
+        elif isinstance(configured, list | tuple):
+            ids.update(configured)
+        return sorted(i for i in ids if i is not None)
+
+    def _tokenize_candidates(self) -> tuple[torch.Tensor, torch.Tensor]:
+        encoded = [
+            self.tokenizer(action, add_special_tokens=False)["input_ids"]
+            for action in self.actions_list
+        ]
+        if any(len(ids) == 0 for ids in encoded):
+            raise ValueError(f"Some actions tokenize to nothing: {self.actions_list!r}.")
+        return self._pad(encoded, left=False)
+
+    def prompt_text(self, observation: str) -> str:
+        """The exact prompt the model sees for ``observation``."""
+        build = build_conversation if self.conversation else build_messages
+        messages = build(observation, self.observation_space, self.action_space, self.system_prompt)
+        return render_prompt(self.tokenizer, messages)
+
+    def prompt_ids(self, observation: str) -> list[int]:
+        """Token ids of the prompt, memoised: envs revisit the same observations constantly."""
+        ids = self._prompt_cache.get(observation)
+        if ids is None:
+            ids = self.tokenizer(self.prompt_text(observation), add_special_tokens=False)[
+                "input_ids"
+            ]
+            if len(self._prompt_cache) > 100_000:
+                self._prompt_cache.clear()
+            self._prompt_cache[observation] = ids
+        return ids
+
+    def _find_shared_prefix(self) -> list[int]:
+        """Token ids every prompt starts with (system message, instruction, chat scaffolding).
+
+        Found as the common prefix of two prompts with different observations; each batch still
+        checks that its prompts really start with it (BPE may merge across the boundary), so a
+        wrong guess only costs speed, never correctness.
+        """
+        first, second = self.prompt_ids("0 a"), self.prompt_ids("1 b")
+        length = 0
+        for a, b in zip(first, second, strict=False):
+            if a != b:
+                break
+            length += 1
+        return list(first[:length]) if length >= _MIN_SHARED_PREFIX else []
+
+    def _split_prefix(self, prompts: Sequence[list[int]]) -> int:
+        """Length of the shared prefix usable for this batch (0: encode prompts whole)."""
+        prefix = self.shared_prefix
+        if not prefix or (self.training and self.gradient_checkpointing):
+            # Checkpointed layers drop past_key_values, so training must not rely on a cache.
+            return 0
+        size = len(prefix)
+        if all(len(p) > size and p[:size] == prefix for p in prompts):
+            return size
+        return 0
+
+    def weights_version(self) -> tuple[int, float]:
+        """Changes whenever a trainable weight does, so the caches computed with the old weights
+        (the prefix KV cache, the remembered choice scores) are dropped by their owner, never by
+        a caller who might forget.
+
+        Version counters alone miss writes that bypass them (Hugging Face's Trainer, as used by
+        SFT, updates weights without bumping them: measured; ``p.data`` writes too), so a
+        fingerprint of the trainable tensors' values is part of it: their norms, in one fused
+        call and one sync (the sum of sums would miss updates that cancel out)."""
+        # The optimizer's parameters: what trains (found without walking the model's modules).
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        counters = sum(p._version for p in params)
+        with torch.no_grad():
+            norms = torch._foreach_norm([p.detach() for p in params])
+            if not norms:
+                return counters, 0.0
+            stacked = torch.stack(norms).double()
+            # Weighted by position, so two tensors trading norms still changes the sum.
+            weights = torch.arange(1, len(norms) + 1, dtype=stacked.dtype, device=stacked.device)
+            fingerprint = float((stacked * weights).sum())
+        return counters, fingerprint
+
+    def _prefix_cache(self, n: int, reserve: int | None = None) -> Any:
+        """A KV cache holding the shared prefix for ``n`` rows (with ``reserve`` free positions
+        after it in a :class:`ReservedCache` if given, else a ``DynamicCache``).
+
+        Without gradients (rollouts, evaluation) the prefix is encoded once per
+        :meth:`weights_version` and reused across steps. With gradients it is encoded once per
+        micro-batch, and the gradients of every row flow back through that one pass.
+        """
+        from transformers import DynamicCache
+
+        if torch.is_grad_enabled() or self._reference_mode:
+            layers = self._encode_prefix()
+        else:
+            version = self.weights_version()
+            if self._prefix_kv is None or version != self._prefix_version:
+                self._prefix_kv, self._prefix_version = self._encode_prefix(), version
+            layers = self._prefix_kv
+        rows = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in layers]
+        if reserve is not None:
+            return ReservedCache(len(layers), reserve, initial=rows)
+        return DynamicCache(ddp_cache_data=rows, config=self.lm.config)
+
+    def _encode_prefix(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        ids = torch.tensor([self.shared_prefix], dtype=torch.long, device=self.device)
+        out = self.lm(input_ids=ids, use_cache=True, logits_to_keep=1)
+        return [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+
+    def invalidate_prefix_cache(self) -> None:
+        """Forget what was computed with the current weights (the prefix KV cache, remembered
+        choice scores). Never needed for correctness (both follow :meth:`weights_version`); it
+        frees their memory."""
+        self._prefix_kv = None
+
+    def set_training_mode(self, mode: bool) -> None:
+        if mode:
+            self.invalidate_prefix_cache()  # the weights are about to change
+        super().set_training_mode(mode)
+
+    def _encode_prompts(
+        self,
+        observations: Sequence[str],
+        extra: tuple[torch.Tensor, torch.Tensor] | None = None,
+        reserve: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any, int]:
+        """Inputs for one batched pass: (ids, full attention mask, position ids, cache, width).
+
+        ``ids`` are the left-padded prompt suffixes (after the shared prefix, which lives in
+        ``cache``), followed by ``extra`` columns if given (e.g. replies); the mask covers prefix,
+        suffix and extra columns. ``width`` is the number of prompt columns in ``ids``, so the last
+        prompt token is column ``width - 1``. Pads sit between prefix and suffix, masked out,
+        with positions counting only real tokens. ``reserve``: the cache is a
+        :class:`ReservedCache` with room for the prompt and ``reserve`` more tokens.
+        """
+        prompts = [self.prompt_ids(str(o)) for o in observations]
+        size = self._split_prefix(prompts)
+        ids, mask = self._pad([p[size:] for p in prompts], left=True)
+        width = ids.shape[1]
+        if extra is not None:
+            ids, extra_mask = torch.cat([ids, extra[0]], -1), extra[1]
+            mask = torch.cat([mask, extra_mask], -1)
+        if size:
+            ones = torch.ones((len(prompts), size), dtype=mask.dtype, device=self.device)
+            mask = torch.cat([ones, mask], -1)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, size:]
+        if size:
+            # The prefix is the cache's first write, so its room must cover the prompt suffix too.
+            room = None if reserve is None else ids.shape[1] + reserve
+            cache = self._prefix_cache(len(prompts), room)
+        elif reserve is not None:  # the prompt itself is the first write
+            cache = ReservedCache(int(self.lm.config.get_text_config().num_hidden_layers), reserve)
+        else:
+            cache = None
+        return ids, mask, positions, cache, width
+
+    def _pad(
+        self, seqs: Sequence[Sequence[int] | np.ndarray], *, left: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token sequences as a padded ``(n, width)`` id matrix plus attention mask."""
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), int(self.tokenizer.pad_token_id), dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, seq in enumerate(seqs):
+            cols = slice(width - len(seq), width) if left else slice(0, len(seq))
+            ids[i, cols] = torch.as_tensor(np.asarray(seq, dtype=np.int64))
+            mask[i, cols] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _collects_states(self) -> bool:
+        """Whether model calls now keep states for the update: rollouts (no gradients) of a
+        policy whose update starts from them, outside evaluation."""
+        return self.uses_rollout_states and self._states_wanted and not torch.is_grad_enabled()
+
+    def _capturing(self) -> contextlib.AbstractContextManager[list[torch.Tensor]]:
+        """Collects the first trainable layer's inputs of the model calls inside (see
+        :meth:`_collects_states`); elsewhere a no-op yielding an empty list."""
+        if self.top is None or not self._collects_states():
+            return contextlib.nullcontext([])
+        return self.top.capture()
+
+    @contextlib.contextmanager
+    def _without_states(self) -> Iterator[None]:
+        """Calls inside keep no states (evaluation: nothing will be trained on them)."""
+        wanted, self._states_wanted = self._states_wanted, False
+        try:
+            yield
+        finally:
+            self._states_wanted = wanted
+
+    @property
+    def uses_rollout_states(self) -> bool:
+        """Whether rollouts keep states and the update starts at the first trainable layer."""
+        return (
+            self.top is not None and self.reuse_rollout_states and not self.gradient_checkpointing
+        )
+
+    def _prompt_pass(
+        self, observations: Sequence[str], reserve: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, Any, torch.Tensor, list[TurnStates] | None]:
+        """Run the prompts once: next-token logits, values, KV cache, the full mask and (when
+        collected) each row's states for the update."""
+        ids, mask, positions, cache, _ = self._encode_prompts(observations, reserve=reserve)
+        with self._capturing() as captured:
+            out = self.lm(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                output_hidden_states=True,
+                logits_to_keep=1,
+            )
+        last_hidden = out.hidden_states[-1][:, -1].float()
+        values = self.value_head(last_hidden).squeeze(-1)
+        states = None
+        if captured:
+            offset, width = mask.shape[1] - ids.shape[1], ids.shape[1]
+            lengths = mask[:, offset:].sum(-1).tolist()
+            states = [
+                TurnStates(captured[0][i, width - length :], offset)
+                for i, length in enumerate(lengths)
+            ]
+        return out.logits[:, -1], values, out.past_key_values, mask, states
+
+    def rollout_kernels(self) -> contextlib.AbstractContextManager[None]:
+        """The block inside which no-gradient passes use the packed frozen weights (if on)."""
+        if not self.pack_frozen_weights:
+            return contextlib.nullcontext()
+        if self._packed is None:
+            self._packed = PackedLinears(self.lm)
+        return self._packed.active()
+
+    @property
+    def packed_weight_bytes(self) -> int:
+        """Memory the packed frozen weights in use hold (0 with packing off)."""
+        return self._packed.packed_bytes if self.pack_frozen_weights and self._packed else 0

@@ -1,0 +1,60 @@
+"""What the policy's calls return: a rollout step, an update's re-evaluation, a work count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gym_llm.policy.top_layers import TurnStates
+
+
+@dataclass
+@dataclass
+class PolicyStep:
+    """What one batched policy call produced, per env."""
+
+    #: The reply text sent to each env.
+    replies: list[str]
+    #: Choice mode: ``[index]``; generate mode: the sampled token ids (EOS included if sampled).
+    actions: list[np.ndarray]
+    #: Log-prob of each action token as sampled (choice mode: one value, the action's log-prob).
+    token_log_probs: list[np.ndarray]
+    #: Critic values, shape ``(n,)``.
+    values: torch.Tensor
+    #: Per env, the first trainable layer's inputs the update reuses (``None``: it recomputes).
+    states: list[TurnStates] | None = None
+    #: Choice mode: each env's whole action distribution ``(n, K)`` (for diagnostics).
+    action_probs: np.ndarray | None = None
+
+
+@dataclass
+@dataclass
+class UpdateWork:
+    """What the update's passes computed (only passes with gradients), for FLOP counts.
+
+    ``token_layers`` are real token positions times the decoder layers they went through
+    (padding excluded; the shared prefix once per pass; one row per distinct observation in
+    choice mode when the update starts from stored states), ``head_rows`` the positions the LM
+    head scored, ``tokens`` the positions that reached a trainable layer (weight gradients).
+    """
+
+    token_layers: int = 0
+    head_rows: int = 0
+    tokens: int = 0
+
+
+@dataclass
+@dataclass
+class Evaluation:
+    """Differentiable re-evaluation of stored actions, for the PPO loss."""
+
+    #: ``(n, T)`` log-prob of each action token (padded with 0 where ``mask`` is False).
+    token_log_probs: torch.Tensor
+    #: ``(n, T)`` which entries are real action tokens.
+    mask: torch.Tensor
+    #: ``(n,)`` entropy of the action distribution (generate: mean per-token entropy).
+    entropy: torch.Tensor
+    #: ``(n,)`` critic values.
+    values: torch.Tensor

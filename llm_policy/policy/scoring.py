@@ -1,0 +1,273 @@
+"""The policy's second layer: prompt passes -> action distributions, for rollouts.
+
+Choice mode scores every listed action as a continuation of the prompt (one prompt pass, its KV
+cache shared by the candidates) and remembers each distinct observation's scores per weights
+version; generate mode samples replies token by token with the log-probs as sampled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+import torch
+
+from gym_llm.policy.encoding import PromptEncoding
+from gym_llm.policy.sampling import sample
+from gym_llm.policy.top_layers import TurnStates
+
+ActionMode = Literal["choice", "generate"]
+Normalization = Literal["sum", "mean"]
+
+#: Distinct observations whose choice scores a rollout remembers (see _remembered_choice_scores),
+#: and the most memory their stored states may take (the rollout buffer shares those tensors).
+_MEMO_LIMIT = 4096
+_MEMO_MAX_BYTES = 512 * 2**20
+
+#: The observation whose action scores calibration subtracts ("Calibrate Before Use").
+CONTENT_FREE_OBSERVATION = "N/A"
+
+
+class ActionScoring(PromptEncoding):
+    """Choice scores (cached, memoised, or whole-sequence as the reference) and generation."""
+
+    action_mode: ActionMode
+    temperature: float
+    max_new_tokens: int
+    reserve_kv_cache: bool
+    stop_ids: list[int]
+    choice_normalization: Normalization
+    #: Choice mode: each action's score under a content-free prompt, subtracted from its score.
+    choice_calibration: torch.Tensor | None
+    memoize_choice_scores: bool
+    #: Choice mode: the candidates' token ids and mask, ``(K, width)`` each.
+    _candidates: tuple[torch.Tensor, torch.Tensor] | None
+    #: Choice mode: observation -> (action logits, value, states) under the current weights.
+    _memo: dict[str, tuple[torch.Tensor, torch.Tensor, TurnStates | None]]
+    _memo_version: tuple[tuple[int, float], float, str, float | None] | None
+    _memo_bytes: int
+
+    def invalidate_prefix_cache(self) -> None:
+        """Forget what was computed with the current weights (the prefix KV cache, remembered
+        choice scores). Never needed for correctness (both follow :meth:`weights_version`); it
+        frees their memory."""
+        super().invalidate_prefix_cache()
+        self._forget_scores()
+
+    def _choice_scores(
+        self, observations: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[TurnStates] | None]:
+        """``(n, K)`` action logits (candidate scores / temperature), ``(n,)`` values and (when
+        collected) each row's states for the update."""
+        assert self._candidates is not None
+        if self.training and self.gradient_checkpointing:
+            return (*self._choice_scores_uncached(observations), None)
+        cand_ids = self._candidates[0]
+        logits, values, cache, mask, states = self._prompt_pass(observations)
+        n, k, width = mask.shape[0], cand_ids.shape[0], cand_ids.shape[1]
+        first = torch.log_softmax(logits.float(), dim=-1)  # (n, V) next-token dist
+        # First candidate token: from the shared prompt pass.
+        token_lp = first[:, cand_ids[:, 0]].unsqueeze(-1)  # (n, K, 1)
+        if width > 1:
+            cache.batch_repeat_interleave(k)
+            full_mask, positions = self._follow_layout(mask)
+            with self._capturing() as captured:
+                out = self.lm(
+                    input_ids=cand_ids[:, :-1].repeat(n, 1),  # all but each candidate's last
+                    attention_mask=full_mask,
+                    position_ids=positions,
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+            token_lp = torch.cat([token_lp, self._follow_log_probs(out.logits, n)], dim=-1)
+            if states is not None and captured:
+                follow = captured[0].view(n, k, width - 1, -1)
+                for i, turn in enumerate(states):
+                    turn.action = follow[i]
+        return self._scores(token_lp), values, states
+
+    def _follow_layout(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attention mask and positions for feeding every candidate's tokens but its last after
+        each of ``n`` prompts (``mask``: the prompts' full mask), in ``n * K`` rows."""
+        assert self._candidates is not None
+        cand_mask = self._candidates[1]
+        n, k, width = mask.shape[0], cand_mask.shape[0], cand_mask.shape[1]
+        full = torch.cat([mask.repeat_interleave(k, 0), cand_mask[:, :-1].repeat(n, 1)], dim=-1)
+        positions = mask.sum(-1).repeat_interleave(k).unsqueeze(-1) + torch.arange(
+            width - 1, device=mask.device
+        )
+        return full, positions
+
+    def _follow_log_probs(self, logits: torch.Tensor, n: int) -> torch.Tensor:
+        """``(n, K, W-1)`` log-probs of candidate tokens 2..W from the follow pass's logits."""
+        assert self._candidates is not None
+        cand_ids = self._candidates[0]
+        k, width = cand_ids.shape
+        log_dist = torch.log_softmax(logits.float(), dim=-1)  # (n*K, W-1, V)
+        targets = cand_ids[:, 1:].repeat(n, 1).unsqueeze(-1)
+        return log_dist.gather(-1, targets).squeeze(-1).view(n, k, width - 1)
+
+    def _scores(self, token_lp: torch.Tensor) -> torch.Tensor:
+        """``(n, K, width)`` candidate token log-probs -> ``(n, K)`` action logits."""
+        assert self._candidates is not None
+        cand_mask = self._candidates[1]
+        scores = (token_lp * cand_mask.unsqueeze(0)).sum(-1)
+        if self.choice_normalization == "mean":
+            scores = scores / cand_mask.sum(-1).unsqueeze(0)
+        if self.choice_calibration is not None:
+            scores = scores - self.choice_calibration.to(scores.device, scores.dtype)
+        return scores / self.temperature
+
+    def _choice_scores_uncached(
+        self, observations: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Choice scores from whole (prompt + candidate) sequences, without any KV cache.
+
+        K times the compute of the cached path; used where caches are unavailable (training with
+        gradient checkpointing) and as the reference the cached path is tested against.
+        """
+        assert self._candidates is not None
+        cand_ids, cand_mask = self._candidates
+        ids, mask = self._pad([self.prompt_ids(str(o)) for o in observations], left=True)
+        n, k, width = ids.shape[0], cand_ids.shape[0], cand_ids.shape[1]
+        full_ids = torch.cat([ids.repeat_interleave(k, 0), cand_ids.repeat(n, 1)], -1)
+        full_mask = torch.cat([mask.repeat_interleave(k, 0), cand_mask.repeat(n, 1)], -1)
+        out = self.lm(
+            input_ids=full_ids,
+            attention_mask=full_mask,
+            position_ids=(full_mask.cumsum(-1) - 1).clamp(min=0),
+            output_hidden_states=True,
+            logits_to_keep=width + 1,
+        )
+        log_dist = torch.log_softmax(out.logits[:, :-1].float(), dim=-1)
+        token_lp = log_dist.gather(-1, cand_ids.repeat(n, 1).unsqueeze(-1)).squeeze(-1)
+        last_prompt = out.hidden_states[-1][::k, ids.shape[1] - 1].float()
+        values = self.value_head(last_prompt).squeeze(-1)
+        return self._scores(token_lp.view(n, k, width)), values
+
+    def _scores_version(self) -> tuple[tuple[int, float], float, str, float | None]:
+        """Changes whenever the choice scores could: a trainable weight (:meth:`weights_version`),
+        the temperature, the normalisation or the calibration constants."""
+        calibration = self.choice_calibration
+        return (
+            self.weights_version(),
+            self.temperature,
+            self.choice_normalization,
+            None if calibration is None else float(calibration.double().sum()),
+        )
+
+    def _remembered_choice_scores(
+        self, observations: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[TurnStates] | None]:
+        """:meth:`_choice_scores` with each distinct observation scored once per weights version.
+
+        Envs revisit observations all the time (Blackjack has 280 states, KeywordBandit 4 per
+        option set), and under the same weights a prompt's scores and value are the same numbers,
+        so a rollout scores each distinct observation once and samples every turn afresh from
+        them. The memory is forgotten whenever :meth:`_scores_version` changes (any trainable
+        weight, the temperature, the normalisation, the calibration).
+        """
+        if not self.memoize_choice_scores or torch.is_grad_enabled() or self._reference_mode:
+            return self._choice_scores(observations)
+        version = self._scores_version()
+        keys = [str(o) for o in observations]
+        need_states = self._collects_states()
+        todo = list(
+            dict.fromkeys(
+                k for k in keys if k not in self._memo or (need_states and self._memo[k][2] is None)
+            )
+        )
+        if version != self._memo_version or len(self._memo) + len(todo) > _MEMO_LIMIT:
+            self._forget_scores()
+            self._memo_version = version
+            todo = list(dict.fromkeys(keys))
+        if todo:
+            logits, values, states = self._choice_scores(todo)
+            added = sum(t.nbytes for t in states) if states else 0
+            if self._memo_bytes + added > _MEMO_MAX_BYTES:
+                self._forget_scores()  # keep this batch's entries only
+                self._memo_version = version
+            for i, key in enumerate(todo):
+                self._memo[key] = (logits[i], values[i], states[i] if states else None)
+            self._memo_bytes += added
+        rows = [self._memo[k] for k in keys]
+        remembered = [r[2] for r in rows]
+        turn_states = [s for s in remembered if s is not None]
+        return (
+            torch.stack([r[0] for r in rows]),
+            torch.stack([r[1] for r in rows]),
+            turn_states if len(turn_states) == len(rows) else None,
+        )
+
+    def _forget_scores(self) -> None:
+        self._memo.clear()
+        self._memo_bytes = 0
+
+    def content_free_scores(self) -> torch.Tensor:
+        """Each action's score (sum or mean of its token log-probs) after the content-free
+        observation ``"N/A"`` ("Calibrate Before Use", Zhao et al. 2021): the model's prior
+        over the action strings, which calibration divides out of the policy."""
+        calibration, self.choice_calibration = self.choice_calibration, None
+        try:
+            with torch.no_grad(), self._without_states():
+                logits, _, _ = self._choice_scores([CONTENT_FREE_OBSERVATION])
+        finally:
+            self.choice_calibration = calibration
+        self.invalidate_prefix_cache()
+        return (logits[0] * self.temperature).detach()
+
+    def _generate(
+        self, observations: Sequence[str], deterministic: bool
+    ) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor, list[TurnStates] | None]:
+        """Sample replies for all envs at once; a row leaves the decode batch at its stop token,
+        so short replies do not pay for the longest one."""
+        reserve = self.max_new_tokens if self.reserve_kv_cache else None
+        logits, values, cache, mask, states = self._prompt_pass(observations, reserve)
+        n = mask.shape[0]
+        next_logits = logits
+        stop = torch.tensor(self.stop_ids, device=self.device)
+        rows = list(range(n))  # which original row each batch row is
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        log_probs: list[list[float]] = [[] for _ in range(n)]
+        fed: list[list[torch.Tensor]] = [[] for _ in range(n)]  # states of tokens fed back
+        position = mask.sum(-1)
+        for step in range(self.max_new_tokens):
+            dist = torch.log_softmax(next_logits.float() / self.temperature, dim=-1)
+            token = dist.argmax(-1) if deterministic else sample(dist)
+            chosen_lp = dist.gather(-1, token.unsqueeze(-1)).squeeze(-1)
+            for row, tok, lp in zip(rows, token.tolist(), chosen_lp.tolist(), strict=True):
+                tokens[row].append(tok)
+                log_probs[row].append(lp)
+            going = ~torch.isin(token, stop)
+            if not bool(going.any()) or step == self.max_new_tokens - 1:
+                break  # the last sampled tokens are never fed back: no logits are needed after them
+            if not bool(going.all()):
+                keep = going.nonzero().squeeze(-1)
+                cache.batch_select_indices(keep)
+                rows = [rows[i] for i in keep.tolist()]
+                token, mask, position = token[keep], mask[keep], position[keep]
+            ones = torch.ones((len(rows), 1), dtype=mask.dtype, device=self.device)
+            mask = torch.cat([mask, ones], -1)
+            with self._capturing() as captured:
+                out = self.lm(
+                    input_ids=token.unsqueeze(-1),
+                    attention_mask=mask,
+                    position_ids=position.unsqueeze(-1),
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+            for row, hidden in zip(rows, captured[0] if captured else (), strict=False):
+                fed[row].append(hidden)
+            cache, next_logits, position = out.past_key_values, out.logits[:, -1], position + 1
+        actions = [np.asarray(t, dtype=np.int64) for t in tokens]
+        token_lps = [np.asarray(lp, dtype=np.float32) for lp in log_probs]
+        if states is not None:
+            for turn, hidden in zip(states, fed, strict=True):
+                turn.action = torch.cat(hidden) if hidden else None
+        return actions, token_lps, values, states
+
+    def decode(self, token_ids: np.ndarray) -> str:
+        """Reply text from sampled ids (stop tokens dropped)."""
+        ids = [int(t) for t in token_ids if int(t) not in self.stop_ids]
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True)).strip()

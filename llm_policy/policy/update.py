@@ -1,0 +1,257 @@
+"""The policy's third layer: re-evaluating stored actions with gradients, for the PPO update.
+
+The same numbers as the rollout computed (invariant 1), either by running the whole model again or,
+where the bottom layers are frozen, only the trainable layers on the states the rollout kept
+(:mod:`gym_llm.policy.top_layers`); plus what the update changes and saves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from gym_llm.policy.outputs import Evaluation, UpdateWork
+from gym_llm.policy.sampling import categorical_evaluation, token_evaluation
+from gym_llm.policy.scoring import ActionScoring
+from gym_llm.policy.top_layers import TurnStates, num_layers, pad_states
+
+
+class UpdatePasses(ActionScoring):
+    """``evaluate_actions`` (whole model or from stored states), the reference model's
+    log-probs, the update's memory estimate and the trainable weights."""
+
+    uses_lora: bool
+    #: Index of the first decoder layer that trains (0: all of them).
+    first_trainable_layer: int
+    _prefix_states: torch.Tensor | None
+    #: Running count of what the update computed (benchmarks read and reset it).
+    update_work: UpdateWork
+
+    def evaluate_actions(
+        self,
+        observations: Sequence[str],
+        actions: Sequence[np.ndarray],
+        states: Sequence[TurnStates | None] | None = None,
+    ) -> Evaluation:
+        """Log-probs (per action token), entropy and values of stored actions, with gradients.
+
+        ``states`` (from the rollout's :attr:`PolicyStep.states`) let the pass start at the first
+        trainable layer (:mod:`gym_llm.policy.top_layers`); without them the whole model runs. Both give
+        the same numbers to float rounding.
+        """
+        from_states = (
+            self.uses_rollout_states and states is not None and all(s is not None for s in states)
+        )
+        if torch.is_grad_enabled():
+            self._count_work(observations, actions, from_states)
+        if from_states:
+            return self._evaluate_from_states(observations, actions, list(states))  # type: ignore[arg-type]
+        if self.action_mode == "choice":
+            logits, values, _ = self._choice_scores(observations)
+            return self._choice_evaluation(logits, values, actions)
+        reply, reply_mask = self._pad(actions, left=False)
+        width = reply.shape[1]
+        ids, mask, positions, cache, prompt_width = self._encode_prompts(
+            observations, extra=(reply, reply_mask)
+        )
+        out = self.lm(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=cache is not None,
+            output_hidden_states=True,
+            logits_to_keep=width + 1,
+        )
+        values = self.value_head(out.hidden_states[-1][:, prompt_width - 1].float()).squeeze(-1)
+        return self._generation_evaluation(out.logits[:, :-1], values, actions)
+
+    def _count_work(
+        self, observations: Sequence[str], actions: Sequence[np.ndarray], from_states: bool
+    ) -> None:
+        keys = [str(o) for o in observations]
+        prompts = [self.prompt_ids(k) for k in keys]
+        size = self._split_prefix(prompts)
+        total = num_layers(self.lm)
+        layers = total - self.first_trainable_layer if from_states else total
+        if self.action_mode == "choice":
+            assert self._candidates is not None
+            rows = list(dict.fromkeys(keys)) if from_states else keys
+            lengths = {k: len(p) for k, p in zip(keys, prompts, strict=True)}
+            k, width = self._candidates[0].shape
+            follow = k * (width - 1)
+            tokens = sum(lengths[key] - size + follow for key in rows)
+            head = len(rows) * (1 + follow)
+        else:
+            tokens = sum(len(p) - size + len(a) for p, a in zip(prompts, actions, strict=True))
+            head = sum(len(a) for a in actions)
+        tokens += size  # the shared prefix, once per pass
+        self.update_work.token_layers += tokens * layers
+        self.update_work.head_rows += head
+        self.update_work.tokens += tokens
+
+    def _choice_evaluation(
+        self, logits: torch.Tensor, values: torch.Tensor, actions: Sequence[np.ndarray]
+    ) -> Evaluation:
+        index = torch.tensor([int(a[0]) for a in actions], device=self.device)
+        lp, entropy = categorical_evaluation(logits, index)
+        return Evaluation(lp, torch.ones_like(lp, dtype=torch.bool), entropy, values)
+
+    def _prefix_hidden(self) -> torch.Tensor:
+        """The first trainable layer's input over the shared prefix, ``(P, d)``: computed once,
+        since the layers below never change."""
+        assert self.top is not None
+        if self._prefix_states is None:
+            ids = torch.tensor([self.shared_prefix], dtype=torch.long, device=self.device)
+            with torch.inference_mode(False), torch.no_grad(), self.top.capture() as captured:
+                self.lm(input_ids=ids, use_cache=False, logits_to_keep=1)
+            self._prefix_states = captured[0][0].clone()
+        return self._prefix_states
+
+    def _suffix_states(self, turn: TurnStates, size: int) -> torch.Tensor:
+        """A turn's prompt states after the first ``size`` tokens (the batch's shared prefix)."""
+        if turn.offset == size:
+            return turn.prompt
+        if turn.offset == 0:  # the rollout encoded the whole prompt; this batch shares the prefix
+            return turn.prompt[size:]
+        return torch.cat([self._prefix_hidden(), turn.prompt])  # the other way round
+
+    def _evaluate_from_states(
+        self,
+        observations: Sequence[str],
+        actions: Sequence[np.ndarray],
+        states: list[TurnStates],
+    ) -> Evaluation:
+        """:meth:`evaluate_actions` running only the trainable layers on the stored states.
+
+        Choice mode runs one row per distinct observation (turns that share an observation share
+        its scores and value, so autograd sums their gradients exactly as separate rows would).
+        """
+        top = self.top
+        assert top is not None
+        keys = [str(o) for o in observations]
+        size = self._split_prefix([self.prompt_ids(k) for k in keys])
+        choice = self.action_mode == "choice"
+        rows: list[int] = list(range(len(keys)))
+        if choice:
+            distinct: dict[str, int] = {}
+            rows = [distinct.setdefault(k, len(distinct)) for k in keys]
+            firsts = {row: i for i, row in reversed(list(enumerate(rows)))}
+            states = [states[firsts[row]] for row in range(len(distinct))]
+        d = states[0].prompt.shape[-1]
+        extras = None
+        if not choice:
+            empty = states[0].prompt.new_zeros((0, d))
+            extras = [t.action if t.action is not None else empty for t in states]
+        hidden, mask, width = pad_states([self._suffix_states(t, size) for t in states], extras)
+        n = hidden.shape[0]
+        if size:
+            mask = torch.cat(
+                [torch.ones((n, size), dtype=mask.dtype, device=mask.device), mask], -1
+            )
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, size:]
+        multi_token = choice and self._candidates is not None and self._candidates[0].shape[1] > 1
+        if size:
+            cache = top.prefix_cache(top.encode_prefix(self._prefix_hidden()), n)
+        else:
+            cache = top.new_cache() if multi_token else None
+        final = top(hidden, mask, positions, cache)
+        values = self.value_head(final[:, width - 1].float()).squeeze(-1)
+        if not choice:
+            return self._generation_evaluation(top.logits(final[:, width - 1 :]), values, actions)
+        assert self._candidates is not None
+        cand_ids = self._candidates[0]
+        first = torch.log_softmax(top.logits(final[:, width - 1]).float(), dim=-1)
+        token_lp = first[:, cand_ids[:, 0]].unsqueeze(-1)
+        if multi_token:
+            k, cand_width = cand_ids.shape
+            cache.batch_repeat_interleave(k)
+            follow = torch.stack([t.action for t in states])  # type: ignore[misc]
+            follow = follow.reshape(n * k, cand_width - 1, d).clone()
+            full_mask, follow_positions = self._follow_layout(mask)
+            out = top(follow, full_mask, follow_positions, cache)
+            token_lp = torch.cat([token_lp, self._follow_log_probs(top.logits(out), n)], dim=-1)
+        index = torch.tensor(rows, device=self.device)
+        return self._choice_evaluation(self._scores(token_lp)[index], values[index], actions)
+
+    def _generation_evaluation(
+        self, logits: torch.Tensor, values: torch.Tensor, actions: Sequence[np.ndarray]
+    ) -> Evaluation:
+        """Per-token log-probs and mean entropy of replies from the logits at the last prompt
+        position and at every fed reply token (``(n, >= T, V)``; extra columns are ignored)."""
+        reply, reply_mask = self._pad(actions, left=False)
+        lp, valid, entropy = token_evaluation(logits, reply, reply_mask, self.temperature)
+        return Evaluation(lp, valid, entropy, values)
+
+    def update_bytes_per_turn(
+        self, observations: Sequence[str], actions: Sequence[np.ndarray]
+    ) -> int:
+        """A generous estimate of the memory one turn of the largest kind in this batch holds
+        during the update's forward and backward pass (activations kept for the backward, the
+        attention weights, and the logits at the scored positions), for choosing micro-batches.
+
+        Per layer run and token, a Llama-style block keeps about ``10 d + 5 ffn`` values for
+        its backward (norm inputs, q/k/v, attention output, MLP gate/up/activation), plus
+        ``heads x context`` attention weights. Only the trainable layers count when the update
+        starts from the rollout's states (:attr:`uses_rollout_states`).
+        """
+        config = self.lm.config.get_text_config()
+        total = num_layers(self.lm)
+        layers = total - self.first_trainable_layer if self.uses_rollout_states else total
+        prompts = [len(self.prompt_ids(str(o))) for o in observations]
+        prefix = len(self.shared_prefix)
+        new_tokens = max(prompts) - prefix + max(len(a) for a in actions)
+        if self.action_mode == "choice" and self._candidates is not None:
+            k, width = self._candidates[0].shape
+            new_tokens += k * (width - 1)
+            scored = k * width
+        else:
+            scored = max(len(a) for a in actions)
+        d = int(config.hidden_size)
+        ffn = int(getattr(config, "intermediate_size", 4 * d))
+        heads = int(config.num_attention_heads)
+        context = max(prompts) + max(len(a) for a in actions)
+        per_token_layer = 10 * d + 5 * ffn + heads * context
+        element = torch.finfo(self.lm.dtype).bits // 8
+        logits = scored * int(config.vocab_size) * 4 * 3  # fp32 logits, log-softmax, gradient
+        return int(new_tokens * layers * per_token_layer * element + logits)
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """Only what training changes (LoRA + value head, or everything without LoRA)."""
+        return {
+            name: p.detach().cpu().clone() for name, p in self.named_parameters() if p.requires_grad
+        }
+
+    def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        params = dict(self.named_parameters())
+        missing = [name for name, p in params.items() if p.requires_grad and name not in state]
+        unknown = [name for name in state if name not in params]
+        if missing or unknown:
+            raise ValueError(
+                f"Saved weights do not match this policy (missing {missing[:3]}, unknown "
+                f"{unknown[:3]}): was it saved with another model or LoRA config?"
+            )
+        with torch.no_grad():
+            for name, tensor in state.items():
+                params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+        self.invalidate_prefix_cache()
+
+    def reference_log_probs(
+        self,
+        observations: Sequence[str],
+        actions: Sequence[np.ndarray],
+        states: Sequence[TurnStates | None] | None = None,
+    ) -> torch.Tensor:
+        """Log-probs under the reference model: the same weights with the LoRA adapter off."""
+        if not self.uses_lora:
+            raise ValueError(
+                "A KL penalty to the reference model needs LoRA (lora=None trains all weights)."
+            )
+        self._reference_mode = True  # the cached prefix KV was computed with the adapter on
+        try:
+            with torch.no_grad(), self.lm.disable_adapter():
+                return self.evaluate_actions(observations, actions, states).token_log_probs
+        finally:
+            self._reference_mode = False
