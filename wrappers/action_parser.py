@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, SupportsFloat
 
@@ -14,7 +13,8 @@ from gym_llm.envs.protocol import self_description
 from gym_llm.spaces import DEFAULT_ACTION_MAX_LENGTH, TextActions
 from gym_llm.wrappers import builtin_envs
 from gym_llm.wrappers.formatters import format_array, format_number
-from gym_llm.wrappers.parsing import DiscreteParser, NumericParser, ParseResult
+from gym_llm.wrappers.parsing import ParseResult
+from gym_llm.wrappers.resolver import ActionResolver, rules_for
 
 OnInvalid = Literal["fallback", "raise"]
 #: A custom parser: reply text -> env action (``None`` or an exception means "invalid").
@@ -98,18 +98,10 @@ class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConst
             max_length=max_length,
         )
         gym.Wrapper.__init__(self, env)
-        if on_invalid not in ("fallback", "raise"):
-            raise ValueError(f"on_invalid must be 'fallback' or 'raise', got {on_invalid!r}.")
-        self.on_invalid: OnInvalid = on_invalid
-        self.invalid_penalty = float(invalid_penalty)
         inner = env.action_space
-        self._custom = parser
-        self._discrete: DiscreteParser | None = None
-        self._numeric: NumericParser | None = None
-
+        names = None
         if isinstance(inner, spaces.Discrete):
             names = self._names_for(env, inner, action_names)
-            self._discrete = DiscreteParser(names, start=int(inner.start))
             self.action_space = TextActions(
                 names,
                 max_length=max_length,
@@ -122,7 +114,6 @@ class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConst
                 f"action_names only applies to Discrete action spaces; this env has {inner!r}."
             )
         elif isinstance(inner, _NUMERIC):
-            self._numeric = NumericParser(inner)
             self.action_space = TextActions(
                 None,
                 max_length=max_length,
@@ -136,8 +127,20 @@ class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConst
                 f"ActionParserWrapper cannot parse text into {inner!r} by itself. Pass "
                 "parser=callable(text) -> action."
             )
-        self._fallback_space = copy.deepcopy(inner)
-        self.fallback_action = self._validated_fallback(fallback_action)
+        #: Reply -> action under the invalid-action policy (shared with ``Agent``).
+        self.resolver = ActionResolver(
+            inner,
+            rules=rules_for(inner, names),
+            extractor=parser,
+            extractor_name="parser",
+            on_invalid=on_invalid,
+            fallback_action=fallback_action,
+            invalid_penalty=invalid_penalty,
+            advice=self.action_space.description or "",
+        )
+        self.on_invalid: OnInvalid = on_invalid
+        self.invalid_penalty = self.resolver.invalid_penalty
+        self.fallback_action = self.resolver.fallback_action
         self.invalid_actions = 0
         #: Totals over the wrapper's life, for logging invalid-action rates.
         self.total_steps = 0
@@ -171,50 +174,17 @@ class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConst
 
     def _sample_numeric(self, rng: np.random.Generator) -> str:
         del rng  # the inner space's own generator keeps sampling reproducible per seed
-        sample = self._fallback_space.sample()
-        return format_array(np.asarray(sample), precision=6)
-
-    def _validated_fallback(self, fallback: Any) -> Any:
-        if fallback is None:
-            return None
-        if isinstance(fallback, str):
-            result = self.parse(fallback)
-            if not result.valid:
-                raise ValueError(
-                    f"fallback_action {fallback!r} is not a valid action: {result.error}."
-                )
-            return result.action
-        if not self.env.action_space.contains(fallback):
-            raise ValueError(
-                f"fallback_action {fallback!r} is not in the env's action space {self.env.action_space}."
-            )
-        return fallback
+        return format_array(np.asarray(self.resolver.sample()), precision=6)
 
     def parse(self, text: str) -> ParseResult:
         """Parse one reply; never raises on a string (custom parser errors become invalid)."""
-        if self._custom is not None:
-            try:
-                action = self._custom(text)
-            except Exception as exc:  # a user parser's failure is an invalid action, not a crash
-                return ParseResult(None, error=f"parser raised {type(exc).__name__}: {exc}")
-            if action is None:
-                return ParseResult(None, error="parser returned None")
-            if not self.env.action_space.contains(action):
-                return ParseResult(
-                    None, error=f"parser returned {action!r}, not in the action space"
-                )
-            return ParseResult(action, method="custom")
-        if self._discrete is not None:
-            return self._discrete(text)
-        if self._numeric is not None:
-            return self._numeric(text)
-        return ParseResult(text, method="text")  # a Text-action env takes the reply as it is
+        return self.resolver.parse(text)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         if seed is not None:
-            self._fallback_space.seed(seed)
+            self.resolver.seed(seed)
         self.invalid_actions = 0
         return self.env.reset(seed=seed, options=options)
 
@@ -224,25 +194,15 @@ class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConst
                 f"ActionParserWrapper.step takes the model's reply as str, got "
                 f"{type(action).__name__} {action!r}. To step with env actions, use the inner env."
             )
-        result = self.parse(action)
+        resolution = self.resolver.resolve(action)
+        result = resolution.parsed
         self.total_steps += 1
-        if result.valid:
-            env_action = result.action
-        else:
+        if not result.valid:
             self.invalid_actions += 1
             self.total_invalid += 1
-            if self.on_invalid == "raise":
-                assert isinstance(self.action_space, TextActions)
-                valid = self.action_space.description or "see the action space"
-                raise ValueError(f"Invalid action {action!r}: {result.error}. {valid}")
-            env_action = (
-                self.fallback_action
-                if self.fallback_action is not None
-                else self._fallback_space.sample()
-            )
-        obs, reward, terminated, truncated, info = self.env.step(env_action)
+        obs, reward, terminated, truncated, info = self.env.step(resolution.action)
         if not result.valid:
-            reward = float(reward) + self.invalid_penalty
+            reward = float(reward) + resolution.penalty
         info = dict(info)
-        info.update(result.info(action, self.invalid_actions), action=env_action)
+        info.update(result.info(action, self.invalid_actions), action=resolution.action)
         return obs, reward, terminated, truncated, info

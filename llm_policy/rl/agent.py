@@ -41,9 +41,10 @@ from gym_llm.policy.llm_policy import LLMPolicy
 from gym_llm.policy.prompts import Message
 from gym_llm.policy.top_layers import TrainableLayers, TurnStates
 from gym_llm.rl.buffer import TextRolloutBuffer
+from gym_llm.rl.checkpoint import SavedConfig
 from gym_llm.rl.ppo import PPO
 from gym_llm.spaces import TextActions, TextObservations
-from gym_llm.wrappers.parsing import DiscreteParser, NumericParser, ParseResult
+from gym_llm.wrappers.resolver import ActionResolver, Resolution, rules_for
 
 SelfAgent = TypeVar("SelfAgent", bound="Agent")
 OnInvalid = Literal["fallback", "raise"]
@@ -136,17 +137,9 @@ class _Episode:
         return float(sum(t.reward for t in self.turns))
 
 
-@dataclass(frozen=True)
-class ActionOutcome:
-    """What :meth:`Agent.to_action` made of a reply."""
-
-    action: Any
-    #: "extract_action", "parser:<rule>" or "fallback".
-    source: str
-    #: Why ``extract_action`` did not give a valid action (``None`` when it did).
-    error: str | None = None
-    #: Reward added to the turn (``invalid_penalty`` for a fallback, else 0).
-    penalty: float = 0.0
+#: What :meth:`Agent.to_action` made of a reply (source: "extract_action", "parser:<rule>" or
+#: "fallback").
+ActionOutcome = Resolution
 
 
 @dataclass
@@ -295,8 +288,19 @@ class Agent(abc.ABC):
         if action_space is None and self.action_names is not None:
             action_space = spaces.Discrete(len(self.action_names))
         self.action_space = action_space
-        self._parser = self._make_parser()
-        self.fallback_action = self._validated_fallback(fallback_action)
+        #: Reply -> action: extract_action, then the parser rules, then the fallback (shared
+        #: with ActionParserWrapper).
+        self.resolver = ActionResolver(
+            action_space,
+            rules=rules_for(action_space, self.action_names),
+            extractor=self.extract_action,
+            extractor_name="extract_action",
+            recover=True,
+            on_invalid=on_invalid,
+            fallback_action=fallback_action,
+            invalid_penalty=invalid_penalty,
+        )
+        self.fallback_action = self.resolver.fallback_action
 
         self._system_prompt = self.get_system_prompt()
         policy_kwargs: dict[str, Any] = {
@@ -453,77 +457,12 @@ class Agent(abc.ABC):
             prompt = json.dumps(turns, ensure_ascii=False)
         return prompt, dropped
 
-    def _make_parser(self) -> DiscreteParser | NumericParser | None:
-        space = self.action_space
-        if isinstance(space, spaces.Discrete):
-            names = self.action_names or tuple(str(int(space.start) + i) for i in range(space.n))
-            if len(names) != int(space.n):
-                raise ValueError(
-                    f"action_names has {len(names)} names but the action space {space} has "
-                    f"{space.n} actions."
-                )
-            return DiscreteParser(names, start=int(space.start))
-        if self.action_names is not None:
-            raise ValueError(f"action_names needs a Discrete action space, got {space}.")
-        if isinstance(space, spaces.Box | spaces.MultiDiscrete | spaces.MultiBinary):
-            return NumericParser(space)
-        return None
-
-    def _validated_fallback(self, fallback: Any) -> Any:
-        if fallback is None or self.action_space is None:
-            return fallback
-        if isinstance(fallback, str) and self._parser is not None:
-            parsed = self._parser(fallback)
-            if not parsed.valid:
-                raise ValueError(f"fallback_action {fallback!r} is not valid: {parsed.error}.")
-            return parsed.action
-        if not self._contains(fallback):
-            raise ValueError(
-                f"fallback_action {fallback!r} is not in the action space {self.action_space}."
-            )
-        return fallback
-
-    def _contains(self, action: Any) -> bool:
-        if self.action_space is None:
-            return True
-        try:
-            return bool(self.action_space.contains(action))
-        except Exception:  # e.g. a str for a Box: not an action, not a crash
-            return False
-
     def to_action(self, reply: str) -> ActionOutcome:
         """The env action for a reply: ``extract_action``, else the parser rules (exact name,
         JSON ``{"action": ...}``, ``Action: X``, last mention; see
         :mod:`gym_llm.wrappers.parsing`), else ``fallback_action`` or a random action with
         ``invalid_penalty``. With ``on_invalid="raise"`` a failing ``extract_action`` raises."""
-        try:
-            action = self.extract_action(reply)
-            error = None
-        except Exception as exc:  # a user's extractor failing is an invalid action
-            action, error = None, f"extract_action raised {type(exc).__name__}: {exc}"
-        if error is None and action is not None and self._contains(action):
-            return ActionOutcome(action, "extract_action")
-        if error is None:
-            error = (
-                "extract_action returned None"
-                if action is None
-                else f"extract_action returned {action!r}, not in {self.action_space}"
-            )
-        if self.on_invalid == "raise":
-            raise ValueError(f"Invalid action for reply {reply!r}: {error}.")
-        parsed: ParseResult | None = self._parser(reply) if self._parser is not None else None
-        if parsed is not None and parsed.valid:
-            return ActionOutcome(parsed.action, f"parser:{parsed.method}", error)
-        if self.fallback_action is not None:
-            fallback = self.fallback_action
-        elif self.action_space is not None:
-            fallback = self.action_space.sample()
-        else:
-            raise ValueError(
-                f"Invalid action for reply {reply!r} ({error}) and nothing to fall back to: pass "
-                "action_space=env.action_space (random fallback) or fallback_action=..."
-            )
-        return ActionOutcome(fallback, "fallback", error, self.invalid_penalty)
+        return self.resolver.resolve(reply)
 
     def predict(self, observations: Sequence[Any], batch_size: int = 32) -> list[Any]:
         """Greedy first-turn actions for fresh episodes starting at each observation, in batches
@@ -539,15 +478,7 @@ class Agent(abc.ABC):
             ]
             with torch.inference_mode():
                 step = self.policy.act(prompts, deterministic=True)
-            for reply in step.replies:
-                try:
-                    action = self.extract_action(reply)
-                except Exception:
-                    action = None
-                if action is None or not self._contains(action):
-                    parsed = self._parser(reply) if self._parser is not None else None
-                    action = parsed.action if parsed is not None and parsed.valid else None
-                actions.append(action)
+            actions.extend(self.resolver.parse(reply).action for reply in step.replies)
         return actions
 
     # --- the update ----------------------------------------------------------------------------
@@ -658,8 +589,7 @@ class Agent(abc.ABC):
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ``PPO.save``'s directory (adapter, value head, optimizer, config) plus
         ``agent.json`` (the Agent's own settings). Never the base weights."""
-        self.ppo.save(path)
-        (Path(path) / "agent.json").write_text(json.dumps(self._agent_config(), indent=2))
+        self.ppo.save(path, extra_json={"agent.json": self._agent_config()})
 
     @classmethod
     def load(
@@ -673,8 +603,8 @@ class Agent(abc.ABC):
         ``action_space=`` for a non-Discrete space, ``tensorboard_log=``, or ``model=`` when the
         base model moved."""
         directory = Path(path)
-        agent_file, ppo_file = directory / "agent.json", directory / "config.json"
-        if not agent_file.is_file() or not ppo_file.is_file():
+        agent_file = directory / "agent.json"
+        if not agent_file.is_file() or not (directory / "config.json").is_file():
             raise FileNotFoundError(
                 f"{directory} is not a saved gym_llm Agent (needs agent.json and config.json); "
                 "save one with agent.save(path)."
@@ -682,33 +612,17 @@ class Agent(abc.ABC):
         saved = json.loads(agent_file.read_text())
         if saved.get("format") != cls.FORMAT:
             raise ValueError(f"{agent_file} has format {saved.get('format')!r}, not {cls.FORMAT}.")
-        ppo = json.loads(ppo_file.read_text())
-        hyper = dict(ppo["hyperparameters"])
+        ppo = SavedConfig.read(directory)
+        hyper = ppo.constructor_kwargs()
         ppo_config = {
             "episodes_per_update": saved["episodes_per_update"],
             "mini_batch_size": hyper["batch_size"],
-            "clip_range": hyper["clip_range_value"],
-            **{
-                k: hyper[k]
-                for k in (
-                    "learning_rate",
-                    "n_epochs",
-                    "gamma",
-                    "gae_lambda",
-                    "vf_coef",
-                    "ent_coef",
-                    "target_kl",
-                    "kl_coef",
-                    "max_grad_norm",
-                    "micro_batch_size",
-                    "normalize_advantage",
-                    "seed",
-                )
-            },
+            **{k: hyper[k] for k in set(PPO_KEYS.values()) if k in hyper},
         }
+        policy_kwargs = ppo.load_policy_kwargs()
         discrete = saved["discrete_action_space"]
         arguments: dict[str, Any] = {
-            "model": ppo["policy_kwargs"]["model"],
+            "model": policy_kwargs["model"],
             "device": device,
             "generate_config": saved["generate_config"],
             "ppo_config": ppo_config,
@@ -722,9 +636,8 @@ class Agent(abc.ABC):
             "on_invalid": saved["on_invalid"],
             "fallback_action": saved["fallback_action"],
             "invalid_penalty": saved["invalid_penalty"],
-            "lora": ppo["policy_kwargs"]["lora"],
-            # Agents saved before trainable_layers existed trained every layer.
-            "trainable_layers": ppo["policy_kwargs"].get("trainable_layers"),
+            "lora": policy_kwargs["lora"],
+            "trainable_layers": policy_kwargs["trainable_layers"],
         }
         arguments.update(kwargs)
         agent = cls(**arguments)

@@ -12,58 +12,35 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
 import numpy as np
 import torch
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import is_wrapped
 from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
-from stable_baselines3.common.utils import FloatSchedule, explained_variance
+from stable_baselines3.common.utils import FloatSchedule
 from stable_baselines3.common.vec_env import VecEnv
 
 from gym_llm.policy.llm_policy import LLMPolicy
-from gym_llm.rl.advantages import check_estimator, critic_free_advantages, dones_from_starts
+from gym_llm.rl.advantages import check_estimator
 from gym_llm.rl.buffer import TextRolloutBuffer
-from gym_llm.rl.diagnostics import choice_diagnostics
-from gym_llm.rl.losses import clipped_surrogate, entropy_bonus, k3_kl, value_loss
+from gym_llm.rl.checkpoint import (
+    SAVED_HYPERPARAMETERS,
+    SavedConfig,
+    read_tensors,
+    regroup_optimizer_state,
+    write_directory,
+)
+from gym_llm.rl.update import PPOUpdate
 from gym_llm.rl.vec_env import TextVecEnv, check_text_env
 from gym_llm.spaces import TextActions, TextObservations
 
 SelfPPO = TypeVar("SelfPPO", bound="PPO")
-
-#: Hyper-parameters written to ``config.json`` by ``save`` and passed back by ``load``.
-_SAVED_HYPERPARAMETERS = (
-    "learning_rate",
-    "n_steps",
-    "batch_size",
-    "n_epochs",
-    "gamma",
-    "gae_lambda",
-    "clip_range_value",
-    "normalize_advantage",
-    "ent_coef",
-    "vf_coef",
-    "max_grad_norm",
-    "target_kl",
-    "kl_coef",
-    "micro_batch_size",
-    "n_logged_samples",
-    "seed",
-    "advantage_estimator",
-    "clip_range_vf",
-    "reward_scale",
-    "critic_warmup_steps",
-)
-
 
 #: PPO's learning rate with LoRA when none is given. Measured on SmolLM2-135M with the default
 #: LoRA (benchmarks/RESULTS.md, "HighLow"): 1e-4 left a number rule at 0.8-0.9 success after 1,024
@@ -79,52 +56,7 @@ def default_learning_rate(policy_kwargs: dict[str, Any] | None) -> float:
     return FULL_FINETUNE_LEARNING_RATE if full else LORA_LEARNING_RATE
 
 
-#: Memory (MB) the update's activations may take on the CPU when ``micro_batch_size=None``.
-UPDATE_MEMORY_BUDGET_MB = 1536
-
-
-def _pad(arrays: list[np.ndarray], width: int, device: torch.device) -> torch.Tensor:
-    out = torch.zeros((len(arrays), width), dtype=torch.float32)
-    for i, a in enumerate(arrays):
-        out[i, : len(a)] = torch.as_tensor(a, dtype=torch.float32)
-    return out.to(device)
-
-
-def regroup_optimizer_state(
-    saved: dict[str, Any], optimizer: torch.optim.Optimizer
-) -> dict[str, Any]:
-    """A saved optimizer state laid out in ``optimizer``'s parameter groups.
-
-    Agents saved before the value head had its own group hold one group whose parameters are, in
-    order, the policy's and then the value head's: the order of today's groups, so the state
-    carries over index for index.
-    """
-    groups = optimizer.param_groups
-    if len(saved["param_groups"]) == len(groups):
-        return saved
-    flat = [i for group in saved["param_groups"] for i in group["params"]]
-    if len(flat) != sum(len(g["params"]) for g in groups):
-        raise ValueError(
-            f"The saved optimizer state holds {len(flat)} parameters, this policy trains "
-            f"{sum(len(g['params']) for g in groups)}: it was saved with other trainable layers "
-            "or LoRA settings."
-        )
-    template = {k: v for k, v in saved["param_groups"][0].items() if k != "params"}
-    regrouped, start = [], 0
-    for group in groups:
-        count = len(group["params"])
-        regrouped.append(
-            {
-                **template,
-                "lr_scale": group.get("lr_scale", 1.0),
-                "params": flat[start : start + count],
-            }
-        )
-        start += count
-    return {"state": saved["state"], "param_groups": regrouped}
-
-
-class PPO(OnPolicyAlgorithm):
+class PPO(PPOUpdate):
     """Proximal Policy Optimization for :class:`LLMPolicy` on text envs.
 
     SB3's PPO arguments keep their meaning; the LLM-specific ones:
@@ -326,227 +258,6 @@ class PPO(OnPolicyAlgorithm):
         """Replies for one observation string (returns a ``str``) or a batch (an object array)."""
         return self.policy.predict(observation, state, episode_start, deterministic)
 
-    # --- rollouts ------------------------------------------------------------------------------
-
-    def collect_rollouts(
-        self,
-        env: VecEnv,
-        callback: BaseCallback,
-        rollout_buffer: Any,
-        n_rollout_steps: int,
-    ) -> bool:
-        """Fill the buffer with ``n_rollout_steps`` batched policy calls (one per vector step)."""
-        assert self._last_obs is not None, "No previous observation was provided"
-        buffer: TextRolloutBuffer = rollout_buffer
-        self.policy.set_training_mode(False)
-        buffer.reset()
-        callback.on_rollout_start()
-        n_steps = invalid = 0
-        samples: list[str] = []
-        seen: list[str] = []
-        probs: list[np.ndarray] = []
-        dones = np.zeros(env.num_envs, dtype=bool)
-        while n_steps < n_rollout_steps:
-            observations: np.ndarray = self._last_obs  # type: ignore[assignment]
-            with torch.inference_mode():
-                step = self.policy.act(list(observations))
-            if step.action_probs is not None:
-                seen.extend(str(o) for o in observations)
-                probs.append(step.action_probs)
-            new_obs, rewards, dones, infos = env.step(np.array(step.replies, dtype=object))
-            self.num_timesteps += env.num_envs
-            callback.update_locals(locals())
-            if not callback.on_step():
-                return False
-            self._update_info_buffer(infos, dones)
-            n_steps += 1
-            invalid += sum(not info.get("action_valid", True) for info in infos)
-            if len(samples) < self.n_logged_samples:
-                samples.append(
-                    f"**observation**\n\n    {observations[0]!s}\n\n**reply:** {step.replies[0]}"
-                    f"\n\n**reward:** {float(rewards[0]):g}"
-                )
-            rewards = rewards.astype(np.float32) * self.reward_scale
-            for idx, done in enumerate(dones):
-                terminal = infos[idx].get("terminal_observation")
-                if done and terminal is not None and infos[idx].get("TimeLimit.truncated", False):
-                    with torch.inference_mode():
-                        terminal_value = self.policy.predict_values([str(terminal)])[0]
-                    rewards[idx] += self.gamma * float(terminal_value)
-            buffer.add_turns(
-                observations,
-                step.replies,
-                step.actions,
-                step.token_log_probs,
-                rewards,
-                self._last_episode_starts,  # type: ignore[arg-type]
-                step.values,
-                step.states,
-            )
-            self._last_obs = new_obs  # type: ignore[assignment]
-            self._last_episode_starts = dones
-        with torch.inference_mode():
-            last_values = self.policy.predict_values(list(self._last_obs))  # type: ignore[arg-type]
-        buffer.compute_returns_and_advantage(last_values=last_values.float(), dones=dones)
-        if self.advantage_estimator != "gae":
-            buffer.advantages = critic_free_advantages(
-                self.advantage_estimator,
-                buffer.rewards,
-                dones_from_starts(buffer.episode_starts, dones),
-                buffer.episode_starts,
-                buffer.observations_text,
-                self.gamma,
-            ).astype(np.float32)
-        self.invalid_action_rate = invalid / (n_steps * env.num_envs)
-        if probs:
-            figures = choice_diagnostics(seen, np.concatenate(probs), self._first_greedy)
-            for name, value in figures.items():
-                self.logger.record(f"rollout/{name}", value)
-        self.logger.record("rollout/invalid_action_rate", self.invalid_action_rate)
-        if samples:
-            self.logger.record(
-                "rollout/samples",
-                "\n\n---\n\n".join(samples),
-                exclude=("stdout", "log", "json", "csv"),
-            )
-        callback.update_locals(locals())
-        callback.on_rollout_end()
-        return True
-
-    # --- the update ----------------------------------------------------------------------------
-
-    def train(self) -> None:
-        """Clipped-surrogate PPO over ``n_epochs`` of shuffled minibatches of turns."""
-        self.policy.set_training_mode(True)
-        self._update_learning_rate(self.policy.optimizer)
-        clip = self.clip_range(self._current_progress_remaining)
-        stats: dict[str, list[float]] = {
-            k: []
-            for k in (
-                "pg",
-                "value",
-                "entropy",
-                "kl_ref",
-                "approx_kl",
-                "clip_fraction",
-                "rows_per_pass",
-            )
-        }
-        continue_training, first, first_error = True, True, 0.0
-        epoch = 0
-        centre, scale = self._advantage_normalisation()
-        warmup = self.num_timesteps <= self.critic_warmup_steps
-        value_ids = {id(p) for p in self.policy.value_head.parameters()}
-        frozen_now = (  # during the critic's warm-up the policy's weights wait
-            [p for p in self.policy.parameters() if p.requires_grad and id(p) not in value_ids]
-            if warmup
-            else []
-        )
-        for epoch in range(self.n_epochs):
-            for batch in self.rollout_buffer.minibatches(self.batch_size, self._shuffle_rng):
-                advantages = (batch.advantages - centre) / scale
-                self.policy.optimizer.zero_grad(set_to_none=True)
-                n = len(batch.observations)
-                batch_kl: list[float] = []
-                rows = self._rows_per_pass(batch.observations, batch.actions)
-                stats["rows_per_pass"].append(float(rows))
-                for start in range(0, n, rows):
-                    part = slice(start, start + rows)
-                    observations, actions = batch.observations[part], batch.actions[part]
-                    states = batch.states[part] if batch.states is not None else None
-                    ev = self.policy.evaluate_actions(observations, actions, states)
-                    mask = ev.mask.float()
-                    old = _pad(
-                        batch.old_token_log_probs[part], ev.token_log_probs.shape[1], self.device
-                    )
-                    surrogate = clipped_surrogate(
-                        ev.token_log_probs, old, advantages[part], mask, clip
-                    )
-                    critic = value_loss(
-                        ev.values, batch.returns[part], batch.old_values[part], self.clip_range_vf
-                    )
-                    entropy = entropy_bonus(ev.entropy)
-                    loss = surrogate.loss + self.ent_coef * entropy + self.vf_coef * critic
-                    if self.kl_coef > 0:
-                        ref = self.policy.reference_log_probs(observations, actions, states)
-                        kl_ref = k3_kl(ev.token_log_probs, ref, mask)
-                        loss = loss + self.kl_coef * kl_ref
-                        stats["kl_ref"].append(kl_ref.item())
-                    (loss * (len(observations) / n)).backward()
-                    if first:
-                        first_error = max(first_error, surrogate.max_ratio_error)
-                    batch_kl.append(surrogate.approx_kl)
-                    stats["pg"].append(surrogate.loss.item())
-                    stats["value"].append(critic.item())
-                    stats["entropy"].append(entropy.item())
-                    stats["approx_kl"].append(surrogate.approx_kl)
-                    stats["clip_fraction"].append(surrogate.clip_fraction)
-                if first:
-                    self.first_ratio_error, first = first_error, False
-                if self.target_kl is not None and float(np.mean(batch_kl)) > 1.5 * self.target_kl:
-                    continue_training = False
-                    if self.verbose >= 1:
-                        print(
-                            f"Early stopping at epoch {epoch} (approx_kl {np.mean(batch_kl):.4f})"
-                        )
-                    break
-                for param in frozen_now:
-                    param.grad = None
-                torch.nn.utils.clip_grad_norm_(
-                    [p for p in self.policy.parameters() if p.requires_grad], self.max_grad_norm
-                )
-                self.policy.optimizer.step()
-                self._n_updates += 1
-            if not continue_training:
-                break
-        self.policy.set_training_mode(False)
-        values = self.rollout_buffer.values.flatten()
-        returns = self.rollout_buffer.returns.flatten()
-        self.logger.record("train/policy_gradient_loss", float(np.mean(stats["pg"])))
-        self.logger.record("train/value_loss", float(np.mean(stats["value"])))
-        self.logger.record("train/entropy_loss", float(np.mean(stats["entropy"])))
-        self.logger.record("train/approx_kl", float(np.mean(stats["approx_kl"])))
-        self.logger.record("train/clip_fraction", float(np.mean(stats["clip_fraction"])))
-        if stats["kl_ref"]:
-            self.logger.record("train/kl_ref", float(np.mean(stats["kl_ref"])))
-        self.logger.record("train/explained_variance", float(explained_variance(values, returns)))
-        self.logger.record("train/first_ratio_error", self.first_ratio_error)
-        self.logger.record("train/early_stopped", int(not continue_training))
-        self.logger.record("train/epochs", epoch + 1)
-        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        self.logger.record("train/clip_range", clip)
-        self.logger.record("train/critic_warmup", int(warmup))
-        self.turns_per_pass = float(np.mean(stats["rows_per_pass"]))
-        self.logger.record("train/turns_per_pass", self.turns_per_pass)
-        self.logger.record("train/learning_rate", self.policy.optimizer.param_groups[0]["lr"])
-
-    def _advantage_normalisation(self) -> tuple[float, float]:
-        """``(centre, scale)`` for this rollout's advantages: ``(0, 1)`` when not normalising.
-
-        Centred on the rollout's mean and scaled by the std of every advantage seen so far in
-        the run, not of this minibatch (SB3, CleanRL) or rollout (TRL): once a task is solved,
-        every reward of a rollout can be the same and its advantages are only the critic's
-        noise; dividing by *their* tiny std made that noise full-scale and collapsed solved runs
-        back onto a wrong answer (KeywordBandit; seeds measured in benchmarks/RESULTS.md).
-        """
-        advantages = self.rollout_buffer.advantages
-        if not self.normalize_advantage or advantages.size <= 1:
-            return 0.0, 1.0
-        self.advantage_scale.update(advantages.reshape(-1).astype(np.float64))
-        return float(advantages.mean()), float(np.sqrt(self.advantage_scale.var)) + 1e-8
-
-    def _rows_per_pass(self, observations: Sequence[str], actions: Sequence[np.ndarray]) -> int:
-        """The micro-batch size: as set, or as many turns as fit the memory budget."""
-        if self.micro_batch_size is not None:
-            return self.micro_batch_size
-        if self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            budget = free / 4
-        else:
-            budget = UPDATE_MEMORY_BUDGET_MB * 2**20
-        per_turn = self.policy.update_bytes_per_turn(observations, actions)
-        return max(1, min(len(observations), int(budget // max(per_turn, 1))))
-
     def learn(
         self: SelfPPO,
         total_timesteps: int,
@@ -567,7 +278,9 @@ class PPO(OnPolicyAlgorithm):
 
     # --- save / load ---------------------------------------------------------------------------
 
-    def _config(self) -> dict[str, Any]:
+    def saved_config(self) -> SavedConfig:
+        """What ``config.json`` records: hyper-parameters, the policy's settings in effect, the
+        counters and the spaces."""
         obs_space, act_space = self.observation_space, self.action_space
         policy_kwargs = {
             k: v for k, v in self.policy_kwargs.items() if k not in ("lora", "tokenizer")
@@ -585,67 +298,66 @@ class PPO(OnPolicyAlgorithm):
         # The settings in effect (the default LoRA included), so a later change of a default
         # cannot change what a saved agent rebuilds.
         policy_kwargs["lora"] = self.policy.lora_settings
-        # The effective value, so a later change of the default cannot change a saved agent.
         policy_kwargs["trainable_layers"] = self.policy.trainable_layers
-        return {
-            "format": "gym_llm.PPO/1",
-            "hyperparameters": {
-                k: getattr(self, k)
-                for k in _SAVED_HYPERPARAMETERS
-                if not callable(getattr(self, k))
+        actions = getattr(act_space, "actions", None)
+        return SavedConfig(
+            hyperparameters={
+                k: getattr(self, k) for k in SAVED_HYPERPARAMETERS if not callable(getattr(self, k))
             },
-            "policy_kwargs": policy_kwargs,
-            "num_timesteps": self.num_timesteps,
-            "n_updates": self._n_updates,
-            "observation_space": {
-                "max_length": obs_space.max_length,  # type: ignore[attr-defined]
+            policy_kwargs=policy_kwargs,
+            num_timesteps=self.num_timesteps,
+            n_updates=self._n_updates,
+            observation_space={
+                "max_length": getattr(obs_space, "max_length", None),
                 "instruction": getattr(obs_space, "instruction", None),
             },
-            "action_space": {
-                "actions": list(act_space.actions) if getattr(act_space, "actions", None) else None,  # type: ignore[attr-defined]
+            action_space={
+                "actions": list(actions) if actions else None,
                 "description": getattr(act_space, "description", None),
-                "max_length": act_space.max_length,  # type: ignore[attr-defined]
+                "max_length": getattr(act_space, "max_length", None),
             },
-        }
+        )
 
-    def save(self, path: str | os.PathLike[str], exclude: Any = None, include: Any = None) -> None:  # type: ignore[override]
-        """Write a directory: ``config.json`` + ``policy.pt`` (adapter, value head, optimizer).
+    def _tensors(self) -> dict[str, torch.Tensor | dict[str, Any]]:
+        scale = self.advantage_scale
+        tensors: dict[str, torch.Tensor | dict[str, Any]] = {
+            "trainable": self.policy.trainable_state_dict(),
+            "optimizer": self.policy.optimizer.state_dict(),
+            "advantage_scale": torch.tensor(
+                [float(scale.mean), float(scale.var), float(scale.count)], dtype=torch.float64
+            ),
+        }
+        if self.policy.choice_calibration is not None:
+            tensors["choice_calibration"] = self.policy.choice_calibration.cpu()
+        return tensors
+
+    def save(  # type: ignore[override]
+        self,
+        path: str | os.PathLike[str],
+        exclude: Any = None,
+        include: Any = None,
+        *,
+        extra_json: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Write a directory: ``config.json`` + ``policy.pt`` (adapter, value head, optimizer),
+        plus a JSON file for each ``extra_json`` entry (``Agent.save`` adds ``agent.json``).
 
         Never the base weights, never a pickled model or tokenizer. The directory is written next
         to ``path`` and renamed into place, so a failed save leaves the previous checkpoint intact.
         """
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-        try:
-            (tmp / "config.json").write_text(json.dumps(self._config(), indent=2, default=str))
-            torch.save(
-                {
-                    "trainable": self.policy.trainable_state_dict(),
-                    "optimizer": self.policy.optimizer.state_dict(),
-                    "advantage_scale": torch.tensor(
-                        [
-                            float(self.advantage_scale.mean),
-                            float(self.advantage_scale.var),
-                            float(self.advantage_scale.count),
-                        ],
-                        dtype=torch.float64,
-                    ),
-                    **(
-                        {"choice_calibration": self.policy.choice_calibration.cpu()}
-                        if self.policy.choice_calibration is not None
-                        else {}
-                    ),
-                },
-                tmp / "policy.pt",
-            )
-            backup = target.with_name(f".{target.name}.old")
-            if target.exists():
-                os.replace(target, backup)
-            os.replace(tmp, target)
-            shutil.rmtree(backup, ignore_errors=True)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        texts = {"config.json": self.saved_config().to_json()}
+        texts.update(
+            {name: json.dumps(data, indent=2) for name, data in (extra_json or {}).items()}
+        )
+        tensors = self._tensors()
+
+        def write(file: Path) -> None:
+            if file.name == "policy.pt":
+                torch.save(tensors, file)
+            else:
+                file.write_text(texts[file.name])
+
+        write_directory(path, dict.fromkeys([*texts, "policy.pt"], write))
 
     @classmethod
     def load(  # type: ignore[override]
@@ -656,31 +368,15 @@ class PPO(OnPolicyAlgorithm):
         **kwargs: Any,
     ) -> SelfPPO:
         """Rebuild an agent saved by :meth:`save`; ``env`` is optional (needed to keep training)."""
-        directory = Path(path)
-        config_file = directory / "config.json"
-        if not config_file.is_file():
-            raise FileNotFoundError(
-                f"{directory} is not a gym_llm agent directory (no config.json); save one with "
-                "model.save(path)."
-            )
-        config = json.loads(config_file.read_text())
-        hyper = dict(config["hyperparameters"])
-        hyper["clip_range"] = hyper.pop("clip_range_value")
-        hyper.update(kwargs)
-        # Agents saved before trainable_layers existed trained every layer.
-        policy_kwargs = {"trainable_layers": None, **config["policy_kwargs"]}
-        saved_actions = config["action_space"]["actions"]
+        saved = SavedConfig.read(path)
+        hyper = {**saved.constructor_kwargs(), **kwargs}
+        policy_kwargs = saved.load_policy_kwargs()
+        saved_actions = saved.action_space["actions"]
         if env is None:
+            observation_space, action_space = saved.spaces()
             model = cls.from_spaces(
-                TextObservations(
-                    config["observation_space"]["max_length"],
-                    instruction=config["observation_space"]["instruction"],
-                ),
-                TextActions(
-                    saved_actions,
-                    description=config["action_space"]["description"],
-                    max_length=config["action_space"]["max_length"],
-                ),
+                observation_space,
+                action_space,
                 policy_kwargs=policy_kwargs,
                 device=device,
                 **hyper,
@@ -693,15 +389,14 @@ class PPO(OnPolicyAlgorithm):
                     f"The env's actions {actions} differ from the saved agent's {saved_actions}."
                 )
             model = cls(LLMPolicy, env, policy_kwargs=policy_kwargs, device=device, **hyper)
-        model.load_policy_state(directory)
+        model.load_policy_state(path)
         return model
 
     def load_policy_state(self, path: str | os.PathLike[str]) -> None:
         """Load the trained state a :meth:`save` directory holds (adapter, value head, optimizer,
         counters) into this already-built agent; shared by :meth:`load` and ``Agent.load``."""
-        directory = Path(path)
-        config = json.loads((directory / "config.json").read_text())
-        state = torch.load(directory / "policy.pt", map_location=self.device, weights_only=True)
+        saved = SavedConfig.read(path)
+        state = read_tensors(path, self.device)
         self.policy.load_trainable_state_dict(state["trainable"])
         self.policy.optimizer.load_state_dict(
             regroup_optimizer_state(state["optimizer"], self.policy.optimizer)
@@ -713,5 +408,5 @@ class PPO(OnPolicyAlgorithm):
             self.advantage_scale.mean = np.asarray(mean, dtype=np.float64)
             self.advantage_scale.var = np.asarray(var, dtype=np.float64)
             self.advantage_scale.count = count
-        self.num_timesteps = int(config["num_timesteps"])
-        self._n_updates = int(config["n_updates"])
+        self.num_timesteps = int(saved.num_timesteps)
+        self._n_updates = int(saved.n_updates)

@@ -1,0 +1,120 @@
+"""Rollouts: batched policy calls over the envs' observation strings, into the text buffer.
+
+One policy call per vector step for all envs; truncated episodes bootstrap from the value of their
+last observation; the critic-free estimators replace GAE's advantages after the rollout. Part of
+:class:`gym_llm.PPO` (its first layer above SB3's ``OnPolicyAlgorithm``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.vec_env import VecEnv
+
+from gym_llm.policy.llm_policy import LLMPolicy
+from gym_llm.rl.advantages import Estimator, critic_free_advantages, dones_from_starts
+from gym_llm.rl.buffer import TextRolloutBuffer
+from gym_llm.rl.diagnostics import choice_diagnostics
+
+
+class RolloutCollection(OnPolicyAlgorithm):
+    """``collect_rollouts`` for text envs and :class:`LLMPolicy`."""
+
+    policy: LLMPolicy  # type: ignore[assignment]
+    rollout_buffer: TextRolloutBuffer
+    n_logged_samples: int
+    reward_scale: float
+    advantage_estimator: Estimator
+    #: Share of replies the env could not parse in the last rollout.
+    invalid_action_rate: float
+    #: Each observation's greedy action when a rollout first saw it (rollout/greedy_changed).
+    _first_greedy: dict[str, int]
+
+    def collect_rollouts(
+        self,
+        env: VecEnv,
+        callback: BaseCallback,
+        rollout_buffer: Any,
+        n_rollout_steps: int,
+    ) -> bool:
+        """Fill the buffer with ``n_rollout_steps`` batched policy calls (one per vector step)."""
+        assert self._last_obs is not None, "No previous observation was provided"
+        buffer: TextRolloutBuffer = rollout_buffer
+        self.policy.set_training_mode(False)
+        buffer.reset()
+        callback.on_rollout_start()
+        n_steps = invalid = 0
+        samples: list[str] = []
+        seen: list[str] = []
+        probs: list[np.ndarray] = []
+        dones = np.zeros(env.num_envs, dtype=bool)
+        while n_steps < n_rollout_steps:
+            observations: np.ndarray = self._last_obs  # type: ignore[assignment]
+            with torch.inference_mode():
+                step = self.policy.act(list(observations))
+            if step.action_probs is not None:
+                seen.extend(str(o) for o in observations)
+                probs.append(step.action_probs)
+            new_obs, rewards, dones, infos = env.step(np.array(step.replies, dtype=object))
+            self.num_timesteps += env.num_envs
+            callback.update_locals(locals())
+            if not callback.on_step():
+                return False
+            self._update_info_buffer(infos, dones)
+            n_steps += 1
+            invalid += sum(not info.get("action_valid", True) for info in infos)
+            if len(samples) < self.n_logged_samples:
+                samples.append(
+                    f"**observation**\n\n    {observations[0]!s}\n\n**reply:** {step.replies[0]}"
+                    f"\n\n**reward:** {float(rewards[0]):g}"
+                )
+            rewards = rewards.astype(np.float32) * self.reward_scale
+            for idx, done in enumerate(dones):
+                terminal = infos[idx].get("terminal_observation")
+                if done and terminal is not None and infos[idx].get("TimeLimit.truncated", False):
+                    with torch.inference_mode():
+                        terminal_value = self.policy.predict_values([str(terminal)])[0]
+                    rewards[idx] += self.gamma * float(terminal_value)
+            buffer.add_turns(
+                observations,
+                step.replies,
+                step.actions,
+                step.token_log_probs,
+                rewards,
+                self._last_episode_starts,  # type: ignore[arg-type]
+                step.values,
+                step.states,
+            )
+            self._last_obs = new_obs  # type: ignore[assignment]
+            self._last_episode_starts = dones
+        with torch.inference_mode():
+            last_values = self.policy.predict_values(list(self._last_obs))  # type: ignore[arg-type]
+        buffer.compute_returns_and_advantage(last_values=last_values.float(), dones=dones)
+        if self.advantage_estimator != "gae":
+            buffer.advantages = critic_free_advantages(
+                self.advantage_estimator,
+                buffer.rewards,
+                dones_from_starts(buffer.episode_starts, dones),
+                buffer.episode_starts,
+                buffer.observations_text,
+                self.gamma,
+            ).astype(np.float32)
+        self.invalid_action_rate = invalid / (n_steps * env.num_envs)
+        if probs:
+            figures = choice_diagnostics(seen, np.concatenate(probs), self._first_greedy)
+            for name, value in figures.items():
+                self.logger.record(f"rollout/{name}", value)
+        self.logger.record("rollout/invalid_action_rate", self.invalid_action_rate)
+        if samples:
+            self.logger.record(
+                "rollout/samples",
+                "\n\n---\n\n".join(samples),
+                exclude=("stdout", "log", "json", "csv"),
+            )
+        callback.update_locals(locals())
+        callback.on_rollout_end()
+        return True

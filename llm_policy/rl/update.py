@@ -1,0 +1,180 @@
+"""The PPO update over a text rollout: clipped surrogate per action token, micro-batches sized
+by memory, gradient accumulation, target-KL early stopping, the reference-model KL penalty and
+the critic's warm-up. Part of :class:`gym_llm.PPO` (the loss math is in :mod:`gym_llm.rl.losses`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from stable_baselines3.common.running_mean_std import RunningMeanStd
+from stable_baselines3.common.type_aliases import Schedule
+from stable_baselines3.common.utils import explained_variance
+
+from gym_llm.rl.losses import clipped_surrogate, entropy_bonus, k3_kl, value_loss
+from gym_llm.rl.rollout import RolloutCollection
+
+#: Memory (MB) the update's activations may take on the CPU when ``micro_batch_size=None``.
+UPDATE_MEMORY_BUDGET_MB = 1536
+
+
+def _pad(arrays: list[np.ndarray], width: int, device: torch.device) -> torch.Tensor:
+    out = torch.zeros((len(arrays), width), dtype=torch.float32)
+    for i, a in enumerate(arrays):
+        out[i, : len(a)] = torch.as_tensor(a, dtype=torch.float32)
+    return out.to(device)
+
+
+class PPOUpdate(RolloutCollection):
+    """``train()``: the update, and how it centres, scales and batches the turns."""
+
+    batch_size: int
+    n_epochs: int
+    clip_range: Schedule
+    normalize_advantage: bool
+    target_kl: float | None
+    kl_coef: float
+    micro_batch_size: int | None
+    clip_range_vf: float | None
+    critic_warmup_steps: int
+    #: max |ratio - 1| on the first minibatch of the last update (invariant: ~0).
+    first_ratio_error: float
+    #: Mean turns per forward/backward pass in the last update (micro_batch_size or auto).
+    turns_per_pass: float
+    #: Running std of every advantage so far: the scale of normalize_advantage.
+    advantage_scale: RunningMeanStd
+    _shuffle_rng: np.random.Generator
+
+    def train(self) -> None:
+        """Clipped-surrogate PPO over ``n_epochs`` of shuffled minibatches of turns."""
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        clip = self.clip_range(self._current_progress_remaining)
+        stats: dict[str, list[float]] = {
+            k: []
+            for k in (
+                "pg",
+                "value",
+                "entropy",
+                "kl_ref",
+                "approx_kl",
+                "clip_fraction",
+                "rows_per_pass",
+            )
+        }
+        continue_training, first, first_error = True, True, 0.0
+        epoch = 0
+        centre, scale = self._advantage_normalisation()
+        warmup = self.num_timesteps <= self.critic_warmup_steps
+        value_ids = {id(p) for p in self.policy.value_head.parameters()}
+        frozen_now = (  # during the critic's warm-up the policy's weights wait
+            [p for p in self.policy.parameters() if p.requires_grad and id(p) not in value_ids]
+            if warmup
+            else []
+        )
+        for epoch in range(self.n_epochs):
+            for batch in self.rollout_buffer.minibatches(self.batch_size, self._shuffle_rng):
+                advantages = (batch.advantages - centre) / scale
+                self.policy.optimizer.zero_grad(set_to_none=True)
+                n = len(batch.observations)
+                batch_kl: list[float] = []
+                rows = self._rows_per_pass(batch.observations, batch.actions)
+                stats["rows_per_pass"].append(float(rows))
+                for start in range(0, n, rows):
+                    part = slice(start, start + rows)
+                    observations, actions = batch.observations[part], batch.actions[part]
+                    states = batch.states[part] if batch.states is not None else None
+                    ev = self.policy.evaluate_actions(observations, actions, states)
+                    mask = ev.mask.float()
+                    old = _pad(
+                        batch.old_token_log_probs[part], ev.token_log_probs.shape[1], self.device
+                    )
+                    surrogate = clipped_surrogate(
+                        ev.token_log_probs, old, advantages[part], mask, clip
+                    )
+                    critic = value_loss(
+                        ev.values, batch.returns[part], batch.old_values[part], self.clip_range_vf
+                    )
+                    entropy = entropy_bonus(ev.entropy)
+                    loss = surrogate.loss + self.ent_coef * entropy + self.vf_coef * critic
+                    if self.kl_coef > 0:
+                        ref = self.policy.reference_log_probs(observations, actions, states)
+                        kl_ref = k3_kl(ev.token_log_probs, ref, mask)
+                        loss = loss + self.kl_coef * kl_ref
+                        stats["kl_ref"].append(kl_ref.item())
+                    (loss * (len(observations) / n)).backward()
+                    if first:
+                        first_error = max(first_error, surrogate.max_ratio_error)
+                    batch_kl.append(surrogate.approx_kl)
+                    stats["pg"].append(surrogate.loss.item())
+                    stats["value"].append(critic.item())
+                    stats["entropy"].append(entropy.item())
+                    stats["approx_kl"].append(surrogate.approx_kl)
+                    stats["clip_fraction"].append(surrogate.clip_fraction)
+                if first:
+                    self.first_ratio_error, first = first_error, False
+                if self.target_kl is not None and float(np.mean(batch_kl)) > 1.5 * self.target_kl:
+                    continue_training = False
+                    if self.verbose >= 1:
+                        print(
+                            f"Early stopping at epoch {epoch} (approx_kl {np.mean(batch_kl):.4f})"
+                        )
+                    break
+                for param in frozen_now:
+                    param.grad = None
+                torch.nn.utils.clip_grad_norm_(
+                    [p for p in self.policy.parameters() if p.requires_grad], self.max_grad_norm
+                )
+                self.policy.optimizer.step()
+                self._n_updates += 1
+            if not continue_training:
+                break
+        self.policy.set_training_mode(False)
+        values = self.rollout_buffer.values.flatten()
+        returns = self.rollout_buffer.returns.flatten()
+        self.logger.record("train/policy_gradient_loss", float(np.mean(stats["pg"])))
+        self.logger.record("train/value_loss", float(np.mean(stats["value"])))
+        self.logger.record("train/entropy_loss", float(np.mean(stats["entropy"])))
+        self.logger.record("train/approx_kl", float(np.mean(stats["approx_kl"])))
+        self.logger.record("train/clip_fraction", float(np.mean(stats["clip_fraction"])))
+        if stats["kl_ref"]:
+            self.logger.record("train/kl_ref", float(np.mean(stats["kl_ref"])))
+        self.logger.record("train/explained_variance", float(explained_variance(values, returns)))
+        self.logger.record("train/first_ratio_error", self.first_ratio_error)
+        self.logger.record("train/early_stopped", int(not continue_training))
+        self.logger.record("train/epochs", epoch + 1)
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/clip_range", clip)
+        self.logger.record("train/critic_warmup", int(warmup))
+        self.turns_per_pass = float(np.mean(stats["rows_per_pass"]))
+        self.logger.record("train/turns_per_pass", self.turns_per_pass)
+        self.logger.record("train/learning_rate", self.policy.optimizer.param_groups[0]["lr"])
+
+    def _advantage_normalisation(self) -> tuple[float, float]:
+        """``(centre, scale)`` for this rollout's advantages: ``(0, 1)`` when not normalising.
+
+        Centred on the rollout's mean and scaled by the std of every advantage seen so far in
+        the run, not of this minibatch (SB3, CleanRL) or rollout (TRL): once a task is solved,
+        every reward of a rollout can be the same and its advantages are only the critic's
+        noise; dividing by *their* tiny std made that noise full-scale and collapsed solved runs
+        back onto a wrong answer (KeywordBandit; seeds measured in benchmarks/RESULTS.md).
+        """
+        advantages = self.rollout_buffer.advantages
+        if not self.normalize_advantage or advantages.size <= 1:
+            return 0.0, 1.0
+        self.advantage_scale.update(advantages.reshape(-1).astype(np.float64))
+        return float(advantages.mean()), float(np.sqrt(self.advantage_scale.var)) + 1e-8
+
+    def _rows_per_pass(self, observations: Sequence[str], actions: Sequence[np.ndarray]) -> int:
+        """The micro-batch size: as set, or as many turns as fit the memory budget."""
+        if self.micro_batch_size is not None:
+            return self.micro_batch_size
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            budget = free / 4
+        else:
+            budget = UPDATE_MEMORY_BUDGET_MB * 2**20
+        per_turn = self.policy.update_bytes_per_turn(observations, actions)
+        return max(1, min(len(observations), int(budget // max(per_turn, 1))))
