@@ -23,25 +23,28 @@ from __future__ import annotations
 
 import abc
 import json
-import math
 import os
-import warnings
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal, SupportsFloat, TypeVar
 
-import numpy as np
 import torch
 from gymnasium import spaces
 from stable_baselines3.common.utils import configure_logger
 
 from gym_llm.policy.llm_policy import LLMPolicy
 from gym_llm.policy.prompts import Message
-from gym_llm.policy.top_layers import TrainableLayers, TurnStates
+from gym_llm.policy.top_layers import TrainableLayers
+from gym_llm.rl.agent_config import (
+    agent_json,
+    agent_policy_kwargs,
+    check_arguments,
+    resolve_configs,
+    saved_arguments,
+)
 from gym_llm.rl.buffer import TextRolloutBuffer
-from gym_llm.rl.checkpoint import SavedConfig
+from gym_llm.rl.episodes import Counts, Episode, Turn, best_episodes, episode_stats, episodes_buffer
 from gym_llm.rl.ppo import PPO
 from gym_llm.spaces import TextActions, TextObservations
 from gym_llm.wrappers.resolver import ActionResolver, Resolution, rules_for
@@ -49,117 +52,10 @@ from gym_llm.wrappers.resolver import ActionResolver, Resolution, rules_for
 SelfAgent = TypeVar("SelfAgent", bound="Agent")
 OnInvalid = Literal["fallback", "raise"]
 
-#: ``generate_config`` keys the policy honours, with the LlamaGym/transformers meaning.
-GENERATE_KEYS = ("max_new_tokens", "temperature", "do_sample")
-#: Accepted but ignored: PPO needs the exact log-prob of each sampled token under the full
-#: distribution, which top-p/top-k truncation would change.
-_IGNORED_GENERATE_KEYS = ("top_p", "top_k")
-#: Accepted silently: gym_llm takes pad and stop tokens from the tokenizer and generation config.
-_SILENT_GENERATE_KEYS = ("pad_token_id", "eos_token_id")
-
-#: ``ppo_config`` keys: TRL/LlamaGym names and gym_llm/SB3 names -> the setting they control.
-#: ``batch_size`` keeps LlamaGym's meaning (episodes per update); ``mini_batch_size`` is turns per
-#: optimizer step (PPO's ``batch_size``).
-PPO_KEYS: dict[str, str] = {
-    "batch_size": "episodes_per_update",
-    "episodes_per_update": "episodes_per_update",
-    "mini_batch_size": "mini_batch_size",
-    "learning_rate": "learning_rate",
-    "ppo_epochs": "n_epochs",
-    "n_epochs": "n_epochs",
-    "gamma": "gamma",
-    "lam": "gae_lambda",
-    "gae_lambda": "gae_lambda",
-    "cliprange": "clip_range",
-    "clip_range": "clip_range",
-    "vf_coef": "vf_coef",
-    "ent_coef": "ent_coef",
-    "target_kl": "target_kl",
-    "init_kl_coef": "kl_coef",
-    "kl_coef": "kl_coef",
-    "max_grad_norm": "max_grad_norm",
-    "micro_batch_size": "micro_batch_size",
-    "normalize_advantage": "normalize_advantage",
-    "seed": "seed",
-}
-#: Defaults: LlamaGym's batch sizes (16 episodes, 16 turns), TRL's 4 epochs, gym_llm's LoRA rate.
-_PPO_DEFAULTS: dict[str, Any] = {
-    "episodes_per_update": 16,
-    "mini_batch_size": 16,
-    "learning_rate": None,  # PPO's: 5e-4 with LoRA, 1e-5 without
-    "n_epochs": 4,
-    "gamma": 0.99,
-    "gae_lambda": 0.95,
-    "clip_range": 0.2,
-    "vf_coef": 0.5,
-    "ent_coef": 0.0,
-    "target_kl": None,
-    "kl_coef": 0.0,
-    "max_grad_norm": 1.0,
-    "micro_batch_size": None,  # as many turns per pass as fit PPO's memory budget
-    "normalize_advantage": True,
-    "seed": None,
-}
-#: KL threshold used by ``use_target_kl=True`` when ``ppo_config`` sets no ``target_kl``.
-DEFAULT_TARGET_KL = 0.1
-
-
-@dataclass
-class Turn:
-    """One act() call: what the model saw and sampled, and what it earned."""
-
-    #: The policy observation: the (truncated) conversation as a JSON message list.
-    prompt: str
-    reply: str
-    #: Sampled token ids and their log-probs, exactly as sampled.
-    tokens: np.ndarray
-    log_probs: np.ndarray
-    value: float
-    #: The env action act() returned.
-    action: Any
-    #: How the action was found: "extract_action", "parser:<rule>" or "fallback".
-    source: str
-    #: Env reward(s) assigned to this turn plus any invalid-action penalty.
-    reward: float = 0.0
-    #: Exchanges dropped from the start of the conversation to fit ``max_context_tokens``.
-    dropped_exchanges: int = 0
-    #: What the update reuses from the rollout (gym_llm.policy.top_layers), if the policy keeps it.
-    states: TurnStates | None = None
-
-
-@dataclass
-class _Episode:
-    turns: list[Turn]
-    messages: list[Message]
-
-    @property
-    def episode_return(self) -> float:
-        return float(sum(t.reward for t in self.turns))
-
 
 #: What :meth:`Agent.to_action` made of a reply (source: "extract_action", "parser:<rule>" or
 #: "fallback").
 ActionOutcome = Resolution
-
-
-@dataclass
-class _Counts:
-    extract_failures: int = 0
-    parser_recovered: int = 0
-    invalid_actions: int = 0
-    truncated_turns: int = 0
-
-
-def _split_config(
-    given: Mapping[str, Any] | None, known: Sequence[str], what: str
-) -> dict[str, Any]:
-    config = dict(given or {})
-    unknown = sorted(k for k in config if k not in known)
-    if unknown:
-        raise ValueError(
-            f"Unknown {what} key(s) {unknown}; known keys: {', '.join(sorted(known))}."
-        )
-    return config
 
 
 class Agent(abc.ABC):
@@ -177,7 +73,7 @@ class Agent(abc.ABC):
         ppo_config: TRL names (``batch_size`` = episodes per update, ``mini_batch_size`` = turns
             per optimizer step, ``learning_rate``, ``ppo_epochs``, ``gamma``, ``lam``,
             ``cliprange``, ``vf_coef``, ``target_kl``, ``init_kl_coef``, ``max_grad_norm``,
-            ``seed``) or gym_llm's PPO names (:data:`PPO_KEYS`). LlamaGym's ``ppo_config_dict``
+            ``seed``) or gym_llm's PPO names (:data:`gym_llm.rl.agent_config.PPO_KEYS`). LlamaGym's ``ppo_config_dict``
             keyword works too. Unknown keys raise.
         sft_warm_start: run supervised fine-tuning on ``sft_demos`` before any RL
             (:func:`gym_llm.sft.warm_start`).
@@ -187,7 +83,8 @@ class Agent(abc.ABC):
         sft_kwargs: extra keyword arguments for ``warm_start`` (``learning_rate``, ``max_steps``,
             ...).
         use_target_kl: stop an update's epochs early once approx KL exceeds ``1.5 * target_kl``
-            (``ppo_config["target_kl"]``, default :data:`DEFAULT_TARGET_KL`); setting
+            (``ppo_config["target_kl"]``, default
+            :data:`gym_llm.rl.agent_config.DEFAULT_TARGET_KL`); setting
             ``target_kl`` alone does the same.
         max_context_tokens: prompt budget; the oldest user/assistant exchanges are dropped to
             fit, the system prompt and the current observation always stay.
@@ -235,47 +132,10 @@ class Agent(abc.ABC):
         tensorboard_log: str | os.PathLike[str] | None = None,
         trainable_layers: TrainableLayers = "auto",
     ) -> None:
-        if generate_config is not None and generate_config_dict is not None:
-            raise ValueError("Pass generate_config or generate_config_dict, not both.")
-        if ppo_config is not None and ppo_config_dict is not None:
-            raise ValueError("Pass ppo_config or ppo_config_dict, not both.")
-        generate = _split_config(
-            generate_config if generate_config is not None else generate_config_dict,
-            (*GENERATE_KEYS, *_IGNORED_GENERATE_KEYS, *_SILENT_GENERATE_KEYS),
-            "generate_config",
+        generate, hyper = resolve_configs(
+            generate_config, generate_config_dict, ppo_config, ppo_config_dict, use_target_kl
         )
-        ignored = [k for k in _IGNORED_GENERATE_KEYS if k in generate]
-        if ignored:
-            warnings.warn(
-                f"generate_config {ignored} ignored: PPO needs the exact log-prob of each sampled "
-                "token under the full distribution, which top-p/top-k truncation would change. "
-                "Use temperature to control sampling.",
-                UserWarning,
-                stacklevel=2,
-            )
-        given = _split_config(
-            ppo_config if ppo_config is not None else ppo_config_dict, tuple(PPO_KEYS), "ppo_config"
-        )
-        hyper = dict(_PPO_DEFAULTS)
-        for key, value in given.items():
-            hyper[PPO_KEYS[key]] = value
-        if use_target_kl and hyper["target_kl"] is None:
-            hyper["target_kl"] = DEFAULT_TARGET_KL
-        for name in ("episodes_per_update", "mini_batch_size", "n_epochs", "micro_batch_size"):
-            if hyper[name] is not None and int(hyper[name]) < 1:
-                raise ValueError(f"ppo_config {name} must be >= 1, got {hyper[name]}.")
-        if on_invalid not in ("fallback", "raise"):
-            raise ValueError(f"on_invalid must be 'fallback' or 'raise', got {on_invalid!r}.")
-        if max_context_tokens < 1:
-            raise ValueError(f"max_context_tokens must be >= 1, got {max_context_tokens}.")
-        if not 0.0 <= sft_replay <= 1.0:
-            raise ValueError(f"sft_replay is a share of episodes in [0, 1], got {sft_replay}.")
-        if sft_warm_start and sft_demos is None:
-            raise ValueError(
-                "sft_warm_start=True needs demonstrations: pass sft_demos=PATH (chat-messages "
-                "JSONL, see gym_llm.rl.sft) or a list of {'messages': [...]} records."
-            )
-
+        check_arguments(on_invalid, max_context_tokens, sft_replay, sft_warm_start, sft_demos)
         self.episodes_per_update = int(hyper.pop("episodes_per_update"))
         self.do_sample = bool(generate.get("do_sample", True))
         self.max_context_tokens = int(max_context_tokens)
@@ -303,19 +163,9 @@ class Agent(abc.ABC):
         self.fallback_action = self.resolver.fallback_action
 
         self._system_prompt = self.get_system_prompt()
-        policy_kwargs: dict[str, Any] = {
-            "model": model,
-            "conversation": True,
-            "action_mode": "generate",
-            "system_prompt": self._system_prompt or None,
-            "temperature": float(generate.get("temperature", 1.0)),
-            "lora": {} if isinstance(lora, str) and lora == "default" else lora,
-            "trainable_layers": trainable_layers,
-        }
-        if "max_new_tokens" in generate:
-            policy_kwargs["max_new_tokens"] = int(generate["max_new_tokens"])
-        if not isinstance(model, str):
-            policy_kwargs["tokenizer"] = tokenizer
+        policy_kwargs = agent_policy_kwargs(
+            model, tokenizer, generate, self._system_prompt, lora, trainable_layers
+        )
         mini_batch = int(hyper.pop("mini_batch_size"))
         self.ppo = PPO.from_spaces(
             TextObservations(2**31 - 1),
@@ -334,10 +184,10 @@ class Agent(abc.ABC):
         self.policy.set_training_mode(False)
 
         self.training = True
-        self.episodes: list[_Episode] = []
+        self.episodes: list[Episode] = []
         self.last_rollout: TextRolloutBuffer | None = None
-        self._replay: deque[_Episode] = deque(maxlen=max(1, int(sft_replay_window)))
-        self._counts = _Counts()
+        self._replay: deque[Episode] = deque(maxlen=max(1, int(sft_replay_window)))
+        self._counts = Counts()
         self.current_episode_messages: list[Message] = []
         self.current_episode_turns: list[Turn] = []
         self._reset_episode()
@@ -380,11 +230,8 @@ class Agent(abc.ABC):
         reply = step.replies[0]
         self.current_episode_messages.append({"role": "assistant", "content": reply})
         outcome = self.to_action(reply)
-        counts = self._counts if self.training else _Counts()  # eval turns are not trained on
-        counts.truncated_turns += int(dropped > 0)
-        counts.extract_failures += int(outcome.error is not None)
-        counts.parser_recovered += int(outcome.source.startswith("parser:"))
-        counts.invalid_actions += int(outcome.source == "fallback")
+        if self.training:  # eval turns are not trained on
+            self._counts.add(outcome, dropped)
         self.current_episode_turns.append(
             Turn(
                 prompt=prompt,
@@ -417,7 +264,7 @@ class Agent(abc.ABC):
         ``train/early_stopped``, ...) plus ``agent/*`` counts when an update ran, else ``{}``.
         In eval mode (:meth:`eval`) episodes are not kept for training.
         """
-        episode = _Episode(self.current_episode_turns, self.current_episode_messages)
+        episode = Episode(self.current_episode_turns, self.current_episode_messages)
         self._reset_episode()
         if not episode.turns or not self.training:
             return {}
@@ -483,54 +330,18 @@ class Agent(abc.ABC):
 
     # --- the update ----------------------------------------------------------------------------
 
-    def _rollout(self, episodes: Sequence[_Episode]) -> TextRolloutBuffer:
-        """The turns in order in a one-env buffer; each episode ends in a terminal state, so GAE
-        cuts at episode starts and the last turn bootstraps from nothing."""
-        n_turns = sum(len(e.turns) for e in episodes)
-        buffer = TextRolloutBuffer(
-            n_turns, 1, device=self.ppo.device, gae_lambda=self.ppo.gae_lambda, gamma=self.ppo.gamma
-        )
-        for episode in episodes:
-            for index, turn in enumerate(episode.turns):
-                buffer.add_turns(
-                    np.array([turn.prompt], dtype=object),
-                    [turn.reply],
-                    [turn.tokens],
-                    [turn.log_probs],
-                    np.array([turn.reward], dtype=np.float32),
-                    np.array([index == 0], dtype=np.float32),
-                    torch.tensor([turn.value]),
-                    [turn.states] if turn.states is not None else None,
-                )
-        buffer.compute_returns_and_advantage(
-            last_values=torch.zeros(1), dones=np.array([True], dtype=bool)
-        )
-        return buffer
-
     def _update(self) -> dict[str, float]:
         episodes, self.episodes = self.episodes, []
-        turns = [t for e in episodes for t in e.turns]
-        self.last_rollout = self.ppo.rollout_buffer = self._rollout(episodes)
-        self.ppo.num_timesteps += len(turns)
-        self.ppo.train()
-        logger = self.ppo.logger
-        counts, self._counts = self._counts, _Counts()
-        agent_stats = {
-            "agent/episodes": float(len(episodes)),
-            "agent/turns": float(len(turns)),
-            "agent/mean_return": float(np.mean([e.episode_return for e in episodes])),
-            "agent/mean_turns_per_episode": len(turns) / len(episodes),
-            "agent/mean_reply_tokens": float(np.mean([len(t.tokens) for t in turns])),
-            "agent/extract_failures": float(counts.extract_failures),
-            "agent/parser_recovered": float(counts.parser_recovered),
-            "agent/invalid_actions": float(counts.invalid_actions),
-            "agent/invalid_action_rate": counts.invalid_actions / len(turns),
-            "agent/truncated_turns": float(counts.truncated_turns),
-        }
+        ppo = self.ppo
+        buffer = episodes_buffer(episodes, ppo.device, ppo.gamma, ppo.gae_lambda)
+        self.last_rollout = ppo.rollout_buffer = buffer
+        ppo.num_timesteps += buffer.buffer_size
+        ppo.train()
+        logger = ppo.logger
+        counts, self._counts = self._counts, Counts()
+        agent_stats = episode_stats(episodes, counts)
         if self.sft_replay > 0 and self._replay:
-            ranked = sorted(self._replay, key=lambda e: e.episode_return, reverse=True)
-            top = ranked[: max(1, math.ceil(self.sft_replay * len(ranked)))]
-            records = [{"messages": list(e.messages)} for e in top]
+            records = best_episodes(self._replay, self.sft_replay)
             sft = self.warm_start(records, epochs=1)
             agent_stats.update({f"agent/replay_{k.split('/')[-1]}": v for k, v in sft.items()})
             agent_stats["agent/replay_episodes"] = float(len(records))
@@ -557,39 +368,10 @@ class Agent(abc.ABC):
 
     # --- save / load ---------------------------------------------------------------------------
 
-    def _agent_config(self) -> dict[str, Any]:
-        space = self.action_space
-        discrete = (
-            {"n": int(space.n), "start": int(space.start)}
-            if isinstance(space, spaces.Discrete)
-            else None
-        )
-        fallback = self.fallback_action
-        if isinstance(fallback, np.integer | np.floating):
-            fallback = fallback.item()
-        return {
-            "format": self.FORMAT,
-            "class": type(self).__qualname__,
-            "generate_config": {
-                "max_new_tokens": self.policy.max_new_tokens,
-                "temperature": self.policy.temperature,
-                "do_sample": self.do_sample,
-            },
-            "episodes_per_update": self.episodes_per_update,
-            "use_target_kl": self.use_target_kl,
-            "sft_replay": self.sft_replay,
-            "max_context_tokens": self.max_context_tokens,
-            "discrete_action_space": discrete,
-            "action_names": list(self.action_names) if self.action_names else None,
-            "on_invalid": self.on_invalid,
-            "fallback_action": fallback,
-            "invalid_penalty": self.invalid_penalty,
-        }
-
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ``PPO.save``'s directory (adapter, value head, optimizer, config) plus
         ``agent.json`` (the Agent's own settings). Never the base weights."""
-        self.ppo.save(path, extra_json={"agent.json": self._agent_config()})
+        self.ppo.save(path, extra_json={"agent.json": agent_json(self)})
 
     @classmethod
     def load(
@@ -603,42 +385,7 @@ class Agent(abc.ABC):
         ``action_space=`` for a non-Discrete space, ``tensorboard_log=``, or ``model=`` when the
         base model moved."""
         directory = Path(path)
-        agent_file = directory / "agent.json"
-        if not agent_file.is_file() or not (directory / "config.json").is_file():
-            raise FileNotFoundError(
-                f"{directory} is not a saved gym_llm Agent (needs agent.json and config.json); "
-                "save one with agent.save(path)."
-            )
-        saved = json.loads(agent_file.read_text())
-        if saved.get("format") != cls.FORMAT:
-            raise ValueError(f"{agent_file} has format {saved.get('format')!r}, not {cls.FORMAT}.")
-        ppo = SavedConfig.read(directory)
-        hyper = ppo.constructor_kwargs()
-        ppo_config = {
-            "episodes_per_update": saved["episodes_per_update"],
-            "mini_batch_size": hyper["batch_size"],
-            **{k: hyper[k] for k in set(PPO_KEYS.values()) if k in hyper},
-        }
-        policy_kwargs = ppo.load_policy_kwargs()
-        discrete = saved["discrete_action_space"]
-        arguments: dict[str, Any] = {
-            "model": policy_kwargs["model"],
-            "device": device,
-            "generate_config": saved["generate_config"],
-            "ppo_config": ppo_config,
-            "use_target_kl": saved["use_target_kl"],
-            "sft_replay": saved["sft_replay"],
-            "max_context_tokens": saved["max_context_tokens"],
-            "action_space": None
-            if discrete is None
-            else spaces.Discrete(discrete["n"], start=discrete["start"]),
-            "action_names": saved["action_names"],
-            "on_invalid": saved["on_invalid"],
-            "fallback_action": saved["fallback_action"],
-            "invalid_penalty": saved["invalid_penalty"],
-            "lora": policy_kwargs["lora"],
-            "trainable_layers": policy_kwargs["trainable_layers"],
-        }
+        arguments = {**saved_arguments(directory, cls.FORMAT), "device": device}
         arguments.update(kwargs)
         agent = cls(**arguments)
         agent.ppo.load_policy_state(directory)

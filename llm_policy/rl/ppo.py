@@ -10,10 +10,8 @@ with the LoRA adapter disabled; no second copy in memory).
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
@@ -29,14 +27,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from gym_llm.policy.llm_policy import LLMPolicy
 from gym_llm.rl.advantages import check_estimator
 from gym_llm.rl.buffer import TextRolloutBuffer
-from gym_llm.rl.checkpoint import (
-    SAVED_HYPERPARAMETERS,
-    SavedConfig,
-    read_tensors,
-    regroup_optimizer_state,
-    write_directory,
-)
-from gym_llm.rl.update import PPOUpdate
+from gym_llm.rl.checkpoint import PPOCheckpointing, SavedConfig
 from gym_llm.rl.vec_env import TextVecEnv, check_text_env
 from gym_llm.spaces import TextActions, TextObservations
 
@@ -56,7 +47,7 @@ def default_learning_rate(policy_kwargs: dict[str, Any] | None) -> float:
     return FULL_FINETUNE_LEARNING_RATE if full else LORA_LEARNING_RATE
 
 
-class PPO(PPOUpdate):
+class PPO(PPOCheckpointing):
     """Proximal Policy Optimization for :class:`LLMPolicy` on text envs.
 
     SB3's PPO arguments keep their meaning; the LLM-specific ones:
@@ -278,87 +269,6 @@ class PPO(PPOUpdate):
 
     # --- save / load ---------------------------------------------------------------------------
 
-    def saved_config(self) -> SavedConfig:
-        """What ``config.json`` records: hyper-parameters, the policy's settings in effect, the
-        counters and the spaces."""
-        obs_space, act_space = self.observation_space, self.action_space
-        policy_kwargs = {
-            k: v for k, v in self.policy_kwargs.items() if k not in ("lora", "tokenizer")
-        }
-        if not isinstance(policy_kwargs.get("model", ""), str):
-            # Built from a model object: record where it came from, so load() can rebuild it.
-            if not self.policy.model_name:
-                raise ValueError(
-                    "This agent's policy was built from a model object with no name_or_path, so "
-                    "a saved agent could not be rebuilt. Save the model first with "
-                    "model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR), then build "
-                    "the agent with model=DIR."
-                )
-            policy_kwargs["model"] = self.policy.model_name
-        # The settings in effect (the default LoRA included), so a later change of a default
-        # cannot change what a saved agent rebuilds.
-        policy_kwargs["lora"] = self.policy.lora_settings
-        policy_kwargs["trainable_layers"] = self.policy.trainable_layers
-        actions = getattr(act_space, "actions", None)
-        return SavedConfig(
-            hyperparameters={
-                k: getattr(self, k) for k in SAVED_HYPERPARAMETERS if not callable(getattr(self, k))
-            },
-            policy_kwargs=policy_kwargs,
-            num_timesteps=self.num_timesteps,
-            n_updates=self._n_updates,
-            observation_space={
-                "max_length": getattr(obs_space, "max_length", None),
-                "instruction": getattr(obs_space, "instruction", None),
-            },
-            action_space={
-                "actions": list(actions) if actions else None,
-                "description": getattr(act_space, "description", None),
-                "max_length": getattr(act_space, "max_length", None),
-            },
-        )
-
-    def _tensors(self) -> dict[str, torch.Tensor | dict[str, Any]]:
-        scale = self.advantage_scale
-        tensors: dict[str, torch.Tensor | dict[str, Any]] = {
-            "trainable": self.policy.trainable_state_dict(),
-            "optimizer": self.policy.optimizer.state_dict(),
-            "advantage_scale": torch.tensor(
-                [float(scale.mean), float(scale.var), float(scale.count)], dtype=torch.float64
-            ),
-        }
-        if self.policy.choice_calibration is not None:
-            tensors["choice_calibration"] = self.policy.choice_calibration.cpu()
-        return tensors
-
-    def save(  # type: ignore[override]
-        self,
-        path: str | os.PathLike[str],
-        exclude: Any = None,
-        include: Any = None,
-        *,
-        extra_json: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Write a directory: ``config.json`` + ``policy.pt`` (adapter, value head, optimizer),
-        plus a JSON file for each ``extra_json`` entry (``Agent.save`` adds ``agent.json``).
-
-        Never the base weights, never a pickled model or tokenizer. The directory is written next
-        to ``path`` and renamed into place, so a failed save leaves the previous checkpoint intact.
-        """
-        texts = {"config.json": self.saved_config().to_json()}
-        texts.update(
-            {name: json.dumps(data, indent=2) for name, data in (extra_json or {}).items()}
-        )
-        tensors = self._tensors()
-
-        def write(file: Path) -> None:
-            if file.name == "policy.pt":
-                torch.save(tensors, file)
-            else:
-                file.write_text(texts[file.name])
-
-        write_directory(path, dict.fromkeys([*texts, "policy.pt"], write))
-
     @classmethod
     def load(  # type: ignore[override]
         cls: type[SelfPPO],
@@ -391,22 +301,3 @@ class PPO(PPOUpdate):
             model = cls(LLMPolicy, env, policy_kwargs=policy_kwargs, device=device, **hyper)
         model.load_policy_state(path)
         return model
-
-    def load_policy_state(self, path: str | os.PathLike[str]) -> None:
-        """Load the trained state a :meth:`save` directory holds (adapter, value head, optimizer,
-        counters) into this already-built agent; shared by :meth:`load` and ``Agent.load``."""
-        saved = SavedConfig.read(path)
-        state = read_tensors(path, self.device)
-        self.policy.load_trainable_state_dict(state["trainable"])
-        self.policy.optimizer.load_state_dict(
-            regroup_optimizer_state(state["optimizer"], self.policy.optimizer)
-        )
-        if "choice_calibration" in state:  # exactly the constants the agent trained with
-            self.policy.choice_calibration = state["choice_calibration"].to(self.device)
-        if "advantage_scale" in state:  # agents saved before it existed start a fresh one
-            mean, var, count = state["advantage_scale"].tolist()
-            self.advantage_scale.mean = np.asarray(mean, dtype=np.float64)
-            self.advantage_scale.var = np.asarray(var, dtype=np.float64)
-            self.advantage_scale.count = count
-        self.num_timesteps = int(saved.num_timesteps)
-        self._n_updates = int(saved.n_updates)
