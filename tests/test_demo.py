@@ -15,7 +15,7 @@ def test_env_kwargs_parsing() -> None:
         "map_name": "8x8",
         "p": None,
     }
-    with pytest.raises(SystemExit, match="key=value"):
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
         parse_env_kwargs(["oops"])
 
 

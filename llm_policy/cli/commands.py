@@ -33,6 +33,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gym_llm.experiments import specs
+from gym_llm.experiments.specs import parse_value
+
 PROG = "gym-llm"
 
 
@@ -55,82 +58,13 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 # --- values from the command line ----------------------------------------------------------
 
 
-def parse_value(raw: str) -> Any:
-    """A command-line value: ``true``/``false``, ``none``, an int, a float, JSON (``[..]``,
-    ``{..}``, ``"..."``), else the string itself."""
-    text = raw.strip()
-    lowered = text.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in ("none", "null"):
-        return None
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    if text[:1] in '[{"':
-        try:
-            return json.loads(text)
-        except ValueError:
-            pass
-    return text
-
-
-_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
 def parse_env_kwargs(text: str) -> dict[str, Any]:
-    """``"sab=False,map_name=4x4"`` (or a JSON object) → ``{"sab": False, "map_name": "4x4"}``.
-
-    Raises:
-        CLIError: a pair without ``=``, a key that is not a Python identifier, a repeated key, or
-            invalid JSON; the message shows the expected syntax.
-    """
-    text = text.strip()
-    syntax = (
-        "expected KEY=VALUE pairs separated by commas, e.g. --env-kwargs sab=False,natural=True, "
-        'or a JSON object, e.g. --env-kwargs \'{"layout": ["..G"]}\''
-    )
-    if not text:
-        return {}
-    if text.startswith("{"):
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            raise CLIError(f"--env-kwargs {text!r} is not valid JSON ({exc}); {syntax}.") from None
-        if not isinstance(value, dict):
-            raise CLIError(f"--env-kwargs {text!r} must be a JSON object; {syntax}.")
-        return value
-    kwargs: dict[str, Any] = {}
-    for pair in _split_pairs(text):
-        key, sep, raw = pair.partition("=")
-        key = key.strip()
-        if not sep or not _KEY.fullmatch(key):
-            raise CLIError(f"--env-kwargs: cannot read {pair.strip()!r} in {text!r}; {syntax}.")
-        if key in kwargs:
-            raise CLIError(f"--env-kwargs: {key!r} is given twice in {text!r}.")
-        kwargs[key] = parse_value(raw)
-    return kwargs
-
-
-def _split_pairs(text: str) -> list[str]:
-    """``text`` split at the commas outside brackets and quotes (``a=[1,2],b=3`` → 2 pairs)."""
-    pairs, depth, quote, start = [], 0, "", 0
-    for i, char in enumerate(text):
-        if quote:
-            quote = "" if char == quote else quote
-        elif char in "\"'":
-            quote = char
-        elif char in "[{(":
-            depth += 1
-        elif char in "]})":
-            depth = max(depth - 1, 0)
-        elif char == "," and depth == 0:
-            pairs.append(text[start:i])
-            start = i + 1
-    pairs.append(text[start:])
-    return pairs
+    """``--env-kwargs``: :func:`gym_llm.experiments.specs.parse_env_kwargs`, whose errors are
+    usage errors here."""
+    try:
+        return specs.parse_env_kwargs(text)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
 
 
 def _env_kwargs_arg(text: str) -> dict[str, Any]:

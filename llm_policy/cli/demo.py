@@ -24,34 +24,19 @@ from typing import Any
 import gymnasium as gym
 import torch
 
+from gym_llm.experiments import specs
 from gym_llm.policy.models import DEFAULT_MODEL, load_model
 from gym_llm.policy.prompts import build_messages, render_prompt, system_text
 from gym_llm.rl.vec_env import make_text_env
 
 
 def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
-    """``["sab=False", "map_name=8x8"]`` -> ``{"sab": False, "map_name": "8x8"}``."""
-    kwargs: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--env-kwargs takes key=value pairs, got {item!r}.")
-        lowered = raw.lower()
-        value: Any
-        if lowered in ("true", "false"):
-            value = lowered == "true"
-        elif lowered in ("none", "null"):
-            value = None
-        else:
-            try:
-                value = int(raw)
-            except ValueError:
-                try:
-                    value = float(raw)
-                except ValueError:
-                    value = raw
-        kwargs[key] = value
-    return kwargs
+    """``["sab=False", "map_name=8x8"]`` -> ``{"sab": False, "map_name": "8x8"}`` (the syntax of
+    every command's ``--env-kwargs``: :func:`gym_llm.experiments.specs.parse_env_kwargs`)."""
+    try:
+        return specs.parse_env_kwargs(items)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 #: The demo's budget and PPO settings, measured on a 2-core CPU with SmolLM2-135M on

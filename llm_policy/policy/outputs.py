@@ -11,7 +11,6 @@ from gym_llm.policy.top_layers import TurnStates
 
 
 @dataclass
-@dataclass
 class PolicyStep:
     """What one batched policy call produced, per env."""
 
@@ -30,7 +29,6 @@ class PolicyStep:
 
 
 @dataclass
-@dataclass
 class UpdateWork:
     """What the update's passes computed (only passes with gradients), for FLOP counts.
 
@@ -45,7 +43,6 @@ class UpdateWork:
     tokens: int = 0
 
 
-@dataclass
 @dataclass
 class Evaluation:
     """Differentiable re-evaluation of stored actions, for the PPO loss."""
