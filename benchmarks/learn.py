@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
+from gym_llm.evaluation.curve import CurvePoint
 from gym_llm.evaluation.monte_carlo import reference_returns
 from gym_llm.experiments.curves import gap_target, time_to_target
-from gym_llm.experiments.run import CurvePoint, TrainConfig, plot_result, run
+from gym_llm.experiments.run import TrainConfig, plot_result, run
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

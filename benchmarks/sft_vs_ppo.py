@@ -29,11 +29,12 @@ from typing import Any
 import torch
 
 from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
+from gym_llm.evaluation.curve import CurvePoint
 from gym_llm.evaluation.exact import exact_evaluation_supported
 from gym_llm.evaluation.monte_carlo import reference_returns
 from gym_llm.experiments.demos import make_demos
 from gym_llm.experiments.plots import Series, plot_curves
-from gym_llm.experiments.run import CurvePoint, TrainConfig, TrainResult, run
+from gym_llm.experiments.run import TrainConfig, TrainResult, run
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

@@ -79,8 +79,8 @@ def test_ppo_rollout_splits_large_budgets_into_whole_rollouts() -> None:
 def test_train_sb3_curve_ends_at_the_steps_taken() -> None:
     result = train_sb3("ppo", "FrozenLake-v1", {"is_slippery": False}, 96, seed=0)
     assert result.env_steps <= 96
-    assert result.curve[0].steps == 0
-    assert result.curve[-1].steps == result.env_steps
+    assert result.curve[0].timesteps == 0
+    assert result.curve[-1].timesteps == result.env_steps
     assert result.final.kind == "exact" and result.train_wall_s >= 0
 
 

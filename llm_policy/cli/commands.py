@@ -311,8 +311,9 @@ def _train(args: argparse.Namespace) -> int:
         print(json.dumps(dataclasses.asdict(config), indent=2))
         return 0
 
+    from gym_llm.evaluation.curve import CurvePoint
     from gym_llm.evaluation.monte_carlo import reference_returns
-    from gym_llm.experiments.run import CurvePoint, run
+    from gym_llm.experiments.run import run
 
     def report(point: CurvePoint) -> None:
         print(f"[{point.timesteps:>7} env steps, {point.wall_s:7.1f} s] {point.describe()}")

@@ -157,13 +157,14 @@ def _gap_closed(value: float, random: float | None, optimum: float | None) -> st
 
 def train(args: argparse.Namespace) -> None:
     """Evaluate, train with PPO, evaluate again; print the results and where everything is."""
+    from gym_llm.evaluation.curve import CurvePoint
     from gym_llm.evaluation.exact import (
         blackjack_chart,
         exact_evaluation_supported,
         greedy_hit_probabilities,
     )
     from gym_llm.evaluation.monte_carlo import reference_returns
-    from gym_llm.experiments.run import CurvePoint, TrainConfig, run
+    from gym_llm.experiments.run import TrainConfig, run
 
     env_kwargs = parse_env_kwargs(args.env_kwargs)
     exact = exact_evaluation_supported(args.env, env_kwargs)

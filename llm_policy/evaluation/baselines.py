@@ -16,7 +16,6 @@ CliffWalking a return of -100 beats random play by far while never reaching the 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,18 +27,19 @@ from gymnasium import spaces
 from stable_baselines3 import DQN
 from stable_baselines3 import PPO as SB3PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from gym_llm.envs.tabular import TabularModel
+from gym_llm.evaluation.curve import CurvePoint, CurveRecorder
 from gym_llm.evaluation.exact import (
     ALL_TABULAR_ENVS,
     blackjack_states,
     blackjack_value,
     exact_evaluation_supported,
 )
+from gym_llm.evaluation.scores import Score
 
 ClassicAlgo = Literal["ppo", "dqn"]
 #: SB3 PPO's usual rollout length (its default ``n_steps``) and minibatch size.
@@ -89,21 +89,6 @@ def make_flat_env(
         env.reset(seed=seed)
         env.action_space.seed(seed)
     return env
-
-
-@dataclass(frozen=True)
-class Score:
-    """How good a policy is: its expected return and how sure we are of it."""
-
-    value: float
-    #: Standard error of ``value``: 0 for an exact evaluation.
-    sem: float
-    #: ``"exact"`` (dynamic programming) or ``"mc"`` (Monte-Carlo over ``episodes``).
-    kind: str
-    episodes: int = 0
-    #: Probability of ending the episode on the env's best terminal reward (reaching the goal);
-    #: ``None`` where that is not defined (Blackjack, CartPole).
-    success: float | None = None
 
 
 # --- exact evaluation of any action table -------------------------------------------------
@@ -277,16 +262,6 @@ def score_sb3(
 # --- training ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CurvePoint:
-    """A classic agent's score after ``steps`` env steps."""
-
-    steps: int
-    score: Score
-    #: Training wall time so far (evaluation excluded).
-    wall_s: float = 0.0
-
-
 @dataclass
 class ClassicResult:
     """One SB3 run: its learning curve (the last point is the final score)."""
@@ -355,43 +330,6 @@ def build_sb3(
     raise ValueError(f"Unknown classic algorithm {algo!r}; choose 'ppo' or 'dqn'.")
 
 
-class _CurveCallback(BaseCallback):
-    """Scores the model every ``every`` env steps, timing the evaluation apart from training."""
-
-    def __init__(
-        self, every: int, score: Callable[[BaseAlgorithm], Score], per_rollout: bool
-    ) -> None:
-        super().__init__()
-        self.every, self.score, self.per_rollout = every, score, per_rollout
-        self.points: list[CurvePoint] = []
-        self.eval_s = 0.0
-        #: When training started (set by train_sb3; wall times count from here).
-        self.start = time.perf_counter()
-        self._next = every
-
-    def _on_step(self) -> bool:
-        if not self.per_rollout:
-            self._maybe_record()
-        return True
-
-    def _on_rollout_start(self) -> None:
-        # PPO only changes between rollouts: scoring mid-rollout would repeat the last point.
-        if self.per_rollout and self.num_timesteps > 0:
-            self._maybe_record()
-
-    def _maybe_record(self) -> None:
-        if self.num_timesteps >= self._next:
-            while self._next <= self.num_timesteps:
-                self._next += self.every
-            self.record()
-
-    def record(self) -> None:
-        start = time.perf_counter()
-        wall = max(0.0, start - self.start - self.eval_s)
-        self.points.append(CurvePoint(int(self.num_timesteps), self.score(self.model), wall))
-        self.eval_s += time.perf_counter() - start
-
-
 def train_sb3(
     algo: ClassicAlgo,
     env_id: str,
@@ -425,18 +363,17 @@ def _train_sb3(
     env = make_flat_env(env_id, env_kwargs, seed)
     model, total = build_sb3(algo, env, budget, seed)
 
-    def score(agent: BaseAlgorithm) -> Score:
-        return score_sb3(agent, env_id, env_kwargs, eval_episodes, seed + 10_000)
+    def measure(agent: BaseAlgorithm) -> tuple[Score, None]:
+        return score_sb3(agent, env_id, env_kwargs, eval_episodes, seed + 10_000), None
 
-    every = max(1, total // (eval_points + 1)) if eval_points else total + 1
-    callback = _CurveCallback(every, score, per_rollout=algo == "ppo")
-    callback.init_callback(model)
-    callback.record()
-    callback.eval_s = 0.0  # training time excludes only the evaluations made while training
-    start = callback.start = time.perf_counter()
-    model.learn(total, callback=callback)
-    if callback.points[-1].steps != model.num_timesteps:
-        callback.record()
-    wall = time.perf_counter() - start - callback.eval_s
+    every = max(1, total // (eval_points + 1)) if eval_points else 0
+    curve = CurveRecorder(every, measure, per_rollout=algo == "ppo")
+    curve.init_callback(model)
+    curve.record()
+    curve.restart_clock()  # training time excludes only the evaluations made while training
+    model.learn(total, callback=curve)
+    if curve.points[-1].timesteps != model.num_timesteps:
+        curve.record()
+    wall = curve.train_seconds()
     env.close()
-    return ClassicResult(algo, callback.points, int(model.num_timesteps), wall, model)
+    return ClassicResult(algo, curve.points, int(model.num_timesteps), wall, model)

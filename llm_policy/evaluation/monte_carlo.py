@@ -15,6 +15,8 @@ import numpy as np
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecEnv
 
+from gym_llm.evaluation.scores import Score
+
 
 @dataclass(frozen=True)
 class EvalStats:
@@ -31,6 +33,10 @@ class EvalStats:
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
+
+    def score(self) -> Score:
+        """As the one result type the rest of the library reads."""
+        return Score(self.mean, self.sem, "mc", self.episodes)
 
     def __str__(self) -> str:
         return (

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import platform
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,13 +19,15 @@ from typing import Any
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
+from gym_llm.evaluation.curve import CurvePoint, CurveRecorder, no_score
 from gym_llm.evaluation.exact import exact_evaluation_supported, exact_policy_value
 from gym_llm.evaluation.monte_carlo import EvalStats, evaluate
+from gym_llm.evaluation.scores import Score
 from gym_llm.policy.models import DEFAULT_MODEL, resolve_device
 from gym_llm.policy.top_layers import parse_trainable_layers
 from gym_llm.rl.advantages import check_estimator
 from gym_llm.rl.ppo import PPO
-from gym_llm.rl.vec_env import TextVecEnv, make_text_env
+from gym_llm.rl.vec_env import make_text_env
 
 
 @dataclass
@@ -140,42 +141,6 @@ class TrainConfig:
 
 
 @dataclass
-class CurvePoint:
-    """The greedy policy's quality after ``timesteps`` env steps (``wall_s`` of training)."""
-
-    timesteps: int
-    wall_s: float
-    #: Monte-Carlo evaluation (``None`` when skipped).
-    eval: EvalStats | None
-    #: Exact expected return (``None`` where the env has no exact evaluation).
-    exact: float | None
-
-    @property
-    def value(self) -> float:
-        """The best estimate: exact where available, else the Monte-Carlo mean."""
-        if self.exact is not None:
-            return self.exact
-        assert self.eval is not None
-        return self.eval.mean
-
-    def describe(self) -> str:
-        parts = []
-        if self.exact is not None:
-            parts.append(f"exact expected return {self.exact:+.4f}")
-        if self.eval is not None:
-            parts.append(f"Monte-Carlo {self.eval}")
-        return "; ".join(parts)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "timesteps": self.timesteps,
-            "wall_s": self.wall_s,
-            "exact": self.exact,
-            "monte_carlo": self.eval.as_dict() if self.eval is not None else None,
-        }
-
-
-@dataclass
 class TrainResult:
     """What a run measured; ``as_dict`` is the JSON written next to the curve."""
 
@@ -262,66 +227,6 @@ class CheckpointCallback(BaseCallback):
         return True
 
 
-class CurveCallback(BaseCallback):
-    """Evaluates on a separate env every ``every`` env steps, recording a learning curve.
-
-    The evaluation result also goes to the logger (``eval/mean_return``...), so it shows up in
-    TensorBoard next to the training metrics.
-    """
-
-    def __init__(
-        self,
-        eval_env: TextVecEnv,
-        every: int,
-        episodes: int,
-        on_point: Callable[[CurvePoint], None] | None = None,
-        exact: Callable[[Any], float] | None = None,
-    ) -> None:
-        super().__init__()
-        self.eval_env, self.every, self.episodes = eval_env, every, episodes
-        self.exact = exact
-        self.on_point = on_point
-        self.points: list[CurvePoint] = []
-        self._next = every
-        self._start = time.perf_counter()
-        self._eval_s = 0.0
-
-    def _on_step(self) -> bool:
-        return True
-
-    def _on_rollout_start(self) -> None:
-        # Not in _on_step: a point due during a rollout would measure the policy from before
-        # that rollout's update while being labelled with its steps. At the next rollout's start
-        # the update on every step counted so far has happened; run() records the last point
-        # after learn() returns.
-        if self.every > 0 and self.num_timesteps >= self._next:
-            while self._next <= self.num_timesteps:
-                self._next += self.every
-            self.record()
-
-    def record(self) -> CurvePoint:
-        start = time.perf_counter()
-        stats = evaluate(self.model, self.eval_env, self.episodes) if self.episodes else None
-        exact = self.exact(self.model) if self.exact is not None else None
-        self._eval_s += time.perf_counter() - start
-        point = CurvePoint(self.num_timesteps, self.train_seconds(), stats, exact)
-        self.points.append(point)
-        if getattr(self.model, "_logger", None) is not None:  # not before the first learn()
-            if stats is not None:
-                self.logger.record("eval/mean_return", stats.mean)
-                self.logger.record("eval/sem", stats.sem)
-                self.logger.record("eval/invalid_action_rate", stats.invalid_action_rate)
-            if exact is not None:
-                self.logger.record("eval/exact_return", exact)
-        if self.on_point is not None:
-            self.on_point(point)
-        return point
-
-    def train_seconds(self) -> float:
-        """Wall time since the start, without the time spent evaluating."""
-        return time.perf_counter() - self._start - self._eval_s
-
-
 def run(
     config: TrainConfig,
     run_dir: str | Path,
@@ -371,7 +276,13 @@ def run(
         def exact(agent: Any) -> float:
             return exact_policy_value(agent, config.env, config.env_kwargs)
 
-    curve = CurveCallback(eval_env, every, config.eval_episodes, on_point, exact)
+    def measure(agent: Any) -> tuple[Score, EvalStats | None]:
+        stats = evaluate(agent, eval_env, config.eval_episodes) if config.eval_episodes else None
+        if exact is not None:
+            return Score(exact(agent), 0.0, "exact"), stats
+        return (stats.score() if stats is not None else no_score()), stats
+
+    curve = CurveRecorder(every, measure, on_point=on_point)
     curve.init_callback(model)
     before = curve.record()
     after_sft, sft_stats = None, None

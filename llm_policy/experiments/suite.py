@@ -13,7 +13,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from gym_llm.evaluation.baselines import Score, random_score, tabular_supported
+from gym_llm.evaluation.baselines import random_score, tabular_supported
+from gym_llm.evaluation.scores import Score
 from gym_llm.experiments.specs import EnvSpec
 from gym_llm.policy.models import DEFAULT_MODEL
 

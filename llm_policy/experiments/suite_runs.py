@@ -15,12 +15,12 @@ import torch
 
 from gym_llm.evaluation.baselines import (
     ClassicAlgo,
-    Score,
     exact_score,
     random_score,
     tabular_supported,
     train_sb3,
 )
+from gym_llm.evaluation.scores import Score
 from gym_llm.experiments.run import TrainConfig, device_name
 from gym_llm.experiments.specs import EnvSpec
 from gym_llm.experiments.suite import Job, References, Row, SuiteConfig
@@ -82,7 +82,7 @@ def run_classic(
         eval_points=config.curve_points,
         eval_episodes=config.eval_episodes,
     )
-    curve = [(p.steps, p.score.value, p.wall_s) for p in result.curve]
+    curve = [(p.timesteps, p.score.value, p.wall_s) for p in result.curve]
     return _row(
         spec,
         algo,
@@ -173,14 +173,6 @@ def _run_dir(config: SuiteConfig, name: str) -> Iterator[Path]:
             yield Path(tmp)
 
 
-def _stats_score(point: Any) -> Score:
-    """A training curve point as a :class:`Score` (exact where it was measured exactly)."""
-    if point.exact is not None:
-        return Score(point.exact, 0.0, "exact")
-    stats = point.eval
-    return Score(stats.mean, stats.sem, "mc", stats.episodes)
-
-
 def run_llm_trained(
     spec: EnvSpec,
     mode: str,
@@ -203,11 +195,11 @@ def run_llm_trained(
         if tabular_supported(spec.id, spec.kwargs):
             score = llm_score(result.model, spec, config.eval_episodes, seed)
         else:
-            score = _stats_score(result.after)
+            score = result.after.score
         del result.model
     rows = []
     if zero_shot:
-        before = _stats_score(result.before)
+        before = result.before.score
         rows.append(
             _row(spec, "llm-zero-shot", 0, seed, 0, before, 0.0, result.device, config.model,
                  [(0, before.value, 0.0)])
