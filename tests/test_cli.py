@@ -15,6 +15,7 @@ from typing import Any, Literal
 import pytest
 
 import gym_llm
+from gym_llm.cli import arguments
 from gym_llm.cli import commands as cli
 from gym_llm.experiments.run import TrainConfig
 from gym_llm.policy.models import MODEL_REGISTRY
@@ -41,7 +42,7 @@ def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_env_kwargs_syntax() -> None:
-    assert cli.parse_env_kwargs("sab=False,natural=true,n=3,x=0.5,name=4x4,v=none") == {
+    assert arguments.parse_env_kwargs("sab=False,natural=true,n=3,x=0.5,name=4x4,v=none") == {
         "sab": False,
         "natural": True,
         "n": 3,
@@ -49,12 +50,12 @@ def test_env_kwargs_syntax() -> None:
         "name": "4x4",
         "v": None,
     }
-    assert cli.parse_env_kwargs('{"layout": ["..G"]}') == {"layout": ["..G"]}
-    assert cli.parse_env_kwargs('layout=["..G"]') == {"layout": ["..G"]}
-    assert cli.parse_env_kwargs("") == {}
+    assert arguments.parse_env_kwargs('{"layout": ["..G"]}') == {"layout": ["..G"]}
+    assert arguments.parse_env_kwargs('layout=["..G"]') == {"layout": ["..G"]}
+    assert arguments.parse_env_kwargs("") == {}
     for bad in ("sab", "=1", "a=1,a=2", "{nope", "[1]", "1a=2"):
-        with pytest.raises(cli.CLIError, match="env-kwargs"):
-            cli.parse_env_kwargs(bad)
+        with pytest.raises(arguments.CLIError, match="env-kwargs"):
+            arguments.parse_env_kwargs(bad)
 
 
 def test_train_has_a_flag_with_help_and_default_for_every_trainconfig_field(
@@ -64,12 +65,12 @@ def test_train_has_a_flag_with_help_and_default_for_every_trainconfig_field(
         cli.main(["train", "--help"])
     assert exc.value.code == 0
     text = " ".join(capsys.readouterr().out.split())  # undo line wrapping
-    docs = cli.field_docs(TrainConfig)
+    docs = arguments.field_docs(TrainConfig)
     for item in dataclasses.fields(TrainConfig):
         flag = "--" + item.name.replace("_", "-")
         assert flag in text, flag
         default = item.default if item.default is not dataclasses.MISSING else {}
-        assert f"(default: {cli._show(default)})" in text
+        assert f"(default: {arguments._show(default)})" in text
         assert item.name in docs, f"TrainConfig.{item.name} has no #: comment for its --help"
     assert "Env steps to train for" in text and "--config FILE" in text
 
@@ -87,7 +88,7 @@ def test_flags_follow_new_dataclass_fields() -> None:
         extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     parser = cli.argparse.ArgumentParser()
-    names = cli.add_dataclass_flags(parser, Settings)
+    names = arguments.add_dataclass_flags(parser, Settings)
     assert names == ["count", "rate", "flag", "kind", "extra"]
     args = parser.parse_args(
         ["--count", "5", "--rate", "none", "--flag", "--kind", "b", "--extra", "x=1"]

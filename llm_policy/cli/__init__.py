@@ -11,4 +11,8 @@ def __getattr__(name: str) -> Any:
     # The rest of the module ``gym_llm.cli`` had before the subpackages.
     import importlib
 
-    return getattr(importlib.import_module("gym_llm.cli.commands"), name)
+    for module in ("gym_llm.cli.commands", "gym_llm.cli.arguments"):
+        found = importlib.import_module(module)
+        if hasattr(found, name):
+            return getattr(found, name)
+    raise AttributeError(f"module 'gym_llm.cli' has no attribute {name!r}")

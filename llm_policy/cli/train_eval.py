@@ -1,0 +1,173 @@
+"""``gym-llm train`` and ``gym-llm eval``: a training run from a :class:`TrainConfig`, and the
+evaluation of a saved run."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gym_llm.cli.arguments import PROG, CLIError, load_config_file
+
+# --- train ---------------------------------------------------------------------------------
+
+
+def _train_config(args: argparse.Namespace) -> Any:
+    from gym_llm.experiments.run import TrainConfig
+
+    values: dict[str, Any] = {}
+    if args.config is not None:
+        values = load_config_file(args.config, TrainConfig)
+    for name in args.config_fields:
+        if hasattr(args, name):
+            values[name] = getattr(args, name)
+    try:
+        return TrainConfig(**values)
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"invalid settings: {exc}") from None
+
+
+def _default_run_dir(config: Any) -> Path:
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", config.env).strip("-")
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{name}-{config.mode}-{stamp}"
+
+
+def _check_env_id(env_id: str, env_kwargs: dict[str, Any]) -> None:
+    """Build the env once so that an unknown id or kwarg fails before any model is loaded."""
+    import gymnasium as gym
+
+    import gym_llm  # noqa: F401  (registers gym_llm/<Name>-v0)
+
+    try:
+        gym.make(env_id, **env_kwargs).close()
+    except gym.error.Error as exc:
+        raise CLIError(f"--env {env_id}: {exc}. See `gym.pprint_registry()` for ids.") from None
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"--env-kwargs {env_kwargs} do not fit {env_id}: {exc}") from None
+
+
+def _train(args: argparse.Namespace) -> int:
+    config = _train_config(args)
+    run_dir = Path(args.out) if args.out is not None else _default_run_dir(config)
+    if (run_dir / "config.json").exists() and not args.overwrite:
+        raise CLIError(
+            f"--out {run_dir} already holds a run (config.json). Choose another --out, or pass "
+            "--overwrite to replace it."
+        )
+    _check_env_id(config.env, config.env_kwargs)
+    if args.dry_run:
+        print(json.dumps(dataclasses.asdict(config), indent=2))
+        return 0
+
+    from gym_llm.evaluation.curve import CurvePoint
+    from gym_llm.evaluation.monte_carlo import reference_returns
+    from gym_llm.experiments.run import run
+
+    def report(point: CurvePoint) -> None:
+        print(f"[{point.timesteps:>7} env steps, {point.wall_s:7.1f} s] {point.describe()}")
+
+    print(f"Training {config.model} on {config.env} ({config.mode} mode) -> {run_dir}")
+    result = run(config, run_dir, progress_bar=not args.quiet, on_point=report)
+    references = reference_returns(config.env, config.env_kwargs, measure_random=False)
+    print(f"Before training: {result.before.describe()}")
+    print(f"After training:  {result.after.describe()}")
+    if references:
+        print("Reference: " + ", ".join(f"{k} {v:+.4f}" for k, v in references.items()))
+    print(
+        f"{result.timesteps} env steps in {result.train_wall_s:.1f} s on {result.device}.\n"
+        f"Run directory: {run_dir} (config.json, result.json, curve.png, agent/, tensorboard/"
+        + (", checkpoints/" if config.checkpoint_every else "")
+        + ")\n"
+        f"  TensorBoard: tensorboard --logdir {run_dir / 'tensorboard'}\n"
+        f"  Evaluate:    {PROG} eval --load {run_dir}\n"
+        f"  Repeat:      {PROG} train --config {run_dir / 'config.json'} --out NEW_DIR"
+    )
+    return 0
+
+
+# --- eval ----------------------------------------------------------------------------------
+
+
+def _find_run(path: Path) -> tuple[Path, Path]:
+    """``(agent directory, config.json of the run)`` for a run directory, its ``agent/`` or one
+    of its ``checkpoints/<steps>/``."""
+    hint = (
+        "Pass the --out directory of a `gym-llm train` run (it holds config.json and agent/), "
+        "or one of its checkpoints/<steps>/ directories."
+    )
+    if not path.exists():
+        raise CLIError(f"--load {path}: no such directory. {hint}")
+    if not path.is_dir():
+        raise CLIError(f"--load {path} is a file, not a run directory. {hint}")
+    if (path / "agent" / "policy.pt").is_file() and (path / "config.json").is_file():
+        return path / "agent", path / "config.json"
+    if (path / "policy.pt").is_file():  # an agent directory: agent/ or checkpoints/<steps>/
+        for run_dir in (path.parent, path.parent.parent):
+            is_run = (run_dir / "agent").is_dir() or (run_dir / "checkpoints").is_dir()
+            if is_run and (run_dir / "config.json").is_file():
+                return path, run_dir / "config.json"
+        raise CLIError(
+            f"--load {path} is an agent, but no run config.json was found next to it. {hint}"
+        )
+    raise CLIError(f"--load {path} holds no agent (no agent/policy.pt). {hint}")
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from gym_llm.experiments.run import TrainConfig
+
+    if args.episodes < 1:
+        raise CLIError(f"--episodes must be >= 1, got {args.episodes}.")
+    agent_dir, config_path = _find_run(Path(args.load))
+    settings = load_config_file(config_path, TrainConfig)
+    env_id = settings.get("env", TrainConfig.env)
+    env_kwargs = settings.get("env_kwargs", {})
+    n_envs = args.n_envs or int(settings.get("n_envs", 1))
+    seed = args.seed if args.seed is not None else int(settings.get("seed", 0)) + 20_000
+    out = Path(args.out) if args.out is not None else config_path.parent / "eval.json"
+
+    from gym_llm import PPO, make_text_env
+    from gym_llm.evaluation.exact import exact_evaluation_supported, exact_policy_value
+    from gym_llm.evaluation.monte_carlo import evaluate, reference_returns
+    from gym_llm.experiments.run import device_name, versions
+
+    print(f"Evaluating {agent_dir} on {env_id} {env_kwargs or ''}")
+    start = time.perf_counter()
+    model = PPO.load(agent_dir, device=args.device)
+    env = make_text_env(env_id, n_envs, env_kwargs=env_kwargs, seed=seed)
+    stats = evaluate(model, env, args.episodes, deterministic=not args.stochastic)
+    env.close()
+    half = 1.96 * stats.sem
+    print(f"Monte-Carlo ({'sampled' if args.stochastic else 'greedy'}): {stats}")
+    exact = None
+    if args.exact and exact_evaluation_supported(env_id, env_kwargs):
+        exact = exact_policy_value(model, env_id, env_kwargs)
+        print(f"Exact expected return (greedy): {exact:+.4f}")
+    references = reference_returns(env_id, env_kwargs, measure_random=False)
+    if references:
+        print("Reference: " + ", ".join(f"{k} {v:+.4f}" for k, v in references.items()))
+    report = {
+        "agent": str(agent_dir),
+        "env": env_id,
+        "env_kwargs": env_kwargs,
+        "episodes": stats.episodes,
+        "seed": seed,
+        "deterministic": not args.stochastic,
+        "monte_carlo": stats.as_dict(),
+        "ci95": [stats.mean - half, stats.mean + half],
+        "exact": exact,
+        "references": references,
+        "num_timesteps": int(model.num_timesteps),
+        "device": device_name(model.device),
+        "versions": versions(),
+        "wall_s": time.perf_counter() - start,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(f"Wrote {out}")
+    return 0
