@@ -21,13 +21,45 @@ from gym_llm import _aliases
 
 _aliases.install()  # old module paths (gym_llm.exact, gym_llm.sft, ...) still import
 
+import importlib  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
+
 import gym_llm.envs  # noqa: E402, F401  (registers gym_llm/* env ids)
-from gym_llm.policy.llm_policy import LLMPolicy  # noqa: E402
-from gym_llm.policy.models import MODEL_REGISTRY, ModelSpec, load_model  # noqa: E402
-from gym_llm.rl.agent import Agent  # noqa: E402
-from gym_llm.rl.ppo import PPO  # noqa: E402
-from gym_llm.rl.vec_env import TextVecEnv, make_text_env  # noqa: E402
 from gym_llm.spaces import TextActions, TextObservations  # noqa: E402
+
+if TYPE_CHECKING:
+    from gym_llm.policy.llm_policy import LLMPolicy
+    from gym_llm.policy.models import MODEL_REGISTRY, ModelSpec, load_model
+    from gym_llm.rl.agent import Agent
+    from gym_llm.rl.ppo import PPO
+    from gym_llm.rl.vec_env import TextVecEnv, make_text_env
+
+#: Where each name lives; loaded on first use, so that ``import gym_llm.wrappers`` or
+#: ``import gym_llm.envs`` does not pull in torch, transformers and SB3.
+_LAZY = {
+    "LLMPolicy": "gym_llm.policy.llm_policy",
+    "MODEL_REGISTRY": "gym_llm.policy.models",
+    "ModelSpec": "gym_llm.policy.models",
+    "load_model": "gym_llm.policy.models",
+    "Agent": "gym_llm.rl.agent",
+    "PPO": "gym_llm.rl.ppo",
+    "TextVecEnv": "gym_llm.rl.vec_env",
+    "make_text_env": "gym_llm.rl.vec_env",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gym_llm' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __version__ = "0.1.0"
 

@@ -83,3 +83,17 @@ def test_package_docstring_example_runs() -> None:
 
     result = doctest.testmod(gym_llm)
     assert result.attempted >= 2 and result.failed == 0
+
+
+def test_wrappers_and_envs_import_without_torch_transformers_or_sb3() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, gym_llm.wrappers, gym_llm.envs\n"
+        "heavy = [m for m in ('torch', 'transformers', 'stable_baselines3') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "from gym_llm import PPO, LLMPolicy, Agent, make_text_env, load_model\n"
+        "assert 'torch' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
