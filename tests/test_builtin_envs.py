@@ -102,7 +102,7 @@ def test_action_names_drive_the_right_env_action(
     env = _wrapped(env_id, kwargs)
     env.reset(seed=0)
     if names is None:
-        _, _, _, _, info = env.step("I apply 0.5")
+        _, _, _, _, info = env.step("Action: 0.5")  # a stated number (not any number)
         assert np.allclose(info["action"], 0.5)
         return
     for index, name in enumerate(names):

@@ -44,9 +44,10 @@ def test_discrete_rules(parser: DiscreteParser, text: str, action: int, method: 
     assert (result.action, result.method, result.error) == (action, method, None)
 
 
-def test_json_with_invalid_value_falls_through_to_later_rules() -> None:
+def test_an_invalid_json_action_makes_the_reply_invalid() -> None:
+    # The reply stated its action in JSON; guessing another one from the prose would be wrong.
     result = BLACKJACK('{"action": "double down"} ... fine, I hit')
-    assert (result.action, result.method) == (1, "mention")
+    assert not result.valid and "JSON" in (result.error or "")
 
 
 def test_names_inside_words_do_not_count() -> None:
@@ -72,8 +73,10 @@ def test_discrete_with_start() -> None:
 
 def test_box_parsing_and_clipping() -> None:
     parser = NumericParser(spaces.Box(-2, 2, (1,), dtype=np.float32))
-    result = parser("torque 1.5")
+    assert not parser("torque 1.5").valid  # a number somewhere is not a stated action
+    result = NumericParser(parser.space, any_numbers=True)("torque 1.5")  # opted in
     assert result.valid and not result.clipped and np.allclose(result.action, [1.5])
+    assert np.allclose(parser("1.5").action, [1.5])  # a reply of numbers only
     result = parser('{"action": [7]}')
     assert result.clipped and np.allclose(result.action, [2.0])
     assert result.action.dtype == np.float32
@@ -82,7 +85,7 @@ def test_box_parsing_and_clipping() -> None:
 
 
 def test_box_uses_last_numbers_and_action_statement() -> None:
-    parser = NumericParser(spaces.Box(-1, 1, (2,)))
+    parser = NumericParser(spaces.Box(-1, 1, (2,)), any_numbers=True)
     assert np.allclose(parser("options 0.1 0.2 then 0.3, -0.4").action, [0.3, -0.4])
     assert np.allclose(parser("Action: 0.5 0.6\nbecause of 9 and 9").action, [0.5, 0.6])
     result = parser("only 0.3")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import enum
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, SupportsFloat
 
 import gymnasium as gym
@@ -51,14 +52,46 @@ def _describe_numeric(space: spaces.Space[Any]) -> str:
     return f"What do you do? Answer with {int(np.prod(space.shape))} numbers, each 0 or 1."
 
 
+def discovered_action_names(env: gym.Env[Any, Any]) -> tuple[str, ...] | None:
+    """Action names the env already exposes: an ``actions`` IntEnum on the unwrapped env
+    (MiniGrid/BabyAI), then ALE's ``get_action_meanings()`` (lower-cased); ``None`` if neither."""
+    unwrapped = env.unwrapped
+    actions = getattr(unwrapped, "actions", None)
+    if isinstance(actions, type) and issubclass(actions, enum.IntEnum):
+        members = sorted(actions, key=int)
+        if [int(m) for m in members] == list(range(len(members))):
+            return tuple(m.name.replace("_", " ") for m in members)
+    meanings = getattr(unwrapped, "get_action_meanings", None)
+    if callable(meanings):
+        try:
+            return tuple(str(m).lower().replace("_", " ") for m in meanings())
+        except Exception:  # an env whose method needs arguments or state: no names from it
+            return None
+    return None
+
+
+def _aliases_for(
+    env: gym.Env[Any, Any], names: Sequence[str] | None
+) -> Mapping[str, Sequence[str]] | None:
+    """Built-in synonyms for the env's actions, where the names are the built-in ones."""
+    builtin = builtin_envs.lookup(env)
+    if builtin is None or names is None or tuple(names) != builtin.action_names:
+        return None
+    return builtin.action_aliases
+
+
 class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConstructorArgs):
     """Accept text replies as actions: parse them into the wrapped env's actions.
 
     The action space becomes a :class:`gym_llm.spaces.TextActions`. For a Discrete env it lists
-    the valid action strings in order (``action_names`` if given, else the env's own
-    ``action_names`` when it implements :class:`gym_llm.envs.DescribesItself`, else built-in
-    names for Gymnasium's toy-text and classic-control envs, else the action numbers); Box, MultiDiscrete and
-    MultiBinary envs take numbers from the text. Parsing rules: :mod:`gym_llm.wrappers.parsing`.
+    the valid action strings in order: ``action_names`` if given, else the names the env exposes
+    (an ``actions`` IntEnum as in MiniGrid/BabyAI, then ALE's ``get_action_meanings()``), else
+    :class:`gym_llm.envs.DescribesItself`'s ``action_names``, else built-in names for Gymnasium's
+    toy-text and classic-control envs, else the action numbers. ``action_aliases``
+    (``{"stick": ["stand", "stay"]}``) adds words that mean an action (built-in ones for
+    Blackjack and Taxi). Box, MultiDiscrete and MultiBinary envs take numbers the reply states
+    (a reply of numbers only, JSON, or ``Action: ...``); ``any_numbers=True`` also takes the last
+    numbers anywhere in it. Parsing rules: :mod:`gym_llm.wrappers.parsing`.
 
     An unparseable reply is never silent. With ``on_invalid="fallback"`` the env gets
     ``fallback_action`` (or a random valid action, seeded by ``reset(seed=...)``) and the reward
@@ -87,6 +120,8 @@ class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConst
         fallback_action: Any = None,
         invalid_penalty: float = 0.0,
         max_length: int = DEFAULT_ACTION_MAX_LENGTH,
+        action_aliases: Mapping[str, Sequence[str]] | None = None,
+        any_numbers: bool = False,
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -96,6 +131,8 @@ class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConst
             fallback_action=fallback_action,
             invalid_penalty=invalid_penalty,
             max_length=max_length,
+            action_aliases=action_aliases,
+            any_numbers=any_numbers,
         )
         gym.Wrapper.__init__(self, env)
         inner = env.action_space
@@ -130,7 +167,12 @@ class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConst
         #: Reply -> action under the invalid-action policy (shared with ``Agent``).
         self.resolver = ActionResolver(
             inner,
-            rules=rules_for(inner, names),
+            rules=rules_for(
+                inner,
+                names,
+                aliases=action_aliases if action_aliases is not None else _aliases_for(env, names),
+                any_numbers=any_numbers,
+            ),
             extractor=parser,
             extractor_name="parser",
             on_invalid=on_invalid,
@@ -158,6 +200,9 @@ class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConst
                     f"action_names has {len(names)} names but the env has {n} actions: {names!r}."
                 )
             return names
+        discovered = discovered_action_names(env)
+        if discovered is not None and len(discovered) == n:
+            return discovered
         described = self_description(env)
         if described is not None:
             names = tuple(str(a) for a in described.action_names)

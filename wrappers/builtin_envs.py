@@ -9,7 +9,7 @@ give a bare state index.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,8 @@ class EnvText:
     instruction: Callable[[gym.Env[Any, Any]], str]
     #: Names of the Discrete actions in index order, or ``None`` for continuous actions.
     action_names: tuple[str, ...] | None
+    #: Other words models use for an action (``{"stick": ("stand", "stay")}``).
+    action_aliases: Mapping[str, tuple[str, ...]] | None = None
 
 
 def _grid_text(rows: list[list[str]]) -> str:
@@ -279,7 +281,12 @@ def _pendulum_instruction(env: gym.Env[Any, Any]) -> str:
 
 #: Built-in text support, keyed by the class name of ``env.unwrapped``.
 BUILTIN_ENVS: dict[str, EnvText] = {
-    "BlackjackEnv": EnvText(_blackjack_formatter, _blackjack_instruction, ("stick", "hit")),
+    "BlackjackEnv": EnvText(
+        _blackjack_formatter,
+        _blackjack_instruction,
+        ("stick", "hit"),
+        {"stick": ("stand", "stay", "hold"), "hit": ("draw",)},
+    ),
     "FrozenLakeEnv": EnvText(
         _frozenlake_formatter, _frozenlake_instruction, ("left", "down", "right", "up")
     ),
@@ -290,6 +297,7 @@ BUILTIN_ENVS: dict[str, EnvText] = {
         _taxi_formatter,
         _taxi_instruction,
         ("south", "north", "east", "west", "pickup", "dropoff"),
+        {"pickup": ("pick up",), "dropoff": ("drop off",)},
     ),
     "CartPoleEnv": EnvText(_cartpole_formatter, _cartpole_instruction, ("push left", "push right")),
     "MountainCarEnv": EnvText(

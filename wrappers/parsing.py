@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,9 @@ _STATEMENT = re.compile(
     r"\b(?:final\s+)?(?:action|answer|choice|move|decision)\s*(?:is\s*)?[:=]?\s*(?:is\s+)?"
     r"[\"'`*\[\(]*(?P<value>[^\n]*)",
     re.IGNORECASE,
+)
+_ONLY_NUMBERS = re.compile(
+    r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?:[\s,;]+[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)*"
 )
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.IGNORECASE | re.DOTALL)
 _TRIM = " \t\r\n\"'`*.!,;:()[]{}<>"
@@ -97,6 +100,26 @@ def _json_objects(text: str) -> Iterator[Any]:
             yield value
 
 
+def _without_json(text: str) -> str:
+    """``text`` with every balanced JSON object or list blanked out, so that rules reading free
+    text never fire inside JSON (``{"action": [1, 2]}`` does not state ``action: 1``)."""
+    decoder = json.JSONDecoder()
+    out, i = [], 0
+    while i < len(text):
+        if text[i] in "{[":
+            try:
+                _, end = decoder.raw_decode(text, i)
+            except (ValueError, RecursionError):
+                end = 0
+            if end > i:
+                out.append(" " * (end - i))
+                i = end
+                continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
 def _json_action(value: Any) -> tuple[bool, Any]:
     """``(found, action value)`` from a decoded JSON value with an ``action`` key."""
     if isinstance(value, dict):
@@ -108,7 +131,7 @@ def _json_action(value: Any) -> tuple[bool, Any]:
 
 def _to_number(value: Any) -> float | None:
     if isinstance(value, bool):
-        return float(value)
+        return None  # JSON true/false is not an action number
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, str):
@@ -121,10 +144,22 @@ def _to_number(value: Any) -> float | None:
 class DiscreteParser:
     """Parses replies into a Discrete action given the ordered action names."""
 
-    def __init__(self, names: Sequence[str], start: int = 0) -> None:
+    def __init__(
+        self,
+        names: Sequence[str],
+        start: int = 0,
+        aliases: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         self.names = tuple(names)
         self.start = int(start)
         self._lookup = {self._norm(n): i for i, n in enumerate(self.names)}
+        for name, synonyms in (aliases or {}).items():
+            if self._norm(name) not in self._lookup:
+                raise ValueError(
+                    f"action_aliases names {name!r}, which is not an action ({self.names})."
+                )
+            for synonym in synonyms:
+                self._lookup.setdefault(self._norm(synonym), self._lookup[self._norm(name)])
         values = [_to_number(n) for n in self.names]
         #: When every name is a number, numbers mean names (value -> index), not indices.
         self._numeric_names: dict[float, int] | None = (
@@ -132,10 +167,11 @@ class DiscreteParser:
             if all(v is not None and math.isfinite(v) for v in values)
             else None
         )
-        by_length = sorted(self.names, key=len, reverse=True)
-        alternation = "|".join(re.escape(n) for n in by_length)
-        self._mention = re.compile(rf"(?<![\w])(?:{alternation})(?![\w])", re.IGNORECASE)
-        self._prefix = re.compile(rf"(?:{alternation})(?![\w])", re.IGNORECASE)
+        words = [*self.names, *(a for s in (aliases or {}).values() for a in s)]
+        alternation = "|".join(re.escape(n) for n in sorted(words, key=len, reverse=True))
+        # Whole words and whole numbers only: "1" is not in "-1", "3.14", "2.5" or "v1".
+        self._mention = re.compile(rf"(?<![\w.+\-])(?:{alternation})(?![\w]|[.,]\d)", re.IGNORECASE)
+        self._prefix = re.compile(rf"(?:{alternation})(?![\w]|[.,]\d)", re.IGNORECASE)
 
     @staticmethod
     def _norm(text: str) -> str:
@@ -174,12 +210,20 @@ class DiscreteParser:
         action = self.resolve(text)
         if action is not None:
             return ParseResult(action, method="exact")
+        stated = False
         for value in _json_objects(text):
             found, item = _json_action(value)
             if found:
                 action = self.resolve(item) if isinstance(item, str | int | float) else None
                 if action is not None:
                     return ParseResult(action, method="json")
+                stated = True
+        if stated:  # the reply named its action in JSON, and that is not one: no guessing
+            return ParseResult(
+                None,
+                error=f'the JSON "action" is not one of {", ".join(self.names)}',
+            )
+        text = _without_json(text)
         for match in reversed(list(_STATEMENT.finditer(text))):
             action = self._resolve_prefix(match.group("value"))
             if action is not None:
@@ -197,13 +241,20 @@ class DiscreteParser:
 class NumericParser:
     """Parses replies into a Box, MultiDiscrete or MultiBinary action (numbers in text)."""
 
-    def __init__(self, space: spaces.Box | spaces.MultiDiscrete | spaces.MultiBinary) -> None:
+    def __init__(
+        self,
+        space: spaces.Box | spaces.MultiDiscrete | spaces.MultiBinary,
+        any_numbers: bool = False,
+    ) -> None:
         if not isinstance(space, spaces.Box | spaces.MultiDiscrete | spaces.MultiBinary):
             raise TypeError(
                 f"NumericParser needs a Box, MultiDiscrete or MultiBinary, got {space!r}."
             )
         self.space = space
         self.size = int(np.prod(space.shape)) if space.shape else 1
+        #: Also take the last numbers anywhere in the reply (off: a reply must state its action
+        #: as a JSON value, an ``Action: ...`` statement, or consist of numbers only).
+        self.any_numbers = any_numbers
 
     def _numbers(self, text: str) -> Iterator[tuple[str, list[float]]]:
         for value in _json_objects(text):
@@ -219,11 +270,15 @@ class NumericParser:
                 number = _to_number(candidate)
                 if number is not None:
                     yield "json", [number]
-        for match in reversed(list(_STATEMENT.finditer(text))):
+        stripped = text.strip(_TRIM)
+        if stripped and _ONLY_NUMBERS.fullmatch(stripped):
+            yield "exact", [float(n) for n in _NUMBER.findall(stripped)]
+        free = _without_json(text)
+        for match in reversed(list(_STATEMENT.finditer(free))):
             numbers = [float(n) for n in _NUMBER.findall(match.group("value"))]
             if numbers:
                 yield "pattern", numbers
-        everywhere = [float(n) for n in _NUMBER.findall(text)]
+        everywhere = [float(n) for n in _NUMBER.findall(text)] if self.any_numbers else []
         if everywhere:
             yield "numbers", everywhere
 

@@ -5,7 +5,7 @@ the same action, and an invalid one is handled and counted the same way, in both
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,10 +38,16 @@ class Resolution:
 
 
 def rules_for(
-    space: spaces.Space[Any] | None, names: Sequence[str] | None = None
+    space: spaces.Space[Any] | None,
+    names: Sequence[str] | None = None,
+    *,
+    aliases: Mapping[str, Sequence[str]] | None = None,
+    any_numbers: bool = False,
 ) -> Extractor | None:
     """The built-in rules for ``space`` (``names``: a Discrete space's action names, else its
-    numbers), or ``None`` where there are none (Text and composite spaces)."""
+    numbers; ``aliases``: other words for them), or ``None`` where there are none (Text and
+    composite spaces). ``any_numbers``: numeric spaces also take the last numbers anywhere in a
+    reply (off: the reply must state them)."""
     if isinstance(space, spaces.Discrete):
         names = tuple(names) if names else tuple(str(int(space.start) + i) for i in range(space.n))
         if len(names) != int(space.n):
@@ -49,11 +55,11 @@ def rules_for(
                 f"action_names has {len(names)} names but the action space {space} has "
                 f"{space.n} actions: {names!r}."
             )
-        return DiscreteParser(names, start=int(space.start))
+        return DiscreteParser(names, start=int(space.start), aliases=aliases)
     if names is not None:
         raise ValueError(f"action_names only applies to Discrete action spaces, got {space!r}.")
     if isinstance(space, spaces.Box | spaces.MultiDiscrete | spaces.MultiBinary):
-        return NumericParser(space)
+        return NumericParser(space, any_numbers=any_numbers)
     return None
 
 

@@ -1,0 +1,69 @@
+"""Property tests of the parser: garbage never becomes a valid action.
+
+A reply maps to a valid action only if it contains the action as a whole word or a whole number;
+numbers inside other numbers (``-1``, ``3.14``, ``2.5``, ``v1``) and JSON values of the wrong type
+never count.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from gymnasium import spaces
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gym_llm.wrappers.parsing import DiscreteParser, NumericParser
+
+NUMERIC_NAMES = DiscreteParser(["0", "1", "2", "3"])
+WORD_NAMES = DiscreteParser(["stick", "hit"])
+
+#: Text with no whole-number token 0-3 and no action word: letters, punctuation, and numbers
+#: that only contain the digits inside other numbers.
+_junk_words = st.sampled_from(
+    ["-1", "3.14", "2.5", "v1", "12", "x3", "0.5", "-3", "1e5", "1.0.2", "hits", "sticker", "whit"]
+)
+_prose = st.text(alphabet="abcdefgjklmnopqruvwxyz ,;!?()'\"\n", max_size=40)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_junk_words, _prose), max_size=8))
+def test_numbers_inside_other_numbers_and_words_never_parse(parts: list[str]) -> None:
+    reply = " ".join(parts)
+    assert not NUMERIC_NAMES(reply).valid, reply
+    assert not WORD_NAMES(reply).valid, reply
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.booleans(),
+        st.lists(st.integers(0, 3), min_size=1, max_size=3),
+        st.dictionaries(st.text(max_size=3), st.integers(0, 3), min_size=1, max_size=2),
+        st.floats(allow_nan=True).filter(lambda x: not float(x).is_integer()),
+    ),
+    _prose,
+)
+def test_json_actions_of_the_wrong_type_are_invalid(value: object, prose: str) -> None:
+    import json
+
+    reply = json.dumps({"action": value}) + " " + prose
+    assert not NUMERIC_NAMES(reply).valid, reply
+
+
+@settings(max_examples=300, deadline=None)
+@given(_prose, st.integers(0, 3), _prose)
+def test_a_whole_number_in_prose_is_found(before: str, action: int, after: str) -> None:
+    reply = f"{before} Action: {action} {after}"
+    assert NUMERIC_NAMES(reply).action == action, reply
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz .,!?-", max_size=5000))
+def test_box_replies_without_digits_are_invalid_and_stated_numbers_parse(junk: str) -> None:
+    parser = NumericParser(spaces.Box(-1, 1, (1,)))
+    assert not parser(junk).valid
+    assert not parser(junk + " 3.14 " + junk).valid or re.fullmatch(r"[\s.,!?-]*", junk)
+    stated = parser(f"{junk}\nAction: 0.25")
+    assert stated.valid and np.allclose(stated.action, [0.25])
