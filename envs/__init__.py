@@ -12,8 +12,9 @@ spaces so classic agents can play them too, and describe themselves
 import gymnasium
 
 from gym_llm.envs.protocol import DescribesItself, self_description
+from gym_llm.envs.text_game import TextGameEnv, textarena_env
 
-__all__ = ["DescribesItself", "self_description"]
+__all__ = ["DescribesItself", "TextGameEnv", "self_description", "textarena_env"]
 
 _ENVS: dict[str, tuple[str, int | None]] = {
     "gym_llm/KeywordBandit-v0": ("gym_llm.envs.keyword_bandit:KeywordBanditEnv", None),

@@ -24,6 +24,14 @@ DEFAULT_OBS_MAX_LENGTH = 8192
 DEFAULT_ACTION_MAX_LENGTH = 4096
 
 
+def _hold_strings_in_buffers(space: spaces.Text) -> None:
+    """Give a text space the shape ``()`` and dtype ``object``: SB3's ``DummyVecEnv`` (which
+    ``evaluate_policy(model, env)`` wraps a single env in) allocates its observation buffer from
+    them, and an object array holds whole strings (``Text``'s own ``shape=None`` crashed it)."""
+    space._shape = ()
+    space.dtype = np.dtype(object)
+
+
 class TextObservations(spaces.Text):
     """A :class:`gymnasium.spaces.Text` that also carries the task instruction.
 
@@ -42,6 +50,7 @@ class TextObservations(spaces.Text):
     ) -> None:
         super().__init__(max_length, min_length=min_length, charset=charset, seed=seed)
         self.instruction = instruction
+        _hold_strings_in_buffers(self)
 
     def __repr__(self) -> str:
         return f"TextObservations(max_length={self.max_length}, instruction={self.instruction!r})"

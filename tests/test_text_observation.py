@@ -117,8 +117,10 @@ def test_bad_formatter_output_gets_a_clear_error() -> None:
         env.reset()
     fixed = TextObservationWrapper(gym.make("Blackjack-v1"), formatter=lambda o: "☃", charset="☃")
     assert fixed.reset()[0] == "☃"
+    with pytest.raises(ValueError, match="max_length=10 is too short"):
+        TextObservationWrapper(gym.make("Blackjack-v1"), max_length=10)
     long = TextObservationWrapper(
-        gym.make("Blackjack-v1"), formatter=lambda o: "x" * 50, max_length=10
+        gym.make("Blackjack-v1"), formatter=lambda o: "x" * 500, max_length=100, on_long="raise"
     )
     with pytest.raises(ValueError, match="max_length"):
         long.reset()

@@ -8,7 +8,10 @@ for dicts.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +33,31 @@ SUPPORTED_SPACES: tuple[type[spaces.Space[Any]], ...] = (
 MAX_LISTED_ELEMENTS = 256
 
 
+def is_text_space(space: spaces.Space[Any]) -> bool:
+    """Whether the space's samples are strings: ``Text``, or any space that samples ``str``
+    (MiniGrid's ``MissionSpace``); sampled from a copy, so the space's own generator is untouched."""
+    if isinstance(space, spaces.Text):
+        return True
+    if isinstance(space, SUPPORTED_SPACES):
+        return False
+    try:
+        known = _TEXT_SPACES.get(space)
+    except TypeError:  # an unhashable space (Graph): ask every time
+        known = None
+    if known is None:
+        try:
+            known = isinstance(copy.deepcopy(space).sample(), str)
+        except Exception:  # a space that cannot sample on its own is not known to be text
+            known = False
+        with contextlib.suppress(TypeError):
+            _TEXT_SPACES[space] = known
+    return known
+
+
+#: Spaces already checked by :func:`is_text_space` (formatting asks on every step).
+_TEXT_SPACES: weakref.WeakKeyDictionary[spaces.Space[Any], bool] = weakref.WeakKeyDictionary()
+
+
 def check_supported(space: spaces.Space[Any], path: str = "observation_space") -> None:
     """Raise a ``TypeError`` naming the first unsupported (sub)space and what to do about it."""
     if isinstance(space, spaces.Tuple):
@@ -40,11 +68,12 @@ def check_supported(space: spaces.Space[Any], path: str = "observation_space") -
         for key, sub in space.spaces.items():
             check_supported(sub, f"{path}[{key!r}]")
         return
-    if not isinstance(space, SUPPORTED_SPACES):
+    if not isinstance(space, SUPPORTED_SPACES) and not is_text_space(space):
         names = ", ".join(t.__name__ for t in SUPPORTED_SPACES)
         raise TypeError(
             f"{path} is {space!r}, which the generic formatter cannot write as text "
-            f"(it handles {names}, nested). Pass formatter=callable(obs) -> str."
+            f"(it handles {names} and spaces of strings, nested). Pass "
+            "formatter=callable(obs) -> str."
         )
 
 
@@ -108,7 +137,7 @@ def format_observation(
     ...                    {"pos": 2, "ok": [1, 0]})
     'ok: [1, 0]\\npos: 2'
     """
-    if isinstance(space, spaces.Text):
+    if is_text_space(space):
         return str(obs)
     if isinstance(space, spaces.Discrete):
         return format_number(int(obs))

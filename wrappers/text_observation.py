@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, SupportsFloat
+from typing import Any, Literal, SupportsFloat
 
 import gymnasium as gym
 from gymnasium import spaces
@@ -17,6 +17,22 @@ from gym_llm.wrappers.formatters import check_supported, format_number, format_o
 
 #: A user formatter: ``obs -> str`` or ``(obs, info) -> str``.
 Formatter = Callable[..., str]
+
+
+_CUT_MARK = "\n[... {} characters cut ...]\n"
+
+
+def cut_middle(text: str, limit: int, head_share: float = 1 / 3) -> str:
+    """``text`` in at most ``limit`` characters: its head (``head_share`` of the room: the rules
+    and goal come first) and its tail (the latest state comes last), with a mark saying how much
+    was cut in between."""
+    if len(text) <= limit:
+        return text
+    room = limit - len(_CUT_MARK.format(len(text)))
+    head = int(room * head_share)
+    tail = room - head
+    cut = len(text) - head - tail
+    return text[:head] + _CUT_MARK.format(cut) + text[len(text) - tail :]
 
 
 def _accepts_info(formatter: Formatter) -> bool:
@@ -63,6 +79,11 @@ class TextObservationWrapper(gym.Wrapper[str, Any, Any, Any], gym.utils.RecordCo
             used by the generic formatter (``"x: 0.1"`` instead of ``"[0.1, ...]"``).
         precision: significant digits for floats in the generic formatter.
         max_length: the longest text the observation space admits.
+        on_long: what happens to a text over ``max_length`` (a game echoing long replies back,
+            a long history): ``"truncate"`` (default) keeps its head (rules, goal) and its tail
+            (the latest state) with a ``[... N characters cut ...]`` mark in between, and counts
+            it (``info["observation_truncated"]``, :attr:`truncated_observations`); ``"raise"``
+            raises ``ValueError``.
         charset: extra characters the observation space must admit (for custom formatters).
 
     >>> import gymnasium as gym
@@ -83,6 +104,7 @@ class TextObservationWrapper(gym.Wrapper[str, Any, Any, Any], gym.utils.RecordCo
         precision: int = 3,
         max_length: int = DEFAULT_OBS_MAX_LENGTH,
         charset: str = "",
+        on_long: Literal["truncate", "raise"] = "truncate",
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -93,8 +115,17 @@ class TextObservationWrapper(gym.Wrapper[str, Any, Any, Any], gym.utils.RecordCo
             precision=precision,
             max_length=max_length,
             charset=charset,
+            on_long=on_long,
         )
         gym.Wrapper.__init__(self, env)
+        if on_long not in ("truncate", "raise"):
+            raise ValueError(f"on_long must be 'truncate' or 'raise', got {on_long!r}.")
+        if max_length < 2 * len(_CUT_MARK) + 40:
+            raise ValueError(f"max_length={max_length} is too short to hold an observation.")
+        self.on_long = on_long
+        #: Observations cut to ``max_length`` so far (over the wrapper's life).
+        self.truncated_observations = 0
+        self._cut_now = False
         if history < 0:
             raise ValueError(
                 f"history must be >= 0 (the number of past steps shown), got {history}."
@@ -150,15 +181,23 @@ class TextObservationWrapper(gym.Wrapper[str, Any, Any, Any], gym.utils.RecordCo
     ) -> tuple[str, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         self._past.clear()
+        self._cut_now = False
         self._current = self._checked(self._format(obs, info))
-        return self._with_history(), info
+        text = self._with_history()
+        return text, self._counted(info)
 
     def step(self, action: Any) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         if self.history:
             self._past.append((self._current, self.describe_action(action), float(reward)))
+        self._cut_now = False
         self._current = self._checked(self._format(obs, info))
-        return self._with_history(), reward, terminated, truncated, info
+        text = self._with_history()
+        return text, reward, terminated, truncated, self._counted(info)
+
+    def _counted(self, info: dict[str, Any]) -> dict[str, Any]:
+        self.truncated_observations += int(self._cut_now)
+        return {**info, "observation_truncated": self._cut_now}
 
     def format(self, observation: Any, info: dict[str, Any] | None = None) -> str:
         """The text of one raw observation, without history.
@@ -193,15 +232,18 @@ class TextObservationWrapper(gym.Wrapper[str, Any, Any, Any], gym.utils.RecordCo
         space = self.observation_space
         assert isinstance(space, TextObservations)
         if len(text) > space.max_length:
-            raise ValueError(
-                f"Observation text has {len(text)} characters, more than max_length="
-                f"{space.max_length}. Pass a larger max_length= to TextObservationWrapper "
-                "(or a smaller history=)."
-            )
+            if self.on_long == "raise":
+                raise ValueError(
+                    f"Observation text has {len(text)} characters, more than max_length="
+                    f"{space.max_length}. Pass a larger max_length= to TextObservationWrapper "
+                    "(or a smaller history=), or on_long='truncate'."
+                )
+            text = cut_middle(text, int(space.max_length))
+            self._cut_now = True
         bad = sorted(set(text) - space.character_set)
         if bad:
             raise ValueError(
                 f"Observation text contains characters outside the observation space: {bad!r}. "
                 f"Pass charset={''.join(bad)!r} to TextObservationWrapper."
             )
-        return text
+        return str(text)

@@ -123,18 +123,25 @@ def make_text_env(
 ) -> TextVecEnv:
     """``n_envs`` copies of an env with both text wrappers (and SB3's ``Monitor``), vectorised.
 
-    ``env_id`` is a Gymnasium id or a factory. Envs that are already text-native (their spaces are
-    Text) are not wrapped again. ``observation_kwargs``/``action_kwargs`` go to
-    :class:`TextObservationWrapper` / :class:`ActionParserWrapper`.
+    ``env_id`` is a Gymnasium id or a factory. ``observation_kwargs``/``action_kwargs`` go to
+    :class:`TextObservationWrapper` / :class:`ActionParserWrapper`. A space that is already text
+    is wrapped only when its kwargs are given (to add an instruction, history, a length limit, a
+    parser, ...): never wrapped twice for nothing, and the kwargs never dropped.
     """
     if n_envs < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}.")
 
     def factory() -> gym.Env[Any, Any]:
         env = gym.make(env_id, **(env_kwargs or {})) if isinstance(env_id, str) else env_id()
-        if not isinstance(env.observation_space, spaces.Text):
+        if not isinstance(env, gym.Env):
+            raise TypeError(
+                f"make_text_env's factory returned {type(env).__name__}, not a gymnasium.Env. "
+                "For a text game with reset() -> text and step(text) -> (text, reward, done), "
+                "wrap it in gym_llm.envs.TextGameEnv first."
+            )
+        if observation_kwargs or not isinstance(env.observation_space, spaces.Text):
             env = TextObservationWrapper(env, **(observation_kwargs or {}))
-        if not isinstance(env.action_space, spaces.Text):
+        if action_kwargs or not isinstance(env.action_space, spaces.Text):
             env = ActionParserWrapper(env, **(action_kwargs or {}))
         return Monitor(env) if monitor else env
 

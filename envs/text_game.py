@@ -1,0 +1,162 @@
+"""Text games that are not ``gymnasium.Env`` (TextArena, TextWorld, your own), as Gymnasium envs.
+
+A game needs a ``reset`` that gives the first text and a ``step(text)`` that gives the next text,
+a reward and whether it is over; nothing else. :class:`TextGameEnv` adapts one by naming its
+methods, and normalises what ``step`` returns (``(text, reward, done)``, ``(..., info)``, or
+Gymnasium's five values). Because many games state their rules and answer format only on the first
+turn, the first observation is kept in front of every later one (``keep_first=True``), so a policy
+that sees one observation at a time never loses them.
+
+:func:`textarena_env` does the same for TextArena's single-player games, whose traps it handles:
+the observation comes from ``get_observation()``, the reward from ``close()`` at the end, and a
+fresh game object per episode keeps one episode's history out of the next.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+
+from gym_llm.spaces import DEFAULT_OBS_MAX_LENGTH, TextActions, TextObservations
+from gym_llm.wrappers.text_observation import cut_middle
+
+_FIRST = "{first}\n\n(That was the start of the game.) Now:\n{now}"
+
+
+def _normalised_step(result: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    """``(text, reward, terminated, truncated, info)`` from the shapes games return."""
+    if not isinstance(result, tuple) or len(result) not in (3, 4, 5):
+        raise TypeError(
+            "A text game's step(text) must return (text, reward, done), (text, reward, done, "
+            f"info) or (text, reward, terminated, truncated, info); got {result!r:.200}."
+        )
+    if len(result) == 5:
+        text, reward, terminated, truncated, info = result
+    else:
+        text, reward, terminated = result[:3]
+        truncated, info = False, (result[3] if len(result) == 4 else {})
+    return str(text), float(reward), bool(terminated), bool(truncated), dict(info or {})
+
+
+class TextGameEnv(gym.Env[str, str]):
+    """A text game as a Gymnasium env with text observations and free-text actions.
+
+    Args:
+        game: the game object, or a factory that builds one (called at every reset, for games
+            that keep state across episodes).
+        reset: name of the method that starts an episode and returns the first text (or
+            ``(text, info)``); it gets ``seed=`` if its signature takes one.
+        step: name of the method that takes the reply text.
+        instruction: the system prompt (rules that hold for every episode).
+        keep_first: show the first observation (rules, answer format) before every later one.
+        max_length: the longest observation text.
+
+    >>> class Echo:
+    ...     def reset(self): return "Say 'hi'."
+    ...     def step(self, text): return "ok", float(text == "hi"), True
+    >>> env = TextGameEnv(Echo())
+    >>> env.reset()[0]
+    "Say 'hi'."
+    >>> env.step("hi")[1]
+    1.0
+    """
+
+    def __init__(
+        self,
+        game: Any,
+        *,
+        reset: str = "reset",
+        step: str = "step",
+        instruction: str | None = None,
+        keep_first: bool = True,
+        max_length: int = DEFAULT_OBS_MAX_LENGTH,
+    ) -> None:
+        is_factory = isinstance(game, type) or (callable(game) and not hasattr(game, step))
+        factory = game if is_factory else None
+        probe = factory() if factory is not None else game
+        for name in (reset, step):
+            if not callable(getattr(probe, name, None)):
+                raise TypeError(
+                    f"{type(probe).__name__} has no method {name!r}; name the game's methods "
+                    f"with TextGameEnv(game, reset='...', step='...')."
+                )
+        self._factory: Callable[[], Any] | None = factory
+        self.game = probe
+        self._reset_name, self._step_name = reset, step
+        self.keep_first = keep_first
+        self.max_length = max_length
+        self.observation_space = TextObservations(max_length, instruction=instruction)
+        self.action_space = TextActions(None)
+        self._first: str | None = None
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        if self._factory is not None and self._first is not None:
+            self.game = self._factory()  # a fresh game: no state from the last episode
+        method = getattr(self.game, self._reset_name)
+        takes_seed = "seed" in inspect.signature(method).parameters
+        result = method(seed=seed) if takes_seed else method()
+        text, info = result if isinstance(result, tuple) else (result, {})
+        self._first = str(text)
+        return self._fit(self._first, dict(info or {}))
+
+    def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+        if self._first is None:
+            raise RuntimeError("Call reset() before step().")
+        result = getattr(self.game, self._step_name)(str(action))
+        text, reward, terminated, truncated, info = _normalised_step(result)
+        if self.keep_first:
+            text = _FIRST.format(first=self._first, now=text)
+        text, info = self._fit(text, info)
+        return text, reward, terminated, truncated, info
+
+    def _fit(self, text: str, info: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Texts over ``max_length`` keep their head and tail (never a crash mid-episode)."""
+        limit = self.max_length
+        info["observation_truncated"] = len(text) > limit
+        return cut_middle(text, limit), info
+
+
+class _TextArenaGame:
+    """TextArena's single-player API (``get_observation``, ``step -> (done, info)``, rewards from
+    ``close()``) as ``reset() -> text`` and ``step(text) -> (text, reward, done, info)``."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self.env: Any = None
+
+    def reset(self, seed: int | None = None) -> str:
+        self.env = self._make()  # a new game object: TextArena keeps history across reset()
+        self.env.reset(num_players=1, seed=seed)
+        return self._observation()
+
+    def _observation(self) -> str:
+        _, observation = self.env.get_observation()
+        if isinstance(observation, list):  # (sender, message[, type]) tuples in newer releases
+            return "\n".join(str(m[1]) if isinstance(m, tuple) else str(m) for m in observation)
+        return str(observation)
+
+    def step(self, text: str) -> tuple[str, float, bool, dict[str, Any]]:
+        done, info = self.env.step(action=text)
+        if not done:
+            return self._observation(), 0.0, False, dict(info or {})
+        rewards, game_info = self.env.close()
+        reward = float(rewards.get(0, 0.0)) if isinstance(rewards, dict) else float(rewards or 0)
+        return "The game is over.", reward, True, {**dict(info or {}), "game_info": game_info}
+
+
+def textarena_env(game_id: str, **kwargs: Any) -> TextGameEnv:
+    """A TextArena single-player game (``pip install gym_llm[textarena]``) as a Gymnasium env,
+    e.g. ``textarena_env("GuessTheNumber-v0")``; ``kwargs`` go to :class:`TextGameEnv`."""
+    try:
+        import textarena as ta
+    except ImportError as exc:
+        raise ImportError(
+            "textarena_env needs TextArena: pip install 'gym_llm[textarena]' (or textarena)."
+        ) from exc
+    return TextGameEnv(_TextArenaGame(lambda: ta.make(game_id)), **kwargs)
