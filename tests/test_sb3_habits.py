@@ -37,7 +37,8 @@ def test_evaluate_policy_on_one_wrapped_env_and_on_sb3_vec_envs(tiny_model_dir: 
 def test_ppo_trains_on_a_dummy_vec_env_of_text_envs(tiny_model_dir: Path) -> None:
     venv = DummyVecEnv([_make, _make])
     observations = venv.reset()
-    assert observations.dtype == object and isinstance(observations[0], str)
+    assert isinstance(observations, np.ndarray) and observations.dtype == object
+    assert isinstance(observations[0], str)
     model = PPO(
         "LLMPolicy", venv, n_steps=2, batch_size=4, n_epochs=1,
         policy_kwargs={"model": str(tiny_model_dir)}, seed=0,

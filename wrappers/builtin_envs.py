@@ -16,6 +16,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from gym_llm.wrappers import minigrid_text
 from gym_llm.wrappers.formatters import format_number
 
 #: ``(obs, info) -> str``
@@ -315,4 +316,16 @@ BUILTIN_ENVS: dict[str, EnvText] = {
 
 def lookup(env: gym.Env[Any, Any]) -> EnvText | None:
     """The built-in text support for ``env``, or ``None`` when the env is not one we know."""
-    return BUILTIN_ENVS.get(type(env.unwrapped).__name__)
+    found = BUILTIN_ENVS.get(type(env.unwrapped).__name__)
+    if found is None and minigrid_text.is_minigrid(env):
+        return MINIGRID
+    return found
+
+
+#: Every MiniGrid / BabyAI env (:mod:`gym_llm.wrappers.minigrid_text`).
+MINIGRID = EnvText(
+    minigrid_text.minigrid_formatter,
+    minigrid_text.minigrid_instruction,
+    minigrid_text.ACTION_NAMES,
+    minigrid_text.ACTION_ALIASES,
+)
