@@ -159,4 +159,5 @@ def textarena_env(game_id: str, **kwargs: Any) -> TextGameEnv:
         raise ImportError(
             "textarena_env needs TextArena: pip install 'gym_llm[textarena]' (or textarena)."
         ) from exc
-    return TextGameEnv(_TextArenaGame(lambda: ta.make(game_id)), **kwargs)
+    # TextArena's observations already carry the rules and every earlier turn.
+    return TextGameEnv(_TextArenaGame(lambda: ta.make(game_id)), **{"keep_first": False, **kwargs})
