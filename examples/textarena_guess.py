@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         policy_kwargs={"model": args.model, "max_new_tokens": 16}, seed=0,
     )  # fmt: skip
     model.learn(args.timesteps, progress_bar=True)
-    print(model.predict(env.reset()[0])[0])
+    observations = env.reset()
+    print(model.predict(list(observations))[0])  # type: ignore[arg-type]
     return 0
 
 

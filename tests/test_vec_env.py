@@ -47,14 +47,14 @@ def test_make_text_env_honours_wrapper_kwargs_on_text_native_envs() -> None:
     from gym_llm.rl.vec_env import make_text_env
 
     plain = make_text_env("gym_llm/KeywordBandit-v0")
-    assert plain.envs[0].observation_space.instruction != "Pick the target."  # type: ignore[attr-defined]
+    assert plain.envs[0].observation_space.instruction != "Pick the target."
     env = make_text_env(
         "gym_llm/KeywordBandit-v0",
         observation_kwargs={"instruction": "Pick the target.", "max_length": 500},
         action_kwargs={"parser": lambda text: text.strip().lower()},
     )
     space = env.envs[0].observation_space
-    assert space.instruction == "Pick the target." and space.max_length == 500  # type: ignore[attr-defined]
+    assert space.instruction == "Pick the target." and space.max_length == 500
     env.reset()
     _, _, _, infos = env.step(np.array(["  GRAPE "], dtype=object))
     assert infos[0]["action_text"] == "  GRAPE " and infos[0]["action"] == "grape"
