@@ -2,13 +2,17 @@
 
 from gym_llm.wrappers.action_parser import ActionParserWrapper
 from gym_llm.wrappers.builtin_envs import BUILTIN_ENVS, EnvText
+from gym_llm.wrappers.conversation import ConversationWrapper
 from gym_llm.wrappers.formatters import format_observation
 from gym_llm.wrappers.parsing import DiscreteParser, NumericParser, ParseResult
+from gym_llm.wrappers.resolver import ActionResolver
 from gym_llm.wrappers.text_observation import TextObservationWrapper
 
 __all__ = [
     "BUILTIN_ENVS",
     "ActionParserWrapper",
+    "ActionResolver",
+    "ConversationWrapper",
     "DiscreteParser",
     "EnvText",
     "NumericParser",

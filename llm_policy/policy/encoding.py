@@ -10,6 +10,7 @@ this layer, :class:`gym_llm.policy.update.UpdatePasses` on that one, and
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -19,8 +20,14 @@ from stable_baselines3.common.policies import BasePolicy
 
 from gym_llm.policy.kv_cache import ReservedCache
 from gym_llm.policy.packed_linear import PackedLinears
-from gym_llm.policy.prompts import build_conversation, build_messages, render_prompt
+from gym_llm.policy.prompts import (
+    build_conversation,
+    build_messages,
+    parse_conversation,
+    render_prompt,
+)
 from gym_llm.policy.top_layers import TopLayers, TurnStates
+from gym_llm.wrappers.text_observation import cut_middle
 
 #: Shorter shared prefixes are not worth a separate pass.
 _MIN_SHARED_PREFIX = 8
@@ -34,6 +41,8 @@ class PromptEncoding(BasePolicy):
     value_head: torch.nn.Linear
     conversation: bool
     system_prompt: str | None
+    max_prompt_tokens: int | None
+    truncated_prompts: int
     actions_list: tuple[str, ...]
     gradient_checkpointing: bool
     reuse_rollout_states: bool
@@ -81,13 +90,49 @@ class PromptEncoding(BasePolicy):
         """Token ids of the prompt, memoised: envs revisit the same observations constantly."""
         ids = self._prompt_cache.get(observation)
         if ids is None:
-            ids = self.tokenizer(self.prompt_text(observation), add_special_tokens=False)[
-                "input_ids"
-            ]
+            ids = self._encode(self.prompt_text(observation))
+            budget = self.max_prompt_tokens
+            if budget is not None and len(ids) > budget:
+                ids = self._fitted(observation, budget)
+                self.truncated_prompts += 1
             if len(self._prompt_cache) > 100_000:
                 self._prompt_cache.clear()
             self._prompt_cache[observation] = ids
         return ids
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _fitted(self, observation: str, budget: int) -> list[int]:
+        """Prompt ids of ``observation`` within ``budget`` tokens (see ``max_prompt_tokens``):
+        a conversation drops its oldest exchanges after the first observation; what is still too
+        long has its latest observation's middle cut (head: rules; tail: latest state)."""
+        turns = parse_conversation(observation) if self.conversation else None
+        if turns is not None:
+            while len(turns) > 3:
+                turns = [turns[0], *turns[3:]]  # drop the oldest exchange after the first turn
+                text = json.dumps(turns, ensure_ascii=False)
+                ids = self._encode(self.prompt_text(text))
+                if len(ids) <= budget:
+                    return ids
+        else:
+            turns = [{"role": "user", "content": observation}]
+        for _ in range(8):  # shrink the latest text until the prompt fits
+            text = (
+                json.dumps(turns, ensure_ascii=False) if self.conversation else turns[-1]["content"]
+            )
+            ids = self._encode(self.prompt_text(text))
+            if len(ids) <= budget:
+                return ids
+            content = turns[-1]["content"]
+            keep = max(1, int(len(content) * budget / len(ids) * 0.9))
+            turns[-1] = {**turns[-1], "content": cut_middle(content, max(keep, 80))}
+            if keep < 80:
+                break
+        raise ValueError(
+            f"max_prompt_tokens={budget} cannot hold even the system prompt and a cut "
+            f"observation ({len(ids)} tokens): raise it."
+        )
 
     def _find_shared_prefix(self) -> list[int]:
         """Token ids every prompt starts with (system message, instruction, chat scaffolding).

@@ -111,6 +111,11 @@ class LLMPolicy(UpdatePasses):
             not the LM's prior over the action strings (untrained SmolLM2 samples Blackjack's
             ``hit`` 0.4% of the time). Fixed at construction, part of the policy (log-probs stay
             exact), saved with the agent.
+        max_prompt_tokens: the most prompt tokens a turn may take (``None``: no limit). Longer
+            prompts are fitted, the same way in rollouts and updates (a function of the
+            observation): a conversation drops its oldest exchanges, keeping the first
+            observation (rules) and the latest; what is still too long keeps its head and tail
+            with a cut mark. Counted in :attr:`truncated_prompts`.
         memoize_choice_scores: in choice-mode rollouts, score each distinct observation once
             per weights version and sample every turn afresh from those scores (envs revisit
             observations constantly); the numbers are the same either way.
@@ -140,6 +145,7 @@ class LLMPolicy(UpdatePasses):
         trainable_layers: TrainableLayers = "auto",
         reuse_rollout_states: bool = True,
         memoize_choice_scores: bool = True,
+        max_prompt_tokens: int | None = None,
         value_lr_scale: float = 1.0,
         choice_calibration: bool = False,
         device: torch.device | str = "auto",
@@ -158,7 +164,13 @@ class LLMPolicy(UpdatePasses):
         name = model if isinstance(model, str) else name_or_path(model)
         spec = MODEL_REGISTRY.get(name.lower())
         self.model_name = name
-        self.conversation = conversation
+        # A ConversationWrapper's space says its observations are conversations.
+        self.conversation = conversation or bool(getattr(observation_space, "conversation", False))
+        if max_prompt_tokens is not None and max_prompt_tokens < 16:
+            raise ValueError(f"max_prompt_tokens must be >= 16 (or None), got {max_prompt_tokens}.")
+        self.max_prompt_tokens = max_prompt_tokens
+        #: Prompts cut to ``max_prompt_tokens`` so far (distinct observations).
+        self.truncated_prompts = 0
         self.actions_list = tuple(listed or ())
         self.max_new_tokens = max_new_tokens or (spec.max_new_tokens if spec else 24)
         self.temperature = float(temperature)
@@ -252,6 +264,7 @@ class LLMPolicy(UpdatePasses):
             trainable_layers=self.trainable_layers,
             reuse_rollout_states=self.reuse_rollout_states,
             memoize_choice_scores=self.memoize_choice_scores,
+            max_prompt_tokens=self.max_prompt_tokens,
         )
         return data
 

@@ -192,6 +192,7 @@ class PPOCheckpointing(PPOUpdate):
         # cannot change what a saved agent rebuilds.
         policy_kwargs["lora"] = self.policy.lora_settings
         policy_kwargs["trainable_layers"] = self.policy.trainable_layers
+        policy_kwargs["conversation"] = self.policy.conversation
         actions = getattr(act_space, "actions", None)
         return SavedConfig(
             hyperparameters={

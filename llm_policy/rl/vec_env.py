@@ -24,6 +24,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
 
 from gym_llm.spaces import NOT_TEXT_HELP
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
+from gym_llm.wrappers.conversation import ConversationWrapper
 
 
 def check_text_env(env: gym.Env[Any, Any] | VecEnv) -> None:
@@ -120,6 +121,7 @@ def make_text_env(
     action_kwargs: dict[str, Any] | None = None,
     seed: int | None = None,
     monitor: bool = True,
+    conversation: bool = False,
 ) -> TextVecEnv:
     """``n_envs`` copies of an env with both text wrappers (and SB3's ``Monitor``), vectorised.
 
@@ -127,6 +129,8 @@ def make_text_env(
     :class:`TextObservationWrapper` / :class:`ActionParserWrapper`. A space that is already text
     is wrapped only when its kwargs are given (to add an instruction, history, a length limit, a
     parser, ...): never wrapped twice for nothing, and the kwargs never dropped.
+    ``conversation=True``: each observation is the episode so far
+    (:class:`gym_llm.wrappers.conversation.ConversationWrapper`); the policy reads it as a chat.
     """
     if n_envs < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}.")
@@ -143,6 +147,8 @@ def make_text_env(
             env = TextObservationWrapper(env, **(observation_kwargs or {}))
         if action_kwargs or not isinstance(env.action_space, spaces.Text):
             env = ActionParserWrapper(env, **(action_kwargs or {}))
+        if conversation:
+            env = ConversationWrapper(env)
         return Monitor(env) if monitor else env
 
     vec_env = TextVecEnv([factory] * n_envs)

@@ -1,0 +1,81 @@
+"""The conversation in the PPO path: observations are the episode so far, the policy reads them
+as a chat, a token budget keeps the first observation, and log-probs stay exact under a chat
+template that rewrites earlier turns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+from gym_llm import PPO, load_model, make_text_env
+from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
+from gym_llm.wrappers.conversation import ConversationWrapper
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+#: Not a prefix-extension: user turns older than the previous exchange are shortened, so the
+#: prompt of turn t is not the start of the prompt of turn t + 1.
+REWRITING_TEMPLATE = (
+    "{% for m in messages %}<|{{ m.role }}|>"
+    "{% if m.role == 'user' and loop.revindex > 3 %}{{ m.content[:12] }}...{% else %}"
+    "{{ m.content }}{% endif %}\n{% endfor %}<|assistant|>"
+)
+
+
+def _blackjack() -> gym.Env:
+    return ActionParserWrapper(TextObservationWrapper(gym.make("Blackjack-v1", sab=False)))
+
+
+def test_observations_are_the_episode_so_far() -> None:
+    plain = _blackjack()
+    env = ConversationWrapper(_blackjack())
+    first, _ = env.reset(seed=0)
+    assert json.loads(first) == [{"role": "user", "content": plain.reset(seed=0)[0]}]
+    second = json.loads(env.step("hit")[0])
+    assert second[:2] == [json.loads(first)[0], {"role": "assistant", "content": "hit"}]
+    assert second[2] == {"role": "user", "content": plain.step("hit")[0]}
+    assert env.observation_space.instruction  # the inner instruction is kept
+    with pytest.raises(TypeError, match="TextObservationWrapper first"):
+        ConversationWrapper(gym.make("Blackjack-v1"))
+
+
+def test_log_probs_stay_exact_under_a_template_that_rewrites_earlier_turns(
+    tiny_model_dir: Path,
+) -> None:
+    model, tokenizer = load_model(str(tiny_model_dir))
+    tokenizer.chat_template = REWRITING_TEMPLATE
+    env = make_text_env("gym_llm/TextMaze-v0", 2, seed=0, conversation=True)
+    agent = PPO(
+        "LLMPolicy", env, n_steps=6, batch_size=12, n_epochs=1,
+        policy_kwargs={"model": model, "tokenizer": tokenizer, "action_mode": "generate",
+                       "max_new_tokens": 3},
+        seed=0,
+    )  # fmt: skip
+    assert agent.policy.conversation  # read off the ConversationWrapper's space
+    agent.learn(12)
+    observations = agent.rollout_buffer.observations_text.ravel().tolist()
+    assert any(len(json.loads(o)) >= 5 for o in observations)  # several turns in one prompt
+    assert agent.first_ratio_error < 1e-4  # what was sampled is what is trained on
+
+
+def test_the_token_budget_keeps_the_first_observation_and_the_latest(tiny_model_dir: Path) -> None:
+    env = make_text_env("gym_llm/TextMaze-v0", 1, seed=0, conversation=True)
+    agent = PPO(
+        "LLMPolicy", env, n_steps=2, batch_size=2,
+        policy_kwargs={"model": str(tiny_model_dir), "max_prompt_tokens": 800},
+    )  # fmt: skip
+    policy = agent.policy
+    turns = [{"role": "user", "content": "RULES: reach the goal. " + "x" * 40}]
+    for i in range(30):
+        turns += [{"role": "assistant", "content": "up"}, {"role": "user", "content": f"turn {i}"}]
+    observation = json.dumps(turns)
+    ids = policy.prompt_ids(observation)
+    text = policy.tokenizer.decode(ids)
+    assert len(ids) <= 800 and policy.truncated_prompts == 1
+    assert "RULES: reach the goal." in text and "turn 29" in text and "turn 0" not in text
+    huge = json.dumps([{"role": "user", "content": "HEAD " + "y" * 5000 + " TAIL"}])
+    text = policy.tokenizer.decode(policy.prompt_ids(huge))
+    assert "HEAD" in text and "TAIL" in text and "characters cut" in text
