@@ -324,16 +324,3 @@ class PromptEncoding(BasePolicy):
                 for i, length in enumerate(lengths)
             ]
         return out.logits[:, -1], values, out.past_key_values, mask, states
-
-    def rollout_kernels(self) -> contextlib.AbstractContextManager[None]:
-        """The block inside which no-gradient passes use the packed frozen weights (if on)."""
-        if not self.pack_frozen_weights:
-            return contextlib.nullcontext()
-        if self._packed is None:
-            self._packed = PackedLinears(self.lm)
-        return self._packed.active()
-
-    @property
-    def packed_weight_bytes(self) -> int:
-        """Memory the packed frozen weights in use hold (0 with packing off)."""
-        return self._packed.packed_bytes if self.pack_frozen_weights and self._packed else 0

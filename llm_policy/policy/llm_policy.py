@@ -23,6 +23,7 @@ the SB3 policy interface).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ from torch import nn
 from gym_llm.policy.adapters import enable_gradient_checkpointing, make_trainable, name_or_path
 from gym_llm.policy.models import MODEL_REGISTRY, float32_logits, load_model
 from gym_llm.policy.outputs import Evaluation, PolicyStep, UpdateWork
+from gym_llm.policy.packed_linear import PackedLinears
 from gym_llm.policy.scoring import (
     CONTENT_FREE_OBSERVATION,
     ActionMode,
@@ -267,6 +269,19 @@ class LLMPolicy(UpdatePasses):
             max_prompt_tokens=self.max_prompt_tokens,
         )
         return data
+
+    def rollout_kernels(self) -> contextlib.AbstractContextManager[None]:
+        """The block inside which no-gradient passes use the packed frozen weights (if on)."""
+        if not self.pack_frozen_weights:
+            return contextlib.nullcontext()
+        if self._packed is None:
+            self._packed = PackedLinears(self.lm)
+        return self._packed.active()
+
+    @property
+    def packed_weight_bytes(self) -> int:
+        """Memory the packed frozen weights in use hold (0 with packing off)."""
+        return self._packed.packed_bytes if self.pack_frozen_weights and self._packed else 0
 
     def act(self, observations: Sequence[str], deterministic: bool = False) -> PolicyStep:
         """Replies for a batch of observations, with exact log-probs and values (one LM batch)."""
