@@ -180,13 +180,24 @@ class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConst
             invalid_penalty=invalid_penalty,
             advice=self.action_space.description or "",
         )
-        self.on_invalid: OnInvalid = on_invalid
-        self.invalid_penalty = self.resolver.invalid_penalty
-        self.fallback_action = self.resolver.fallback_action
         self.invalid_actions = 0
         #: Totals over the wrapper's life, for logging invalid-action rates.
         self.total_steps = 0
         self.total_invalid = 0
+
+    @property
+    def on_invalid(self) -> OnInvalid:
+        """The invalid-action policy (held by :attr:`resolver`)."""
+        return self.resolver.on_invalid  # type: ignore[return-value]
+
+    @property
+    def invalid_penalty(self) -> float:
+        return self.resolver.invalid_penalty
+
+    @property
+    def fallback_action(self) -> Any:
+        """The validated fallback (``None``: a random action)."""
+        return self.resolver.fallback_action
 
     @staticmethod
     def _names_for(

@@ -139,8 +139,6 @@ class Agent(abc.ABC):
         self.episodes_per_update = int(hyper.pop("episodes_per_update"))
         self.do_sample = bool(generate.get("do_sample", True))
         self.max_context_tokens = int(max_context_tokens)
-        self.on_invalid: OnInvalid = on_invalid
-        self.invalid_penalty = float(invalid_penalty)
         self.use_target_kl = use_target_kl
         self.sft_replay = float(sft_replay)
         self.sft_kwargs = dict(sft_kwargs or {})
@@ -160,7 +158,6 @@ class Agent(abc.ABC):
             fallback_action=fallback_action,
             invalid_penalty=invalid_penalty,
         )
-        self.fallback_action = self.resolver.fallback_action
 
         self._system_prompt = self.get_system_prompt()
         policy_kwargs = agent_policy_kwargs(
@@ -195,6 +192,20 @@ class Agent(abc.ABC):
         if sft_warm_start:
             assert sft_demos is not None
             self.sft_stats = self.warm_start(sft_demos)
+
+    @property
+    def on_invalid(self) -> OnInvalid:
+        """The invalid-action policy (held by :attr:`resolver`)."""
+        return self.resolver.on_invalid  # type: ignore[return-value]
+
+    @property
+    def invalid_penalty(self) -> float:
+        return self.resolver.invalid_penalty
+
+    @property
+    def fallback_action(self) -> Any:
+        """The validated fallback (``None``: a random action)."""
+        return self.resolver.fallback_action
 
     # --- what a subclass writes ----------------------------------------------------------------
 
