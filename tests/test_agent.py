@@ -189,7 +189,7 @@ def test_invalid_actions(model_dir: Path) -> None:
     with pytest.raises(ValueError, match="returned 7, not in Discrete"):
         strict.to_action("hit")
     blind = _agent(model_dir, RaisingAgent)
-    with pytest.raises(ValueError, match=r"nothing to fall back to.*action_space"):
+    with pytest.raises(ValueError, match=r"before any valid one.*action_space"):
         blind.to_action("hit")
     with pytest.raises(ValueError, match="fallback_action 5 is not in"):
         _agent(model_dir, action_names=["stick", "hit"], fallback_action=5)
@@ -252,6 +252,8 @@ def test_save_load_and_model_objects(model_dir: Path, tmp_path: Path) -> None:
     assert {p.name for p in (tmp_path / "agent").iterdir()} == {
         "agent.json",
         "config.json",
+        "training_state.json",
+        "episodes.json",
         "policy.pt",
     }
     loaded = BlackjackAgent.load(tmp_path / "agent", device="cpu")

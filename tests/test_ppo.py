@@ -72,7 +72,7 @@ def test_save_load_gives_identical_predictions(model_dir: Path, mode: str, tmp_p
     model.learn(16)
     model.save(tmp_path / "agent")
     files = {p.name for p in (tmp_path / "agent").iterdir()}
-    assert files == {"config.json", "policy.pt"}
+    assert files == {"config.json", "policy.pt", "training_state.json"}
     trainable = sum(p.numel() for p in model.policy.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.policy.parameters())
     assert trainable < total

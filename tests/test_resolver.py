@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import gymnasium as gym
 import pytest
 from gymnasium import spaces
@@ -85,3 +87,29 @@ def test_contains_never_raises_on_a_wrong_type() -> None:
     resolver = ActionResolver(spaces.Box(0, 1, (2,)))
     assert not resolver.contains("a string")
     assert not resolver.contains(None)
+
+
+def test_no_space_falls_back_among_actions_seen_valid() -> None:
+    """Item 8 of issue 17: the LlamaGym loop (no action space) survives a raising extractor."""
+
+    def extract(reply: str) -> int:
+        return int(reply)  # raises on anything but a number
+
+    resolver = ActionResolver(None, extractor=extract, extractor_name="extract_action")
+    resolver.invalid_penalty = -1.0
+    with pytest.raises(ValueError, match="before any valid one"):
+        resolver.resolve("hit")  # nothing seen yet: nothing to fall back to
+    assert resolver.resolve("0").action == 0 and resolver.resolve("1").action == 1
+    assert resolver.resolve("1").source == "extract_action"
+    with pytest.warns(RuntimeWarning, match="2 actions seen valid so far"):
+        first = resolver.resolve("hit")
+    assert first.source == "fallback" and first.action in (0, 1) and first.penalty == -1.0
+    assert "extract_action raised ValueError" in (first.error or "")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once only
+        drawn = {resolver.resolve("stay").action for _ in range(40)}
+    assert drawn == {0, 1}
+    strict = ActionResolver(None, extractor=extract, on_invalid="raise")
+    strict.resolve("1")
+    with pytest.raises(ValueError, match="Invalid action"):
+        strict.resolve("hit")

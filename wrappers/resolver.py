@@ -5,6 +5,8 @@ the same action, and an invalid one is handled and counted the same way, in both
 from __future__ import annotations
 
 import copy
+import random
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +14,9 @@ from typing import Any
 from gymnasium import spaces
 
 from gym_llm.wrappers.parsing import DiscreteParser, NumericParser, ParseResult
+
+#: Without an action space, at most this many distinct valid actions are kept as fallbacks.
+MAX_REMEMBERED_ACTIONS = 1000
 
 #: A caller's own reply -> action function (``None`` or an exception means "no valid action").
 Extractor = Callable[[str], Any]
@@ -70,7 +75,9 @@ class ActionResolver:
     built-in ``rules`` (or, on a Text action space, the reply itself); then, with ``recover``, the
     rules after a failed extractor; then the declared invalid-action policy: ``"raise"`` (a
     ``ValueError`` as soon as the first stage fails) or ``"fallback"`` (``fallback_action``, else
-    a random action of ``space`` seeded by :meth:`seed`, with ``invalid_penalty``).
+    a random action of ``space`` seeded by :meth:`seed`, else, with no space, a random one of
+    the valid actions seen so far, warned once; always with ``invalid_penalty``). Only an
+    invalid reply before any valid one, with no space and no ``fallback_action``, raises.
     """
 
     def __init__(
@@ -98,12 +105,17 @@ class ActionResolver:
         #: Appended to the ``"raise"`` policy's error (e.g. the valid actions).
         self.advice = advice
         self._sampler = copy.deepcopy(space)
+        #: Without a space: the distinct valid actions so far (the fallback draws among them).
+        self._seen: list[Any] = []
+        self._seen_rng = random.Random(0)
+        self._warned = False
         self.fallback_action = self._validated_fallback(fallback_action)
 
     def seed(self, seed: int | None) -> None:
         """Seed the random fallback (a copy of the space: the env's own generator is untouched)."""
         if self._sampler is not None:
             self._sampler.seed(seed)
+        self._seen_rng.seed(seed)
 
     def sample(self) -> Any:
         """A random action of the space, from the resolver's own seeded copy of it."""
@@ -160,6 +172,7 @@ class ActionResolver:
             source = parsed.method or "parser"
             if self.extractor is None and source != "text":
                 source = f"parser:{source}"
+            self._remember(parsed.action)
             return Resolution(parsed.action, source, error, 0.0, parsed)
         if self.on_invalid == "raise":
             raise ValueError(f"Invalid action for reply {reply!r}: {error}. {self.advice}".strip())
@@ -167,12 +180,38 @@ class ActionResolver:
             fallback = self.fallback_action
         elif self._sampler is not None:
             fallback = self.sample()
+        elif self._seen:
+            fallback = self._seen[self._seen_rng.randrange(len(self._seen))]
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"Invalid action for reply {reply!r} ({error}); with no action space the "
+                    f"fallback is a random one of the {len(self._seen)} actions seen valid so "
+                    f"far, with invalid_penalty={self.invalid_penalty} (counted; warned once). "
+                    "Pass action_space=env.action_space for a uniform fallback over all "
+                    "actions, fallback_action=... for a fixed one, or on_invalid='raise' to "
+                    "stop instead.",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
         else:
             raise ValueError(
-                f"Invalid action for reply {reply!r} ({error}) and nothing to fall back to: pass "
-                "action_space=env.action_space (random fallback) or fallback_action=..."
+                f"Invalid action for reply {reply!r} ({error}) before any valid one, and nothing "
+                "to fall back to: pass action_space=env.action_space (random fallback) or "
+                "fallback_action=..."
             )
         return Resolution(fallback, "fallback", error, self.invalid_penalty, parsed)
+
+    def _remember(self, action: Any) -> None:
+        """Keep a valid action as a fallback candidate when there is no space to sample."""
+        if self.space is not None or len(self._seen) >= MAX_REMEMBERED_ACTIONS:
+            return
+        try:
+            known = any(bool(action == seen) for seen in self._seen)
+        except Exception:  # arrays of other shapes etc.: not the same action
+            known = False
+        if not known:
+            self._seen.append(action)
 
     def _validated_fallback(self, fallback: Any) -> Any:
         if fallback is None or self.space is None:

@@ -26,7 +26,6 @@ import json
 import os
 from collections import deque
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, ClassVar, Literal, SupportsFloat, TypeVar
 
 import torch
@@ -37,14 +36,20 @@ from gym_llm.policy.llm_policy import LLMPolicy
 from gym_llm.policy.prompts import Message
 from gym_llm.policy.top_layers import TrainableLayers
 from gym_llm.rl.agent_config import (
-    agent_json,
     agent_policy_kwargs,
     check_arguments,
     resolve_configs,
-    saved_arguments,
 )
+from gym_llm.rl.agent_saving import AgentSaving
 from gym_llm.rl.buffer import TextRolloutBuffer
-from gym_llm.rl.episodes import Counts, Episode, Turn, best_episodes, episode_stats, episodes_buffer
+from gym_llm.rl.episodes import (
+    Counts,
+    Episode,
+    Turn,
+    best_episodes,
+    episode_stats,
+    episodes_buffer,
+)
 from gym_llm.rl.ppo import PPO
 from gym_llm.spaces import TextActions, TextObservations
 from gym_llm.wrappers.resolver import ActionResolver, Resolution, rules_for
@@ -58,7 +63,7 @@ OnInvalid = Literal["fallback", "raise"]
 ActionOutcome = Resolution
 
 
-class Agent(abc.ABC):
+class Agent(AgentSaving, abc.ABC):
     """An LLM agent you drive by hand, LlamaGym style; trained with gym_llm's PPO.
 
     Args:
@@ -376,28 +381,3 @@ class Agent(abc.ABC):
         stats = sft.warm_start(self.policy, demos, **{**self.sft_kwargs, **kwargs})
         self.policy.set_training_mode(False)
         return stats
-
-    # --- save / load ---------------------------------------------------------------------------
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write ``PPO.save``'s directory (adapter, value head, optimizer, config) plus
-        ``agent.json`` (the Agent's own settings). Never the base weights."""
-        self.ppo.save(path, extra_json={"agent.json": agent_json(self)})
-
-    @classmethod
-    def load(
-        cls: type[SelfAgent],
-        path: str | os.PathLike[str],
-        device: torch.device | str = "auto",
-        **kwargs: Any,
-    ) -> SelfAgent:
-        """Rebuild an agent saved by :meth:`save` (call it on your subclass:
-        ``BlackjackAgent.load(dir)``). ``kwargs`` override saved constructor arguments, e.g.
-        ``action_space=`` for a non-Discrete space, ``tensorboard_log=``, or ``model=`` when the
-        base model moved."""
-        directory = Path(path)
-        arguments = {**saved_arguments(directory, cls.FORMAT), "device": device}
-        arguments.update(kwargs)
-        agent = cls(**arguments)
-        agent.ppo.load_policy_state(directory)
-        return agent

@@ -91,6 +91,38 @@ class TextRolloutBuffer(RolloutBuffer):
         self.pos += 1
         self.full = self.pos == self.buffer_size
 
+    def compute_returns_and_advantage(self, last_values: torch.Tensor, dones: np.ndarray) -> None:
+        """SB3's GAE, except that a non-finite reward or value stays inside its episode: SB3
+        multiplies the next episode's terms by ``next_non_terminal = 0``, and ``0 * nan`` is
+        ``nan``, so one NaN reward would poison every earlier turn of its env in the rollout."""
+        last = last_values.clone().cpu().numpy().flatten()
+        last_gae_lam = np.zeros(self.n_envs, dtype=np.float32)
+        for step in reversed(range(self.buffer_size)):
+            if step == self.buffer_size - 1:
+                next_non_terminal = 1.0 - dones.astype(np.float32)
+                next_values = last
+            else:
+                next_non_terminal = 1.0 - self.episode_starts[step + 1]
+                next_values = self.values[step + 1]
+            cont = next_non_terminal > 0
+            bootstrap = np.where(cont, self.gamma * next_values * next_non_terminal, 0.0)
+            delta = self.rewards[step] + bootstrap - self.values[step]
+            carried = np.where(
+                cont, self.gamma * self.gae_lambda * next_non_terminal * last_gae_lam, 0.0
+            )
+            last_gae_lam = (delta + carried).astype(np.float32)
+            self.advantages[step] = last_gae_lam
+        self.returns = self.advantages + self.values
+
+    def finite_turns(self) -> np.ndarray:
+        """Per turn (flattened), whether its advantage, return and value are finite numbers:
+        the turns an update may learn from (a NaN reward from an env makes its episode's turns
+        non-finite, and those are left out, counted, rather than poisoning the weights)."""
+        finite: np.ndarray = (
+            np.isfinite(self.advantages) & np.isfinite(self.returns) & np.isfinite(self.values)
+        )
+        return finite.reshape(-1)
+
     def minibatches(
         self, batch_size: int, generator: np.random.Generator | None = None
     ) -> Iterator[TextBatch]:
@@ -99,6 +131,8 @@ class TextRolloutBuffer(RolloutBuffer):
             raise RuntimeError("TextRolloutBuffer is not full yet: collect a whole rollout first.")
         total = self.buffer_size * self.n_envs
         order = (generator or np.random.default_rng()).permutation(total)
+        order = order[self.finite_turns()[order]]
+        total = len(order)
         flat = {
             "obs": self.observations_text.reshape(-1),
             "act": self.action_tokens.reshape(-1),

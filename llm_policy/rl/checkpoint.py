@@ -10,21 +10,44 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import MISSING, asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from gym_llm.rl.update import PPOUpdate
+from gym_llm.rl.checkpoint_files import (
+    CheckpointError,
+    read_tensors,
+    write_directory,
+)
+from gym_llm.rl.training_state import TrainingState
 from gym_llm.spaces import TextActions, TextObservations
+
+#: The file of a checkpoint that holds the run's random state and episode bookkeeping (JSON).
+TRAINING_STATE = "training_state.json"
 
 #: The ``format`` field of ``config.json``.
 FORMAT = "gym_llm.PPO/1"
+
+
+def check_format(found: str, config_file: Path) -> None:
+    """Refuse a config of another kind, or of a newer version of this format."""
+    kind, _, version = found.rpartition("/")
+    own_kind, _, own_version = FORMAT.rpartition("/")
+    if kind != own_kind:
+        raise CheckpointError(
+            f"{config_file} has format {found!r}, not {FORMAT!r}: it is not a saved gym_llm PPO "
+            "agent."
+        )
+    if not version.isdigit() or int(version) > int(own_version):
+        raise CheckpointError(
+            f"{config_file} was written in format {found!r} by a newer gym_llm; this one reads "
+            f"{FORMAT!r}. Upgrade gym_llm (pip install -U gym_llm) to load it."
+        )
+
 
 #: Hyper-parameters written to ``config.json`` by ``save`` and passed back by ``load``.
 SAVED_HYPERPARAMETERS = (
@@ -48,6 +71,7 @@ SAVED_HYPERPARAMETERS = (
     "clip_range_vf",
     "reward_scale",
     "critic_warmup_steps",
+    "max_consecutive_skips",
 )
 
 
@@ -70,15 +94,43 @@ class SavedConfig:
     @classmethod
     def read(cls, directory: str | os.PathLike[str]) -> SavedConfig:
         """The config of a saved agent directory, with an error that says what to do if it is
-        not one."""
+        not one, is damaged, or was written by a newer gym_llm."""
         config_file = Path(directory) / "config.json"
         if not config_file.is_file():
             raise FileNotFoundError(
                 f"{directory} is not a gym_llm agent directory (no config.json); save one with "
                 "model.save(path)."
             )
-        data = json.loads(config_file.read_text())
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        try:
+            data = json.loads(config_file.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CheckpointError(
+                f"{config_file} is not valid JSON ({exc}): the file is damaged. Load an earlier "
+                "checkpoint (run_dir/checkpoints/) or the run's agent/ directory."
+            ) from None
+        if not isinstance(data, dict):
+            raise CheckpointError(f"{config_file} holds {type(data).__name__}, not a JSON object.")
+        check_format(str(data.get("format", FORMAT)), config_file)
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        unknown += sorted(
+            f"hyperparameters.{k}"
+            for k in data.get("hyperparameters", {})
+            if k not in SAVED_HYPERPARAMETERS
+        )
+        if unknown:
+            raise CheckpointError(
+                f"{config_file} has keys this gym_llm does not know: {unknown}. It was written "
+                "by a newer gym_llm (upgrade: pip install -U gym_llm) or edited by hand (remove "
+                "them)."
+            )
+        required = [
+            name
+            for name, item in cls.__dataclass_fields__.items()
+            if item.default is MISSING and name not in data
+        ]
+        if required:
+            raise CheckpointError(f"{config_file} lacks {required}: the file is incomplete.")
+        return cls(**data)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, default=str)
@@ -103,35 +155,6 @@ class SavedConfig:
                 act["actions"], description=act["description"], max_length=act["max_length"]
             ),
         )
-
-
-def write_directory(
-    path: str | os.PathLike[str], files: Mapping[str, Callable[[Path], None]]
-) -> None:
-    """Write a checkpoint directory all or nothing: each ``files[name](file_path)`` writes into a
-    temporary sibling directory, which then replaces ``path`` (the old one is removed only after
-    the new one is in place)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        for name, write in files.items():
-            write(tmp / name)
-        backup = target.with_name(f".{target.name}.old")
-        if target.exists():
-            os.replace(target, backup)
-        os.replace(tmp, target)
-        shutil.rmtree(backup, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def read_tensors(directory: str | os.PathLike[str], device: torch.device) -> dict[str, Any]:
-    """``policy.pt``: tensors only (``weights_only=True``: no pickled object is ever run)."""
-    state: dict[str, Any] = torch.load(
-        Path(directory) / "policy.pt", map_location=device, weights_only=True
-    )
-    return state
 
 
 def regroup_optimizer_state(
@@ -168,7 +191,7 @@ def regroup_optimizer_state(
     return {"state": saved["state"], "param_groups": regrouped}
 
 
-class PPOCheckpointing(PPOUpdate):
+class PPOCheckpointing(TrainingState):
     """``save`` and loading the trained state into a built agent (``PPO.load`` builds it)."""
 
     def saved_config(self) -> SavedConfig:
@@ -239,7 +262,10 @@ class PPOCheckpointing(PPOUpdate):
         Never the base weights, never a pickled model or tokenizer. The directory is written next
         to ``path`` and renamed into place, so a failed save leaves the previous checkpoint intact.
         """
-        texts = {"config.json": self.saved_config().to_json()}
+        texts = {
+            "config.json": self.saved_config().to_json(),
+            TRAINING_STATE: json.dumps(self.training_state(), default=float),
+        }
         texts.update(
             {name: json.dumps(data, indent=2) for name, data in (extra_json or {}).items()}
         )
@@ -252,16 +278,29 @@ class PPOCheckpointing(PPOUpdate):
                 file.write_text(texts[file.name])
 
         write_directory(path, dict.fromkeys([*texts, "policy.pt"], write))
+        self.last_checkpoint = Path(path)
 
     def load_policy_state(self, path: str | os.PathLike[str]) -> None:
         """Load the trained state a :meth:`save` directory holds (adapter, value head, optimizer,
-        counters) into this already-built agent; shared by :meth:`load` and ``Agent.load``."""
+        counters, and the random state a resumed :meth:`learn` continues from) into this
+        already-built agent; shared by ``PPO.load`` and ``Agent.load``."""
         saved = SavedConfig.read(path)
         state = read_tensors(path, self.device)
-        self.policy.load_trainable_state_dict(state["trainable"])
-        self.policy.optimizer.load_state_dict(
-            regroup_optimizer_state(state["optimizer"], self.policy.optimizer)
-        )
+        try:
+            self.policy.load_trainable_state_dict(state["trainable"])
+            optimizer_state = regroup_optimizer_state(state["optimizer"], self.policy.optimizer)
+            self.policy.optimizer.load_state_dict(optimizer_state)
+        except (ValueError, RuntimeError) as exc:
+            lora = saved.policy_kwargs.get("lora") or {}
+            raise CheckpointError(
+                f"{Path(path) / 'policy.pt'} does not fit this policy: it was saved for model "
+                f"{saved.policy_kwargs.get('model')!r} with LoRA rank {lora.get('r')} and "
+                f"trainable layers {saved.policy_kwargs.get('trainable_layers')}; this policy "
+                f"is {self.policy.model_name!r} with LoRA rank "
+                f"{(self.policy.lora_settings or {}).get('r')} and trainable layers "
+                f"{self.policy.trainable_layers}. Build the agent with the saved settings "
+                f"(PPO.load reads them from config.json). ({exc})"
+            ) from None
         if "choice_calibration" in state:  # exactly the constants the agent trained with
             self.policy.choice_calibration = state["choice_calibration"].to(self.device)
         if "advantage_scale" in state:  # agents saved before it existed start a fresh one
@@ -271,3 +310,12 @@ class PPOCheckpointing(PPOUpdate):
             self.advantage_scale.count = count
         self.num_timesteps = int(saved.num_timesteps)
         self._n_updates = int(saved.n_updates)
+        training_file = Path(path) / TRAINING_STATE
+        if training_file.is_file():  # agents saved before it existed resume with fresh RNGs
+            try:
+                self.restore_training_state(json.loads(training_file.read_text()))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                raise CheckpointError(
+                    f"{training_file} is damaged ({type(exc).__name__}: {exc}). Load an earlier "
+                    "checkpoint, or delete the file to continue with fresh random state."
+                ) from None

@@ -3,9 +3,11 @@ rollout buffer (in order, one env, each episode ending in a terminal state)."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -66,6 +68,80 @@ class Counts:
         self.extract_failures += int(outcome.error is not None)
         self.parser_recovered += int(outcome.source.startswith("parser:"))
         self.invalid_actions += int(outcome.source == "fallback")
+
+
+def _plain(value: Any) -> Any:
+    """An env action as JSON can hold it (NumPy scalars and arrays as numbers and lists)."""
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return repr(value)  # only read back for statistics
+
+
+def episode_record(episode: Episode) -> dict[str, Any]:
+    """An episode as JSON data, for saving an Agent between updates. The rollout's cached
+    hidden states are not kept: the update recomputes them from the prompt."""
+    return {
+        "messages": list(episode.messages),
+        "turns": [
+            {
+                "prompt": t.prompt,
+                "reply": t.reply,
+                "tokens": t.tokens.tolist(),
+                "log_probs": t.log_probs.tolist(),
+                "value": t.value,
+                "action": _plain(t.action),
+                "source": t.source,
+                "reward": t.reward,
+                "dropped_exchanges": t.dropped_exchanges,
+            }
+            for t in episode.turns
+        ],
+    }
+
+
+def episode_from_record(record: dict[str, Any]) -> Episode:
+    """Undo :func:`episode_record` (token ids and log-probs exactly as sampled)."""
+    turns = [
+        Turn(
+            **{
+                **t,
+                "tokens": np.asarray(t["tokens"], dtype=np.int64),
+                "log_probs": np.asarray(t["log_probs"], dtype=np.float32),
+            }
+        )
+        for t in record["turns"]
+    ]
+    return Episode(turns, list(record["messages"]))
+
+
+#: The file of a saved Agent that holds its untrained episodes (``Agent.save``).
+EPISODES_FILE = "episodes.json"
+
+
+def episodes_json(
+    pending: Sequence[Episode], replay: Iterable[Episode], counts: Counts
+) -> dict[str, Any]:
+    """``episodes.json``: the finished episodes not trained on yet, the SFT replay window and
+    the reply counts since the last update."""
+    return {
+        "pending": [episode_record(e) for e in pending],
+        "replay": [episode_record(e) for e in replay],
+        "counts": asdict(counts),
+    }
+
+
+def read_episodes(file: Path) -> tuple[list[Episode], list[Episode], Counts]:
+    """Undo :func:`episodes_json`: ``(pending, replay, counts)``."""
+    saved = json.loads(file.read_text())
+    return (
+        [episode_from_record(r) for r in saved["pending"]],
+        [episode_from_record(r) for r in saved["replay"]],
+        Counts(**saved["counts"]),
+    )
 
 
 def episodes_buffer(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
@@ -74,6 +75,11 @@ class PPO(PPOCheckpointing):
         critic_warmup_steps: for the first this many env steps only the value head trains (the
             policy's weights get no update), so the first policy updates see a critic that
             already predicts something (TWOSOME warms its critic up for 5k steps).
+        max_consecutive_skips: the NaN guard skips an optimizer step whose loss, gradient or
+            value is not finite (``train/skipped_steps``); after this many in a row, training
+            stops with a :class:`~gym_llm.rl.update.NonFiniteTrainingError` naming the cause
+            and the last checkpoint. Turns whose reward is not finite are left out of the update
+            (``train/nonfinite_turns``), so one bad reward costs its episode, not the run.
     """
 
     policy_aliases: ClassVar[dict[str, type[Any]]] = {"LLMPolicy": LLMPolicy}
@@ -103,6 +109,7 @@ class PPO(PPOCheckpointing):
         clip_range_vf: float | None = None,
         reward_scale: float = 1.0,
         critic_warmup_steps: int = 0,
+        max_consecutive_skips: int = 10,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -148,6 +155,8 @@ class PPO(PPOCheckpointing):
             raise ValueError(
                 f"clip_range_vf must be > 0 (or None: no clipping), got {clip_range_vf}."
             )
+        if max_consecutive_skips < 1:
+            raise ValueError(f"max_consecutive_skips must be >= 1, got {max_consecutive_skips}.")
         if critic_warmup_steps < 0:
             raise ValueError(f"critic_warmup_steps must be >= 0, got {critic_warmup_steps}.")
         self.advantage_estimator = check_estimator(advantage_estimator)
@@ -174,6 +183,13 @@ class PPO(PPOCheckpointing):
         self._shuffle_rng = np.random.default_rng(seed)
         #: Each observation's greedy action when a rollout first saw it (rollout/greedy_changed).
         self._first_greedy: dict[str, int] = {}
+        # The NaN guard (gym_llm.rl.update) and resuming (gym_llm.rl.training_state).
+        self.max_consecutive_skips = max_consecutive_skips
+        self.skipped_steps = self._consecutive_skips = self.nonfinite_turns = 0
+        self.last_checkpoint: Path | None = None
+        self.restarted_episodes = 0
+        self._pending_resume: dict[str, Any] | None = None
+        self._in_rollout = False
         if _init_setup_model:
             self._setup_model()
 

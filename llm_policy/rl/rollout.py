@@ -7,6 +7,7 @@ last observation; the critic-free estimators replace GAE's advantages after the 
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,8 @@ class RolloutCollection(OnPolicyAlgorithm):
     invalid_action_rate: float
     #: Each observation's greedy action when a rollout first saw it (rollout/greedy_changed).
     _first_greedy: dict[str, int]
+    #: True while a rollout is being collected (a checkpoint then cannot resume exactly).
+    _in_rollout: bool
 
     def collect_rollouts(
         self,
@@ -42,12 +45,22 @@ class RolloutCollection(OnPolicyAlgorithm):
         n_rollout_steps: int,
     ) -> bool:
         """Fill the buffer with ``n_rollout_steps`` batched policy calls (one per vector step)."""
+        self._in_rollout = True  # a checkpoint taken now cannot resume from _last_obs
+        try:
+            return self._collect(env, callback, rollout_buffer, n_rollout_steps)
+        finally:
+            self._in_rollout = False
+
+    def _collect(
+        self, env: VecEnv, callback: BaseCallback, rollout_buffer: Any, n_rollout_steps: int
+    ) -> bool:
         assert self._last_obs is not None, "No previous observation was provided"
         buffer: TextRolloutBuffer = rollout_buffer
         self.policy.set_training_mode(False)
         buffer.reset()
         callback.on_rollout_start()
-        n_steps = invalid = 0
+        n_steps = invalid = nonfinite = cut_observations = 0
+        cut_prompts = self.policy.truncated_prompts
         samples: list[str] = []
         seen: list[str] = []
         probs: list[np.ndarray] = []
@@ -67,6 +80,18 @@ class RolloutCollection(OnPolicyAlgorithm):
             self._update_info_buffer(infos, dones)
             n_steps += 1
             invalid += sum(not info.get("action_valid", True) for info in infos)
+            cut_observations += sum(bool(info.get("observation_truncated")) for info in infos)
+            bad = ~np.isfinite(rewards)
+            if bad.any() and not nonfinite:  # once per rollout; the count is logged
+                warnings.warn(
+                    f"Env {int(np.flatnonzero(bad)[0])} returned a non-finite reward "
+                    f"({rewards[bad][0]}) after the reply {step.replies[int(np.flatnonzero(bad)[0])]!r}"
+                    ": the turns of that episode are left out of the update "
+                    "(train/nonfinite_turns). Fix the env's reward.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            nonfinite += int(bad.sum())
             if len(samples) < self.n_logged_samples:
                 samples.append(
                     f"**observation**\n\n    {observations[0]!s}\n\n**reply:** {step.replies[0]}"
@@ -109,6 +134,9 @@ class RolloutCollection(OnPolicyAlgorithm):
             for name, value in figures.items():
                 self.logger.record(f"rollout/{name}", value)
         self.logger.record("rollout/invalid_action_rate", self.invalid_action_rate)
+        self.logger.record("rollout/nonfinite_rewards", nonfinite)
+        self.logger.record("rollout/observations_truncated", cut_observations)
+        self.logger.record("rollout/prompts_truncated", self.policy.truncated_prompts - cut_prompts)
         if samples:
             self.logger.record(
                 "rollout/samples",

@@ -5,7 +5,9 @@ the critic's warm-up. Part of :class:`gym_llm.PPO` (the loss math is in :mod:`gy
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,6 +29,10 @@ def _pad(arrays: list[np.ndarray], width: int, device: torch.device) -> torch.Te
     return out.to(device)
 
 
+class NonFiniteTrainingError(FloatingPointError):
+    """Too many optimizer steps in a row had a non-finite loss, gradient or value."""
+
+
 class PPOUpdate(RolloutCollection):
     """``train()``: the update, and how it centres, scales and batches the turns."""
 
@@ -46,6 +52,14 @@ class PPOUpdate(RolloutCollection):
     #: Running std of every advantage so far: the scale of normalize_advantage.
     advantage_scale: RunningMeanStd
     _shuffle_rng: np.random.Generator
+    #: Optimizer steps skipped by the NaN guard over the run (``train/skipped_steps``).
+    skipped_steps: int
+    #: Turns of the last rollout left out of the update for a non-finite advantage or return.
+    nonfinite_turns: int
+    #: The NaN guard stops training after this many skipped steps in a row.
+    max_consecutive_skips: int
+    _consecutive_skips: int
+    last_checkpoint: Path | None
 
     def train(self) -> None:
         """Clipped-surrogate PPO over ``n_epochs`` of shuffled minibatches of turns."""
@@ -80,6 +94,7 @@ class PPOUpdate(RolloutCollection):
                 self.policy.optimizer.zero_grad(set_to_none=True)
                 n = len(batch.observations)
                 batch_kl: list[float] = []
+                bad_cause: str | None = None
                 rows = self._rows_per_pass(batch.observations, batch.actions)
                 stats["rows_per_pass"].append(float(rows))
                 for start in range(0, n, rows):
@@ -104,6 +119,10 @@ class PPOUpdate(RolloutCollection):
                         kl_ref = k3_kl(ev.token_log_probs, ref, mask)
                         loss = loss + self.kl_coef * kl_ref
                         stats["kl_ref"].append(kl_ref.item())
+                    if bad_cause is None and not torch.isfinite(ev.values.detach()).all():
+                        bad_cause = "value"
+                    elif bad_cause is None and not torch.isfinite(loss.detach()):
+                        bad_cause = "loss"
                     (loss * (len(observations) / n)).backward()
                     if first:
                         first_error = max(first_error, surrogate.max_ratio_error)
@@ -124,9 +143,15 @@ class PPOUpdate(RolloutCollection):
                     break
                 for param in frozen_now:
                     param.grad = None
-                torch.nn.utils.clip_grad_norm_(
+                norm = torch.nn.utils.clip_grad_norm_(
                     [p for p in self.policy.parameters() if p.requires_grad], self.max_grad_norm
                 )
+                cause = bad_cause or ("gradient" if not torch.isfinite(norm) else None)
+                if cause is not None:  # the NaN guard: this step never reaches the weights
+                    self.policy.optimizer.zero_grad(set_to_none=True)
+                    self._skip_step(cause, batch.observations)
+                    continue
+                self._consecutive_skips = 0
                 self.policy.optimizer.step()
                 self._n_updates += 1
             if not continue_training:
@@ -148,9 +173,35 @@ class PPOUpdate(RolloutCollection):
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/clip_range", clip)
         self.logger.record("train/critic_warmup", int(warmup))
+        self.logger.record("train/skipped_steps", self.skipped_steps)
+        self.logger.record("train/nonfinite_turns", self.nonfinite_turns)
         self.turns_per_pass = float(np.mean(stats["rows_per_pass"]))
         self.logger.record("train/turns_per_pass", self.turns_per_pass)
         self.logger.record("train/learning_rate", self.policy.optimizer.param_groups[0]["lr"])
+
+    def _skip_step(self, cause: str, observations: Sequence[str]) -> None:
+        """Count a skipped optimizer step, say which batch caused it, and stop the run after
+        ``max_consecutive_skips`` in a row."""
+        self.skipped_steps += 1
+        self._consecutive_skips += 1
+        where = self.last_checkpoint if self.last_checkpoint is not None else "none saved yet"
+        first = observations[0] if observations else ""
+        message = (
+            f"Skipped an optimizer step: non-finite {cause} in a batch of {len(observations)} "
+            f"turns (first observation: {first[:160]!r}). Skipped {self.skipped_steps} so far, "
+            f"{self._consecutive_skips} in a row."
+        )
+        self.logger.record("train/skipped_cause", message, exclude=("stdout", "csv", "json"))
+        if self._consecutive_skips >= self.max_consecutive_skips:
+            raise NonFiniteTrainingError(
+                f"Training stopped: {self._consecutive_skips} optimizer steps in a row had a "
+                f"non-finite {cause}; no step with a non-finite value reached the weights. "
+                f"Last checkpoint: {where}. Usual causes: a learning rate too high "
+                "(train/learning_rate), an env returning huge rewards (scale them with "
+                "reward_scale), fp16 overflow (use bf16 or fp32). Resume from the checkpoint "
+                "with a lower learning rate."
+            )
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def _advantage_normalisation(self) -> tuple[float, float]:
         """``(centre, scale)`` for this rollout's advantages: ``(0, 1)`` when not normalising.
@@ -162,6 +213,8 @@ class PPOUpdate(RolloutCollection):
         back onto a wrong answer (KeywordBandit; seeds measured in benchmarks/RESULTS.md).
         """
         advantages = self.rollout_buffer.advantages
+        advantages = advantages[np.isfinite(advantages)]  # non-finite turns are left out
+        self.nonfinite_turns = int(self.rollout_buffer.advantages.size - advantages.size)
         if not self.normalize_advantage or advantages.size <= 1:
             return 0.0, 1.0
         self.advantage_scale.update(advantages.reshape(-1).astype(np.float64))

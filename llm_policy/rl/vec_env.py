@@ -22,6 +22,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
+from gym_llm.rl.run_state import episode_rng_state
 from gym_llm.spaces import NOT_TEXT_HELP
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 from gym_llm.wrappers.conversation import ConversationWrapper
@@ -49,13 +50,18 @@ class TextVecEnv(VecEnv):
         check_text_env(first)
         super().__init__(len(self.envs), first.observation_space, first.action_space)
         self._actions: np.ndarray = np.empty(self.num_envs, dtype=object)
+        #: How each env's current episode began: its generator state just before the reset, or
+        #: ``{"seed": s}`` for a seeded reset. Resuming from a checkpoint replays that reset.
+        self.episode_rng_states: list[dict[str, Any] | None] = [None] * self.num_envs
 
     def reset(self) -> VecEnvObs:
         observations = np.empty(self.num_envs, dtype=object)
         for i, env in enumerate(self.envs):
-            observations[i], self.reset_infos[i] = env.reset(
-                seed=self._seeds[i], options=self._options[i]
+            seed = self._seeds[i]
+            self.episode_rng_states[i] = (
+                episode_rng_state(env) if seed is None else {"seed": int(seed)}
             )
+            observations[i], self.reset_infos[i] = env.reset(seed=seed, options=self._options[i])
         self._reset_seeds()
         self._reset_options()
         return observations
@@ -75,6 +81,7 @@ class TextVecEnv(VecEnv):
             info["TimeLimit.truncated"] = truncated and not terminated
             if dones[i]:
                 info["terminal_observation"] = obs
+                self.episode_rng_states[i] = episode_rng_state(env)
                 obs, self.reset_infos[i] = env.reset()
             observations[i], rewards[i] = obs, float(reward)
             infos.append(info)

@@ -1,0 +1,109 @@
+"""Checkpoint files on disk: directories written all or nothing, tensors read without ever
+unpickling an object, and errors that name the file and the fix.
+
+A run that is killed (``SIGKILL``, power loss, full disk) at any moment must leave the previous
+checkpoint loadable, and a checkpoint from elsewhere must not be able to run code on load.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class CheckpointError(ValueError):
+    """A saved agent that cannot be loaded as it is: damaged, foreign, or from a newer version.
+    The message names the file and what to do."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (full disk, no permission); the previous one is intact."""
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file or a directory entry to disk (a no-op where the OS cannot open directories)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_directory(
+    path: str | os.PathLike[str], files: Mapping[str, Callable[[Path], None]]
+) -> None:
+    """Write a checkpoint directory all or nothing: each ``files[name](file_path)`` writes into a
+    temporary sibling directory, whose files are flushed to disk before it replaces ``path`` (the
+    old one is removed only after the new one is in place). A process killed at any point leaves
+    either the old directory or the new one: the next call finishes a replacement that was cut
+    short (``.<name>.old`` back in place) and clears dead temporary directories."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    backup = target.with_name(f".{target.name}.old")
+    if backup.exists() and not target.exists():  # killed between the two renames below
+        os.replace(backup, target)
+    for stale in target.parent.glob(f".{target.name}-*"):  # killed while writing
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        try:
+            for name, write in files.items():
+                write(tmp / name)
+                _fsync(tmp / name)
+            _fsync(tmp)
+        except OSError as exc:
+            kept = (
+                f"the previous checkpoint in {target} is intact"
+                if target.exists()
+                else ("nothing was written")
+            )
+            raise CheckpointWriteError(
+                exc.errno,
+                f"Could not write the checkpoint {target} ({exc.strerror or exc}); {kept}. "
+                "Free disk space or choose another directory, then save again.",
+            ) from exc
+        if target.exists():
+            os.replace(target, backup)
+        os.replace(tmp, target)
+        _fsync(target.parent)
+        shutil.rmtree(backup, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_tensors(directory: str | os.PathLike[str], device: torch.device) -> dict[str, Any]:
+    """``policy.pt``: tensors only (``weights_only=True``: no pickled object is ever run), with
+    an error naming the file when it is missing, damaged or holds anything but tensors."""
+    file = Path(directory) / "policy.pt"
+    if not file.is_file():
+        raise FileNotFoundError(
+            f"{file} is missing: {directory} has a config.json but no weights. Load another "
+            "checkpoint (run_dir/checkpoints/) or save the agent again."
+        )
+    try:
+        state = torch.load(file, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(
+            f"{file} holds objects other than tensors, which gym_llm never writes and refuses "
+            f"to unpickle (nothing in it was run): a tampered or foreign file. ({exc})"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError) as exc:
+        raise CheckpointError(
+            f"{file} is damaged or truncated ({type(exc).__name__}: {exc}). Load an earlier "
+            "checkpoint (run_dir/checkpoints/) or the run's agent/ directory."
+        ) from None
+    if not isinstance(state, dict) or "trainable" not in state or "optimizer" not in state:
+        raise CheckpointError(f"{file} is not a gym_llm policy file (no trainable weights).")
+    return state
