@@ -109,15 +109,17 @@ def test_train_writes_a_run_that_repeats_from_its_config_and_evaluates(
 ) -> None:
     first = tmp_path / "first"
     argv = ["train", *FAST, "--model", str(tiny_model_dir), "--checkpoint-every", "4"]
+    argv += ["--timesteps", "16"]  # two rollouts of 8: checkpoints at their boundaries
     assert cli.main([*argv, "--env-kwargs", 'options=["stick","hit"]', "--out", str(first)]) == 0
     out = capsys.readouterr().out
     assert "Before training" in out and f"eval --load {first}" in out
     saved = json.loads((first / "config.json").read_text())
-    assert saved["env_kwargs"] == {"options": ["stick", "hit"]} and saved["timesteps"] == 8
+    assert saved["env_kwargs"] == {"options": ["stick", "hit"]} and saved["timesteps"] == 16
     result = json.loads((first / "result.json").read_text())
     assert result["versions"]["torch"] and result["device"].startswith("CPU")
     assert result["before"]["exact"] is not None
-    assert sorted(p.name for p in (first / "checkpoints").iterdir()) == ["4", "8"]
+    assert sorted(p.name for p in (first / "checkpoints").iterdir()) == ["16", "8", "latest"]
+    assert (first / "checkpoints" / "latest").read_text().strip() == "16"
     assert (first / "agent" / "policy.pt").is_file()
     assert list((first / "tensorboard").rglob("events.out.tfevents*"))
 
@@ -137,13 +139,13 @@ def test_train_writes_a_run_that_repeats_from_its_config_and_evaluates(
     low, high = report["ci95"]
     assert low <= report["monte_carlo"]["mean"] <= high
     assert report["exact"] in (0.0, 0.5, 1.0)  # two targets, one question each
-    assert report["references"]["optimum"] == 1.0 and report["num_timesteps"] == 8
+    assert report["references"]["optimum"] == 1.0 and report["num_timesteps"] == 16
     assert "95% CI" in capsys.readouterr().out
-    checkpoint = first / "checkpoints" / "4"
+    checkpoint = first / "checkpoints" / "8"
     out_file = tmp_path / "eval4.json"
     assert cli.main(["eval", "--load", str(checkpoint), "--episodes", "2", "--no-exact",
                      "--device", "cpu", "--out", str(out_file)]) == 0  # fmt: skip
-    assert json.loads(out_file.read_text())["num_timesteps"] == 4
+    assert json.loads(out_file.read_text())["num_timesteps"] == 8
 
 
 def test_dry_run_resolves_config_and_overrides(

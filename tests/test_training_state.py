@@ -127,7 +127,7 @@ def test_resume_mid_episode_restarts_that_episode(
     model.learn(16)
     mid_episode = [not s for s in model._last_episode_starts]
     assert any(mid_episode)  # the rollout ended inside an episode
-    secrets = [e.unwrapped._secret for e in model.env.envs]  # type: ignore[union-attr]
+    secrets = [e.unwrapped._secret for e in model.env.envs]
     model.save(tmp_path / "ckpt")
     resumed = PPO.load(tmp_path / "ckpt", env=_env(env_id, seed=99), device="cpu")
     resumed.learn(8, reset_num_timesteps=False)
@@ -136,7 +136,7 @@ def test_resume_mid_episode_restarts_that_episode(
     # The same episodes began again: the replayed resets drew the same secret numbers.
     replayed = PPO.load(tmp_path / "ckpt", env=_env(env_id, seed=99), device="cpu")
     replayed._setup_learn(8, None, reset_num_timesteps=False)
-    assert [e.unwrapped._secret for e in replayed.env.envs] == secrets  # type: ignore[union-attr]
+    assert [e.unwrapped._secret for e in replayed.env.envs] == secrets
 
 
 def test_checkpoint_holds_only_json_and_tensors(model_dir: Path, tmp_path: Path) -> None:

@@ -153,7 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog=f"Examples:\n  {PROG} train --env Blackjack-v1 --env-kwargs sab=False "
         "--timesteps 4096 --out runs/bj\n"
-        f"  {PROG} train --config runs/bj/config.json --seed 1 --out runs/bj-seed1",
+        f"  {PROG} train --config runs/bj/config.json --seed 1 --out runs/bj-seed1\n"
+        f"  {PROG} train --resume runs/bj                  # after a crash or kill\n"
+        f"  {PROG} train --resume runs/bj --timesteps 8192 # train the same run further",
         formatter_class=_HelpFormatter,
     )
     train.add_argument(
@@ -168,6 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="run directory (default: runs/<env>-<mode>-<UTC time>)",
     )
     train.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
+    train.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR from its newest checkpoint (RUN_DIR/checkpoints/, "
+        "taken between rollouts; see --checkpoint-every): same settings, random state, curve "
+        "and TensorBoard steps. Only --timesteps may differ from the run's config (to train "
+        "further); a run killed at any moment loses at most the rollouts since its last "
+        "checkpoint",
+    )
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.add_argument(
         "--dry-run",

@@ -52,10 +52,55 @@ def _check_env_id(env_id: str, env_kwargs: dict[str, Any]) -> None:
         raise CLIError(f"--env-kwargs {env_kwargs} do not fit {env_id}: {exc}") from None
 
 
+#: Settings ``--resume`` lets differ from the run's config.
+RESUMABLE_CHANGES = ("timesteps",)
+
+
+def _resume_config(args: argparse.Namespace) -> tuple[Any, Path]:
+    """The run's own config, with the flags given checked against it."""
+    from gym_llm.experiments.run import TrainConfig
+
+    run_dir = Path(args.resume)
+    if not (run_dir / "config.json").is_file():
+        raise CLIError(
+            f"--resume {run_dir}: no config.json there. Pass the --out directory of a "
+            f"`{PROG} train` run."
+        )
+    if args.out is not None or args.config is not None:
+        raise CLIError("--resume continues RUN_DIR with its own config: drop --out and --config.")
+    values = load_config_file(run_dir / "config.json", TrainConfig)
+    conflicts = [
+        f"--{name.replace('_', '-')} {getattr(args, name)!r} (the run has {values.get(name)!r})"
+        for name in args.config_fields
+        if hasattr(args, name)
+        and name not in RESUMABLE_CHANGES
+        and getattr(args, name) != values.get(name, getattr(TrainConfig, name, None))
+    ]
+    if conflicts:
+        raise CLIError(
+            "--resume continues a run with its own settings; these flags differ: "
+            + "; ".join(conflicts)
+            + ". Drop them, or start a new run with --config "
+            + f"{run_dir / 'config.json'} --out NEW_DIR."
+        )
+    if hasattr(args, "timesteps"):
+        values["timesteps"] = args.timesteps
+    try:
+        return TrainConfig(**values), run_dir
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"invalid settings: {exc}") from None
+
+
 def _train(args: argparse.Namespace) -> int:
+    if args.resume is not None:
+        return _run_train(*_resume_config(args), args, resume=True)
     config = _train_config(args)
     run_dir = Path(args.out) if args.out is not None else _default_run_dir(config)
-    if (run_dir / "config.json").exists() and not args.overwrite:
+    return _run_train(config, run_dir, args, resume=False)
+
+
+def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: bool) -> int:
+    if not resume and (run_dir / "config.json").exists() and not args.overwrite:
         raise CLIError(
             f"--out {run_dir} already holds a run (config.json). Choose another --out, or pass "
             "--overwrite to replace it."
@@ -72,8 +117,23 @@ def _train(args: argparse.Namespace) -> int:
     def report(point: CurvePoint) -> None:
         print(f"[{point.timesteps:>7} env steps, {point.wall_s:7.1f} s] {point.describe()}")
 
-    print(f"Training {config.model} on {config.env} ({config.mode} mode) -> {run_dir}")
-    result = run(config, run_dir, progress_bar=not args.quiet, on_point=report)
+    if resume:
+        from gym_llm.experiments.checkpoints import resumable_checkpoint
+        from gym_llm.rl.checkpoint_files import latest_checkpoint
+
+        if latest_checkpoint(run_dir / "checkpoints") is None:
+            # Killed before its first checkpoint: nothing to continue, so the run starts over.
+            print(f"{run_dir} has no checkpoint yet: starting the run from the beginning")
+            resume = False
+        else:
+            try:
+                checkpoint = resumable_checkpoint(run_dir)
+            except FileNotFoundError as exc:
+                raise CLIError(f"--resume: {exc}") from None
+            print(f"Resuming {run_dir} from {checkpoint} up to {config.timesteps} env steps")
+    else:
+        print(f"Training {config.model} on {config.env} ({config.mode} mode) -> {run_dir}")
+    result = run(config, run_dir, progress_bar=not args.quiet, on_point=report, resume=resume)
     references = reference_returns(config.env, config.env_kwargs, measure_random=False)
     print(f"Before training: {result.before.describe()}")
     print(f"After training:  {result.after.describe()}")
@@ -82,11 +142,12 @@ def _train(args: argparse.Namespace) -> int:
     print(
         f"{result.timesteps} env steps in {result.train_wall_s:.1f} s on {result.device}.\n"
         f"Run directory: {run_dir} (config.json, result.json, curve.png, agent/, tensorboard/"
-        + (", checkpoints/" if config.checkpoint_every else "")
+        + (", checkpoints/" if config.checkpoint_every != 0 else "")
         + ")\n"
         f"  TensorBoard: tensorboard --logdir {run_dir / 'tensorboard'}\n"
         f"  Evaluate:    {PROG} eval --load {run_dir}\n"
-        f"  Repeat:      {PROG} train --config {run_dir / 'config.json'} --out NEW_DIR"
+        f"  Repeat:      {PROG} train --config {run_dir / 'config.json'} --out NEW_DIR\n"
+        f"  Train more:  {PROG} train --resume {run_dir} --timesteps N"
     )
     return 0
 

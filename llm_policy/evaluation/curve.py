@@ -57,6 +57,16 @@ class CurvePoint:
         }
 
 
+def point_from_dict(data: dict[str, Any]) -> CurvePoint:
+    """Undo :meth:`CurvePoint.as_dict` (for a resumed run's curve)."""
+    stats = EvalStats(**data["monte_carlo"]) if data.get("monte_carlo") is not None else None
+    if data.get("exact") is not None:
+        score = Score(float(data["exact"]), 0.0, "exact")
+    else:
+        score = stats.score() if stats is not None else no_score()
+    return CurvePoint(int(data["timesteps"]), float(data["wall_s"]), score, stats)
+
+
 #: What a recorder measures: the score, and the Monte-Carlo details if it played episodes.
 Measure = Callable[[BaseAlgorithm], tuple[Score, EvalStats | None]]
 
@@ -85,14 +95,29 @@ class CurveRecorder(BaseCallback):
         self._next = every
         self.restart_clock()
 
-    def restart_clock(self) -> None:
-        """Count training time from now (evaluations made so far are not subtracted)."""
-        self.start = time.perf_counter()
+    def restart_clock(self, elapsed: float = 0.0) -> None:
+        """Count training time from now, plus ``elapsed`` seconds already trained (a resumed
+        run); evaluations made so far are not subtracted."""
+        self.start = time.perf_counter() - elapsed
         self.eval_s = 0.0
 
     def train_seconds(self) -> float:
         """Wall time since the clock started, without the time spent measuring."""
         return time.perf_counter() - self.start - self.eval_s
+
+    def state(self) -> dict[str, Any]:
+        """The points so far, the next due step and the training time: JSON for a checkpoint."""
+        return {
+            "points": [p.as_dict() for p in self.points],
+            "next": self._next,
+            "train_s": self.train_seconds(),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state` (a resumed run)."""
+        self.points = [point_from_dict(p) for p in state["points"]]
+        self._next = int(state["next"])
+        self.restart_clock(float(state["train_s"]))
 
     def _on_step(self) -> bool:
         if not self.per_rollout:

@@ -23,6 +23,11 @@ from gym_llm.evaluation.curve import CurvePoint, CurveRecorder, no_score
 from gym_llm.evaluation.exact import exact_evaluation_supported, exact_policy_value
 from gym_llm.evaluation.monte_carlo import EvalStats, evaluate
 from gym_llm.evaluation.scores import Score
+from gym_llm.experiments.checkpoints import (
+    CheckpointCallback,
+    read_run_state,
+    resumable_checkpoint,
+)
 from gym_llm.policy.models import DEFAULT_MODEL, resolve_device
 from gym_llm.policy.top_layers import parse_trainable_layers
 from gym_llm.rl.advantages import check_estimator
@@ -92,8 +97,12 @@ class TrainConfig:
     seed: int = 0
     #: "auto" (cuda, then mps, then cpu), "cpu", "cuda", "cuda:1", ...
     device: str = "auto"
-    #: Save the agent every N env steps to run_dir/checkpoints/<steps>/ (0: only the final agent).
-    checkpoint_every: int = 0
+    #: Save a checkpoint to run_dir/checkpoints/<steps>/ at the first rollout boundary after
+    #: every N env steps (None: after every rollout; 0: none, only the final agent). ``--resume``
+    #: continues from the newest one.
+    checkpoint_every: int | None = None
+    #: Checkpoints kept (the newest; older ones are removed once a newer one is complete).
+    keep_checkpoints: int = 2
     #: Chat-messages JSONL of demonstrations (``gym-llm demos``, gym_llm.experiments.demos.make_demos) to
     #: fine-tune on with SFT after the "before" evaluation and before PPO (None: no warm start).
     sft_demos: str | None = None
@@ -116,8 +125,10 @@ class TrainConfig:
         check_estimator(self.advantage_estimator)
         if self.choice_calibration and self.mode != "choice":
             raise ValueError("choice_calibration needs mode='choice'.")
-        if self.checkpoint_every < 0:
+        if self.checkpoint_every is not None and self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}.")
+        if self.keep_checkpoints < 1:
+            raise ValueError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}.")
         if self.eval_episodes == 0 and not exact_evaluation_supported(self.env, self.env_kwargs):
             raise ValueError(
                 f"eval_episodes=0 needs an exact evaluation, which {self.env} does not have; "
@@ -211,22 +222,6 @@ def device_name(device: torch.device) -> str:
     return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
-class CheckpointCallback(BaseCallback):
-    """Saves the agent with ``PPO.save`` to ``directory/<env steps>/`` every ``every`` env steps
-    (SB3's own ``CheckpointCallback`` counts calls, not env steps, and names files ``.zip``)."""
-
-    def __init__(self, directory: Path, every: int) -> None:
-        super().__init__()
-        self.directory, self.every = directory, every
-        self._next = every
-
-    def _on_step(self) -> bool:
-        if self.num_timesteps >= self._next:
-            self._next = (self.num_timesteps // self.every + 1) * self.every
-            self.model.save(self.directory / str(self.num_timesteps))
-        return True
-
-
 def run(
     config: TrainConfig,
     run_dir: str | Path,
@@ -234,13 +229,17 @@ def run(
     progress_bar: bool = True,
     verbose: int = 0,
     on_point: Callable[[CurvePoint], None] | None = None,
+    resume: bool = False,
 ) -> TrainResult:
     """Evaluate, train, evaluate; write ``config.json``, ``result.json``, ``curve.png``, the agent.
 
     ``on_point`` is called with each curve point (the "before" point included) as soon as it is
-    measured, so a caller can print progress.
+    measured, so a caller can print progress. ``resume``: continue the run in ``run_dir`` from
+    its newest checkpoint (same config; ``timesteps`` may be larger), with the same random state,
+    learning curve and TensorBoard steps.
     """
     run_dir = Path(run_dir)
+    checkpoint = resumable_checkpoint(run_dir) if resume else None
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
     env = make_text_env(config.env, config.n_envs, env_kwargs=config.env_kwargs, seed=config.seed)
@@ -277,6 +276,8 @@ def run(
             return exact_policy_value(agent, config.env, config.env_kwargs)
 
     def measure(agent: Any) -> tuple[Score, EvalStats | None]:
+        # The same episodes at every point: comparable points, and none depends on the last.
+        eval_env.seed(config.seed + 10_000)
         stats = evaluate(agent, eval_env, config.eval_episodes) if config.eval_episodes else None
         if exact is not None:
             return Score(exact(agent), 0.0, "exact"), stats
@@ -284,23 +285,47 @@ def run(
 
     curve = CurveRecorder(every, measure, on_point=on_point)
     curve.init_callback(model)
-    before = curve.record()
     after_sft, sft_stats = None, None
-    if config.sft_demos is not None:
-        from gym_llm.rl.sft import warm_start
+    if checkpoint is not None:
+        model.load_policy_state(checkpoint)
+        saved = read_run_state(checkpoint)
+        curve.restore(saved["curve"])
+        before = curve.points[0]
+        if saved.get("sft") is not None:
+            after_sft, sft_stats = curve.points[1], saved["sft"]
+    else:
+        before = curve.record()
+        if config.sft_demos is not None:
+            from gym_llm.rl.sft import warm_start
 
-        sft_stats = warm_start(
-            model.policy,
-            config.sft_demos,
-            epochs=config.sft_epochs,
-            learning_rate=config.sft_learning_rate,
-            seed=config.seed,
-        )
-        after_sft = curve.record()  # a second point at 0 env steps: the jump SFT made
+            sft_stats = warm_start(
+                model.policy,
+                config.sft_demos,
+                epochs=config.sft_epochs,
+                learning_rate=config.sft_learning_rate,
+                seed=config.seed,
+            )
+            after_sft = curve.record()  # a second point at 0 env steps: the jump SFT made
     callbacks: list[BaseCallback] = [curve]
-    if config.checkpoint_every:
-        callbacks.append(CheckpointCallback(run_dir / "checkpoints", config.checkpoint_every))
-    model.learn(config.timesteps, callback=callbacks, progress_bar=progress_bar, tb_log_name="ppo")
+    if config.checkpoint_every != 0:
+        callbacks.append(
+            CheckpointCallback(
+                run_dir / "checkpoints",
+                config.checkpoint_every or rollout,
+                config.keep_checkpoints,
+                curve,
+                {"sft": sft_stats},
+            )
+        )
+    remaining = config.timesteps - model.num_timesteps
+    if remaining > 0:
+        model.learn(
+            remaining,
+            callback=callbacks,
+            progress_bar=progress_bar,
+            tb_log_name="ppo",
+            reset_num_timesteps=checkpoint is None,
+        )
     last = curve.points[-1]
     after = last if last.timesteps == model.num_timesteps else curve.record()
     train_wall_s = curve.train_seconds()

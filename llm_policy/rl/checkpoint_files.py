@@ -107,3 +107,52 @@ def read_tensors(directory: str | os.PathLike[str], device: torch.device) -> dic
     if not isinstance(state, dict) or "trainable" not in state or "optimizer" not in state:
         raise CheckpointError(f"{file} is not a gym_llm policy file (no trainable weights).")
     return state
+
+
+#: The file in a checkpoints directory that names the newest complete checkpoint.
+LATEST = "latest"
+
+
+def write_latest(directory: Path, name: str) -> None:
+    """Point ``directory/latest`` at the checkpoint ``name``: written beside it and renamed
+    over it, so the pointer always names a checkpoint that was complete when it moved."""
+    tmp = directory / f".{LATEST}.tmp"
+    tmp.write_text(name + "\n")
+    _fsync(tmp)
+    os.replace(tmp, directory / LATEST)
+    _fsync(directory)
+
+
+def _numbered(directory: Path) -> list[Path]:
+    """The checkpoint directories named by their env steps, oldest first."""
+    found = [p for p in directory.iterdir() if p.is_dir() and p.name.isdigit()]
+    return sorted(found, key=lambda p: int(p.name))
+
+
+def latest_checkpoint(directory: Path) -> Path | None:
+    """The newest complete checkpoint in ``directory``: the one ``latest`` names, else (killed
+    before the pointer moved the first time) the highest-numbered one. A checkpoint directory
+    only ever appears by an atomic rename, so every numbered one is complete."""
+    if not directory.is_dir():
+        return None
+    pointer = directory / LATEST
+    if pointer.is_file():
+        named = directory / pointer.read_text().strip()
+        if (named / "config.json").is_file() and (named / "policy.pt").is_file():
+            candidates = [p for p in _numbered(directory) if int(p.name) > int(named.name)]
+            # A newer complete checkpoint whose pointer move was cut short is still newer.
+            return candidates[-1] if candidates else named
+    numbered = _numbered(directory)
+    return numbered[-1] if numbered else None
+
+
+def prune_checkpoints(directory: Path, keep: int) -> list[Path]:
+    """Remove all but the ``keep`` newest checkpoints (never the one ``latest`` names) and the
+    temporary directories of writes that were killed; returns what was removed."""
+    latest = latest_checkpoint(directory)
+    numbered = _numbered(directory)
+    removed = [p for p in numbered[: max(0, len(numbered) - keep)] if p != latest]
+    removed += [p for p in directory.glob(".*-*") if p.is_dir()]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
