@@ -60,11 +60,11 @@ def main() -> None:
         STEPS["done"] += self.num_envs
         return out
 
-    vec_env.TextVecEnv.step_wait = counted_step_wait  # type: ignore[method-assign]
+    vec_env.TextVecEnv.step_wait = counted_step_wait
     if point == "rollout":
-        vec_env.TextVecEnv.step_wait = _counting(counted_step_wait, n)  # type: ignore[method-assign]
+        vec_env.TextVecEnv.step_wait = _counting(counted_step_wait, n)
     elif point == "update":
-        torch.optim.AdamW.step = _counting(torch.optim.AdamW.step, n)  # type: ignore[method-assign]
+        torch.optim.AdamW.step = _counting(torch.optim.AdamW.step, n)
     elif point == "save":
         save = torch.save
 

@@ -42,7 +42,7 @@ def _fsync(path: Path) -> None:
 
 
 def write_directory(
-    path: str | os.PathLike[str], files: Mapping[str, Callable[[Path], None]]
+    path: str | os.PathLike[str], files: Mapping[str, Callable[[Path], object]]
 ) -> None:
     """Write a checkpoint directory all or nothing: each ``files[name](file_path)`` writes into a
     temporary sibling directory, whose files are flushed to disk before it replaces ``path`` (the

@@ -81,6 +81,12 @@ class PPOUpdate(RolloutCollection):
         continue_training, first, first_error = True, True, 0.0
         epoch = 0
         centre, scale = self._advantage_normalisation()
+        if not self.rollout_buffer.finite_turns().any():  # nothing to learn from: one skip
+            self.policy.set_training_mode(False)
+            self._skip_step("advantage or return in every turn", [])
+            self.logger.record("train/skipped_steps", self.skipped_steps)
+            self.logger.record("train/nonfinite_turns", self.nonfinite_turns)
+            return
         warmup = self.num_timesteps <= self.critic_warmup_steps
         value_ids = {id(p) for p in self.policy.value_head.parameters()}
         frozen_now = (  # during the critic's warm-up the policy's weights wait
