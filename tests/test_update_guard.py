@@ -86,7 +86,7 @@ def test_inf_advantage_is_left_out(model_dir: Path) -> None:
         compute(*args, **kwargs)
         buffer.advantages[0, 0] = np.inf
 
-    buffer.compute_returns_and_advantage = poisoned  # type: ignore[method-assign]
+    buffer.compute_returns_and_advantage = poisoned
     model.learn(8)
     assert _finite(model) and model.nonfinite_turns == 1 and model.skipped_steps == 0
     assert np.isfinite(model.advantage_scale.var)
