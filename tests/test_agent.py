@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from gym_llm import Agent
+from gym_llm.rl.run_state import global_rng_state, restore_global_rng_state
 from gym_llm.testing import make_tiny_model, make_tiny_tokenizer, save_tiny_model
 
 FAST = {"max_new_tokens": 4}
@@ -368,3 +369,49 @@ def test_sft_warm_start_and_replay(model_dir: Path, monkeypatch: pytest.MonkeyPa
     messages = records[0]["messages"]
     assert [m["role"] for m in messages] == ["system", "user", "assistant"]
     assert stats["agent/replay_loss"] == 0.5 and stats["agent/replay_episodes"] == 1
+
+
+def _play(agent: Agent, env: gym.Env[Any, Any], episodes: int) -> list[dict[str, float]]:
+    stats = []
+    for _ in range(episodes):
+        observation, _ = env.reset()
+        done = False
+        while not done:
+            observation, reward, terminated, truncated, _ = env.step(agent.act(observation))
+            agent.assign_reward(reward)
+            done = terminated or truncated
+        stats.append(agent.terminate_episode())
+    return stats
+
+
+def test_save_between_updates_then_load_continues_the_same_training(
+    model_dir: Path, tmp_path: Path, one_torch_thread: None
+) -> None:
+    """Issue 17: agent.save mid-training -> load -> continue, as if it had never stopped."""
+    config = {"batch_size": 4, "mini_batch_size": 4, "ppo_epochs": 1, "seed": 0}
+    agent = BlackjackAgent(str(model_dir), None, "cpu", FAST, config)
+    env = gym.make("Blackjack-v1")
+    env.reset(seed=0)
+    assert not any(_play(agent, env, 2))  # two episodes collected, no update yet
+    agent.save(tmp_path / "mid")
+    saved_rng = global_rng_state()  # what the original samples with from here on
+    loaded = BlackjackAgent.load(tmp_path / "mid", device="cpu")  # (building it draws numbers)
+    assert len(loaded.episodes) == 2
+    first, second = agent.episodes[0].turns[0], loaded.episodes[0].turns[0]
+    assert np.array_equal(first.tokens, second.tokens)
+    assert np.array_equal(first.log_probs, second.log_probs)
+    assert first.log_probs.dtype == second.log_probs.dtype
+    updates, replies = [], []
+    for each in (loaded, agent):  # the loaded one first: load() must have restored the state
+        if each is agent:
+            restore_global_rng_state(saved_rng)
+        each_env = gym.make("Blackjack-v1")
+        each_env.reset(seed=1)
+        updates.append([s for s in _play(each, each_env, 2) if s])
+        assert each.last_rollout is not None
+        replies.append(each.last_rollout.replies.reshape(-1).tolist())
+    assert len(updates[0]) == len(updates[1]) == 1  # the update ran after the 4th episode
+    assert replies[0] == replies[1]  # the same samples: load() restored the random state
+    a, b = agent.policy.trainable_state_dict(), loaded.policy.trainable_state_dict()
+    for key in a:  # the update recomputes the rollout's cached hidden states from the prompts
+        torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6)

@@ -311,3 +311,36 @@ def test_module_entry_point_and_console_script() -> None:
     assert done.returncode == 0 and "train" in done.stdout and "bench" in done.stdout
     pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
     assert 'gym-llm = "gym_llm.cli:main"' in pyproject.read_text()
+
+
+def test_resume_extends_a_run_and_refuses_conflicting_flags(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", *FAST, "--model", str(tiny_model_dir), "--out", str(run_dir)]) == 0
+    err = _usage_error(["train", "--resume", str(run_dir), "--learning-rate", "0.1"], capsys)
+    assert "--learning-rate 0.1" in err and "--config" in err
+    err = _usage_error(["train", "--resume", str(run_dir), "--out", str(tmp_path / "x")], capsys)
+    assert "drop --out" in err
+    err = _usage_error(["train", "--resume", str(tmp_path / "nothing")], capsys)
+    assert "no config.json" in err
+    assert cli.main(["train", "--resume", str(run_dir), "--timesteps", "16", "--quiet"]) == 0
+    assert "from " + str(run_dir / "checkpoints" / "8") in capsys.readouterr().out
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["timesteps"] == 16 and result["config"]["timesteps"] == 16
+    assert [p["timesteps"] for p in result["curve"]] == [0, 16]  # before, then after
+    events = sorted((run_dir / "tensorboard").iterdir())
+    assert [p.name for p in events] == ["ppo_1"]  # TensorBoard continues the same run
+
+
+def test_resume_before_the_first_checkpoint_starts_over(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    argv = ["train", *FAST, "--model", str(tiny_model_dir), "--out", str(run_dir), "--dry-run"]
+    assert cli.main(argv) == 0
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(capsys.readouterr().out)  # as a run killed at once
+    assert cli.main(["train", "--resume", str(run_dir), "--quiet"]) == 0
+    assert "no checkpoint yet" in capsys.readouterr().out
+    assert json.loads((run_dir / "result.json").read_text())["timesteps"] == 8
