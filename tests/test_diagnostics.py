@@ -7,7 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from gym_llm.rl.diagnostics import choice_diagnostics, distinct, entropy, mutual_information
+from gym_llm.rl.diagnostics import (
+    choice_diagnostics,
+    distinct,
+    entropy,
+    mutual_information,
+    observation_key,
+)
 
 
 def test_entropy_by_hand() -> None:
@@ -33,11 +39,13 @@ def test_mutual_information_zero_when_the_input_is_ignored_and_max_when_it_decid
 def test_choice_diagnostics_tracks_greedy_changes_since_first_seen() -> None:
     first: dict[str, int] = {}
     out = choice_diagnostics(["a", "b"], np.array([[0.9, 0.1], [0.9, 0.1]]), first)
-    assert out["greedy_changed"] == 0.0 and first == {"a": 0, "b": 0}
+    key = observation_key
+    assert out["greedy_changed"] == 0.0 and first == {key("a"): 0, key("b"): 0}
+    assert len(key("a" * 10_000)) == 16  # a long observation costs a short key
     assert out["mutual_information"] == pytest.approx(0.0, abs=1e-9)
     out = choice_diagnostics(["a", "b", "c"], np.array([[0.9, 0.1], [0.1, 0.9], [0.3, 0.7]]), first)
     assert out["greedy_changed"] == pytest.approx(0.5)  # b flipped, a did not; c is new
-    assert first["c"] == 1
+    assert first[key("c")] == 1
     assert out["distinct_observations"] == 3.0
     expected_h = (entropy(np.array([0.9, 0.1])) * 2 + entropy(np.array([0.3, 0.7]))) / 3
     assert out["state_entropy"] == pytest.approx(expected_h)

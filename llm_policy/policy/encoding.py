@@ -31,6 +31,8 @@ from gym_llm.wrappers.text_observation import cut_middle
 
 #: Shorter shared prefixes are not worth a separate pass.
 _MIN_SHARED_PREFIX = 8
+#: The memoised prompt token ids are dropped when they hold more tokens than this (~40 MB).
+PROMPT_CACHE_MAX_TOKENS = 1_000_000
 
 
 class PromptEncoding(BasePolicy):
@@ -52,6 +54,7 @@ class PromptEncoding(BasePolicy):
     #: The trainable layers as a model of their own, where the update can start there.
     top: TopLayers | None
     _prompt_cache: dict[str, list[int]]
+    _prompt_cache_tokens: int
     _prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None
     _prefix_version: tuple[int, float] | None
     _packed: PackedLinears | None
@@ -95,8 +98,12 @@ class PromptEncoding(BasePolicy):
             if budget is not None and len(ids) > budget:
                 ids = self._fitted(observation, budget)
                 self.truncated_prompts += 1
-            if len(self._prompt_cache) > 100_000:
+            # Bounded by the tokens it holds: text games and conversations rarely repeat a
+            # prompt, and 100,000 long prompts held as Python ints were gigabytes.
+            self._prompt_cache_tokens += len(ids)
+            if self._prompt_cache_tokens > PROMPT_CACHE_MAX_TOKENS:
                 self._prompt_cache.clear()
+                self._prompt_cache_tokens = len(ids)
             self._prompt_cache[observation] = ids
         return ids
 

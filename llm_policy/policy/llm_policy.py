@@ -213,7 +213,7 @@ class LLMPolicy(UpdatePasses):
         self._memo_version = None
         self._memo_bytes = 0
         self._states_wanted = True
-        self._prompt_cache = {}
+        self._prompt_cache, self._prompt_cache_tokens = {}, 0
         self.share_prefix = share_prefix
         self.shared_prefix = self._find_shared_prefix() if share_prefix else []
         self.reserve_kv_cache = reserve_kv_cache

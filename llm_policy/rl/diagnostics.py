@@ -14,6 +14,7 @@ often the rollout saw it:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -50,12 +51,20 @@ def mutual_information(probs: np.ndarray, weights: np.ndarray) -> float:
     return float(entropy(marginal) - (weights * entropy(probs)).sum())
 
 
+def observation_key(observation: str) -> str:
+    """A short stable digest of an observation: the memory of ``greedy_changed`` holds these,
+    not the texts (conversations make long, never-repeated observations), and they are the
+    same in a resumed process (``hash()`` of a str is not)."""
+    return hashlib.blake2b(observation.encode("utf-8", "replace"), digest_size=8).hexdigest()
+
+
 def choice_diagnostics(
     observations: Sequence[str], probs: np.ndarray, first_greedy: dict[str, int]
 ) -> dict[str, float]:
     """The three figures above for one rollout; ``first_greedy`` is updated with observations
     seen for the first time (their greedy action now)."""
-    keys, dists, weights = distinct(observations, probs)
+    texts, dists, weights = distinct(observations, probs)
+    keys = [observation_key(t) for t in texts]
     greedy = dists.argmax(-1)
     changed = [int(greedy[j]) != first_greedy[k] for j, k in enumerate(keys) if k in first_greedy]
     for j, key in enumerate(keys):
@@ -66,5 +75,5 @@ def choice_diagnostics(
         "state_entropy": float((weights * entropy(dists)).sum()),
         "mutual_information": mutual_information(dists, weights),
         "greedy_changed": float(np.mean(changed)) if changed else 0.0,
-        "distinct_observations": float(len(keys)),
+        "distinct_observations": float(len(texts)),
     }
