@@ -16,6 +16,7 @@ Writes ``memory.json`` (one row per update) and ``memory.png`` (RSS and peak ove
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import platform
 import tempfile
@@ -26,6 +27,18 @@ from typing import Any
 import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
+
+
+def trim_rss_mb() -> float:
+    """RSS after glibc's ``malloc_trim(0)`` hands freed heap pages back to the OS: the memory
+    really in use, without what the allocator keeps after variable-sized tensors are freed
+    (NaN where there is no glibc)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return float("nan")
+    libc.malloc_trim(0)
+    return rss_mb()[0]
 
 
 def rss_mb() -> tuple[float, float]:
@@ -52,12 +65,14 @@ class MemoryLog(BaseCallback):
 
     def _record(self) -> None:
         rss, peak = rss_mb()
+        trimmed = trim_rss_mb()
         update = len(self.rows) + 1
         self.rows.append(
             {
                 "update": update,
                 "timesteps": int(self.num_timesteps),
                 "rss_mb": rss,
+                "rss_trimmed_mb": trimmed,
                 "peak_mb": peak,
                 "wall_s": time.perf_counter() - self.start,
                 "prompts_truncated": int(getattr(self.model.policy, "truncated_prompts", 0)),
@@ -65,7 +80,8 @@ class MemoryLog(BaseCallback):
         )
         row = self.rows[-1]
         print(
-            f"update {update}: {row['timesteps']} steps, RSS {rss:.0f} MB, peak {peak:.0f} MB, "
+            f"update {update}: {row['timesteps']} steps, RSS {rss:.0f} MB (trimmed "
+            f"{trimmed:.0f}), peak {peak:.0f} MB, "
             f"{row['wall_s']:.0f} s",
             flush=True,
         )
@@ -85,14 +101,25 @@ def summary(rows: list[dict[str, float]], warmup: int = 5) -> dict[str, float]:
     to RSS over the updates after them (MB per update)."""
     after = [r for r in rows if r["update"] > warmup]
     x = np.array([r["update"] for r in after], dtype=np.float64)
-    y = np.array([r["rss_mb"] for r in after], dtype=np.float64)
-    slope = float(np.polyfit(x, y, 1)[0]) if len(after) > 1 else float("nan")
+
+    def slope(key: str) -> float:
+        y = np.array([r[key] for r in after], dtype=np.float64)
+        return float(np.polyfit(x, y, 1)[0]) if len(after) > 1 else float("nan")
+
+    half = [r for r in after if r["update"] > rows[-1]["update"] / 2]
+    x_half = np.array([r["update"] for r in half], dtype=np.float64)
+    y_half = np.array([r["rss_trimmed_mb"] for r in half], dtype=np.float64)
     return {
         "rss_after_warmup_mb": float(after[0]["rss_mb"]) if after else float("nan"),
         "rss_last_mb": float(rows[-1]["rss_mb"]),
         "peak_mb": float(rows[-1]["peak_mb"]),
         "growth_after_warmup_mb": float(rows[-1]["rss_mb"] - after[0]["rss_mb"]) if after else 0,
-        "slope_mb_per_update": slope,
+        "slope_mb_per_update": slope("rss_mb"),
+        "trimmed_slope_mb_per_update": slope("rss_trimmed_mb"),
+        "trimmed_slope_second_half_mb_per_update": (
+            float(np.polyfit(x_half, y_half, 1)[0]) if len(half) > 1 else float("nan")
+        ),
+        "rss_trimmed_last_mb": float(rows[-1]["rss_trimmed_mb"]),
     }
 
 
@@ -105,6 +132,7 @@ def plot(rows: list[dict[str, float]], path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     updates = [r["update"] for r in rows]
     ax.plot(updates, [r["rss_mb"] for r in rows], label="resident memory (RSS)")
+    ax.plot(updates, [r["rss_trimmed_mb"] for r in rows], label="RSS after malloc_trim")
     ax.plot(updates, [r["peak_mb"] for r in rows], "--", label="peak so far")
     ax.set_xlabel("PPO update")
     ax.set_ylabel("MB")
