@@ -137,3 +137,16 @@ def test_bad_algorithm_and_env_errors_say_what_to_do() -> None:
         build_sb3("a2c", make_flat_env("CartPole-v1"), 64, 0)
     with pytest.raises(ValueError, match="monte_carlo_score"):
         exact_score("CartPole-v1", {}, lambda s: np.zeros((len(s), 2)))
+
+
+def test_classic_agents_see_babyai_without_its_text_mission() -> None:
+    """Issue 16: BabyAI in `gym-llm bench` — SB3's MlpPolicy gets the image and direction."""
+    pytest.importorskip("minigrid")
+    from gym_llm.experiments.specs import parse_env_spec
+
+    spec = parse_env_spec("BabyAI-GoToObj-v0")  # registered on demand, no module: prefix
+    env = make_flat_env(spec.id, seed=0)
+    assert env.dropped_keys == ("mission",)  # type: ignore[attr-defined]
+    assert env.observation_space.shape == (7 * 7 * 3 + 4,)
+    obs, *_ = env.step(2)
+    assert obs.shape == (151,) and obs.dtype == np.float32

@@ -43,13 +43,15 @@ def _check_env_id(env_id: str, env_kwargs: dict[str, Any]) -> None:
     import gymnasium as gym
 
     import gym_llm  # noqa: F401  (registers gym_llm/<Name>-v0)
+    from gym_llm.experiments.specs import register_known_family
 
     try:
+        register_known_family(env_id)
         gym.make(env_id, **env_kwargs).close()
     except gym.error.Error as exc:
         raise CLIError(f"--env {env_id}: {exc}. See `gym.pprint_registry()` for ids.") from None
     except (TypeError, ValueError) as exc:
-        raise CLIError(f"--env-kwargs {env_kwargs} do not fit {env_id}: {exc}") from None
+        raise CLIError(f"--env {env_id} {env_kwargs or ''}: {exc}") from None
 
 
 #: Settings ``--resume`` lets differ from the run's config.

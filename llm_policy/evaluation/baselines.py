@@ -23,7 +23,6 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium import spaces
 from stable_baselines3 import DQN
 from stable_baselines3 import PPO as SB3PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -39,6 +38,11 @@ from gym_llm.evaluation.exact import (
     blackjack_value,
     exact_evaluation_supported,
 )
+from gym_llm.evaluation.flat_env import (  # noqa: F401  (re-exported)
+    OneHotObservation,
+    flatten_observation,
+    make_flat_env,
+)
 from gym_llm.evaluation.scores import Score
 
 ClassicAlgo = Literal["ppo", "dqn"]
@@ -47,48 +51,6 @@ PPO_N_STEPS = 2048
 PPO_BATCH_SIZE = 64
 #: SB3 DQN's default ``train_freq``: it collects this many steps between updates.
 DQN_TRAIN_FREQ = 4
-
-
-class OneHotObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
-    """Flattens the observation for ``MlpPolicy``: ``Discrete`` → one-hot, ``Tuple`` of
-    ``Discrete`` → concatenated one-hots, ``Box`` → flat float32 (``gymnasium.spaces.flatten``).
-
-    >>> env = OneHotObservation(gym.make("Blackjack-v1"))
-    >>> env.observation_space.shape  # 32 player sums + 11 dealer cards + 2 usable-ace values
-    (45,)
-    """
-
-    def __init__(self, env: gym.Env[Any, Any]) -> None:
-        super().__init__(env)
-        self.raw_space = env.observation_space
-        flat = spaces.flatten_space(self.raw_space)
-        if not isinstance(flat, spaces.Box):
-            raise ValueError(
-                f"Cannot flatten {self.raw_space} into a Box for MlpPolicy; wrap the env so its "
-                "observation is Discrete, Tuple/Dict of Discrete or Box."
-            )
-        self.observation_space = spaces.Box(
-            flat.low.astype(np.float32), flat.high.astype(np.float32), dtype=np.float32
-        )
-
-    def observation(self, observation: Any) -> np.ndarray:
-        return flatten_observation(self.raw_space, observation)
-
-
-def flatten_observation(space: spaces.Space[Any], observation: Any) -> np.ndarray:
-    """One raw observation as :class:`OneHotObservation` shows it to the network."""
-    return np.asarray(spaces.flatten(space, observation), dtype=np.float32)
-
-
-def make_flat_env(
-    env_id: str, env_kwargs: Mapping[str, Any] | None = None, seed: int | None = None
-) -> gym.Env[np.ndarray, Any]:
-    """``gym.make(env_id, **env_kwargs)`` with flat observations, seeded when ``seed`` is given."""
-    env = OneHotObservation(gym.make(env_id, **dict(env_kwargs or {})))
-    if seed is not None:
-        env.reset(seed=seed)
-        env.action_space.seed(seed)
-    return env
 
 
 # --- exact evaluation of any action table -------------------------------------------------

@@ -7,6 +7,7 @@ objects, else strings) or a JSON object, for every command's ``--env-kwargs``; `
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from collections.abc import Sequence
@@ -133,6 +134,25 @@ SUITE: tuple[EnvSpec, ...] = (
 )
 
 
+#: Env id prefixes whose package registers them on import (the optional extras).
+FAMILIES = {"BabyAI-": "minigrid", "MiniGrid-": "minigrid"}
+
+
+def register_known_family(env_id: str) -> None:
+    """Import the package that registers ``env_id`` (``BabyAI-*`` -> minigrid) when it is not
+    registered yet, so ``--envs BabyAI-GoToObj-v0`` needs no ``module:`` prefix."""
+    if env_id in gym.registry:
+        return
+    for prefix, module in FAMILIES.items():
+        if env_id.startswith(prefix):
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise ValueError(
+                    f"{env_id} needs the {module} package: pip install 'gym_llm[{module}]'."
+                ) from exc
+
+
 def parse_env_spec(text: str) -> EnvSpec:
     """``"FrozenLake-v1:is_slippery=False,map_name=4x4"`` → :class:`EnvSpec`; the env is built
     once so that an unknown id or kwarg fails here, with a message, not an hour into a run."""
@@ -142,6 +162,7 @@ def parse_env_spec(text: str) -> EnvSpec:
     if not env_id:
         raise ValueError(f"Env spec {text!r} has no env id; write ID or ID:key=value,...")
     kwargs = parse_env_kwargs(rest, flag=f"Env spec {text!r}")
+    register_known_family(env_id)
     try:
         gym.make(env_id, **kwargs).close()
     except gym.error.Error as exc:

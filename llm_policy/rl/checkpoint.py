@@ -1,9 +1,12 @@
-"""The saved-agent format, read and written in one place: ``config.json`` (JSON only) plus
-``policy.pt`` (tensors only, loaded with ``weights_only=True``), in a directory that is written
-next to its target and renamed into place, so a failed save leaves the previous one intact.
+"""The saved-agent format, read and written in one place: ``config.json`` (JSON only),
+``policy.pt`` (tensors only, loaded with ``weights_only=True``) and ``training_state.json`` (the
+random state a resumed run continues from), in a directory that is written next to its target
+and renamed into place, so a failed save leaves the previous one intact
+(:mod:`gym_llm.rl.checkpoint_files`).
 
 ``PPO.save``/``PPO.load`` and ``Agent.save``/``Agent.load`` both go through :class:`SavedConfig`,
-so the format is parsed by one piece of code.
+so the format is parsed by one piece of code, and refused with a :class:`CheckpointError` that
+names the file when it is damaged, foreign or newer.
 """
 
 from __future__ import annotations
