@@ -146,7 +146,7 @@ def test_classic_agents_see_babyai_without_its_text_mission() -> None:
 
     spec = parse_env_spec("BabyAI-GoToObj-v0")  # registered on demand, no module: prefix
     env = make_flat_env(spec.id, seed=0)
-    assert env.dropped_keys == ("mission",)  # type: ignore[attr-defined]
+    assert env.dropped_keys == ("mission",)
     assert env.observation_space.shape == (7 * 7 * 3 + 4,)
     obs, *_ = env.step(2)
     assert obs.shape == (151,) and obs.dtype == np.float32
