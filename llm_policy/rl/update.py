@@ -15,6 +15,14 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.common.utils import explained_variance
 
+from gym_llm.rl.distributed import (
+    any_process,
+    average_gradients,
+    global_mean,
+    global_moments,
+    same_in_every_process,
+    world_size,
+)
 from gym_llm.rl.losses import clipped_surrogate, entropy_bonus, k3_kl, value_loss
 from gym_llm.rl.rollout import RolloutCollection
 
@@ -80,6 +88,9 @@ class PPOUpdate(RolloutCollection):
         }
         continue_training, first, first_error = True, True, 0.0
         epoch = 0
+        same_in_every_process(
+            int(self.rollout_buffer.finite_turns().sum()), "The number of finite turns"
+        )
         centre, scale = self._advantage_normalisation()
         if not self.rollout_buffer.finite_turns().any():  # nothing to learn from: one skip
             self.policy.set_training_mode(False)
@@ -140,19 +151,22 @@ class PPOUpdate(RolloutCollection):
                     stats["clip_fraction"].append(surrogate.clip_fraction)
                 if first:
                     self.first_ratio_error, first = first_error, False
-                if self.target_kl is not None and float(np.mean(batch_kl)) > 1.5 * self.target_kl:
+                kl = global_mean(float(np.mean(batch_kl))) if self.target_kl is not None else 0.0
+                if self.target_kl is not None and kl > 1.5 * self.target_kl:
                     continue_training = False
                     if self.verbose >= 1:
                         print(
                             f"Early stopping at epoch {epoch} (approx_kl {np.mean(batch_kl):.4f})"
                         )
                     break
+                trainable = [p for p in self.policy.parameters() if p.requires_grad]
+                average_gradients(trainable)  # data-parallel: the mean over the processes
                 for param in frozen_now:
                     param.grad = None
-                norm = torch.nn.utils.clip_grad_norm_(
-                    [p for p in self.policy.parameters() if p.requires_grad], self.max_grad_norm
-                )
+                norm = torch.nn.utils.clip_grad_norm_(trainable, self.max_grad_norm)
                 cause = bad_cause or ("gradient" if not torch.isfinite(norm) else None)
+                if cause is None and any_process(bad_cause is not None):
+                    cause = "loss or value in another process"
                 if cause is not None:  # the NaN guard: this step never reaches the weights
                     self.policy.optimizer.zero_grad(set_to_none=True)
                     self._skip_step(cause, batch.observations)
@@ -221,10 +235,20 @@ class PPOUpdate(RolloutCollection):
         advantages = self.rollout_buffer.advantages
         advantages = advantages[np.isfinite(advantages)]  # non-finite turns are left out
         self.nonfinite_turns = int(self.rollout_buffer.advantages.size - advantages.size)
-        if not self.normalize_advantage or advantages.size <= 1:
+        if not self.normalize_advantage:
             return 0.0, 1.0
-        self.advantage_scale.update(advantages.reshape(-1).astype(np.float64))
-        return float(advantages.mean()), float(np.sqrt(self.advantage_scale.var)) + 1e-8
+        if world_size() == 1:
+            if advantages.size <= 1:
+                return 0.0, 1.0
+            self.advantage_scale.update(advantages.reshape(-1).astype(np.float64))
+            return float(advantages.mean()), float(np.sqrt(self.advantage_scale.var)) + 1e-8
+        mean, var, count = global_moments(advantages.reshape(-1))  # over every process
+        if count <= 1:
+            return 0.0, 1.0
+        self.advantage_scale.update_from_moments(
+            np.asarray(mean, dtype=np.float64), np.asarray(var, dtype=np.float64), count
+        )
+        return mean, float(np.sqrt(self.advantage_scale.var)) + 1e-8
 
     def _rows_per_pass(self, observations: Sequence[str], actions: Sequence[np.ndarray]) -> int:
         """The micro-batch size: as set, or as many turns as fit the memory budget."""
