@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -71,9 +70,8 @@ def test_two_processes_equal_one_on_the_union(tmp_path: Path, one_torch_thread: 
     model_dir = save_tiny_model(tmp_path / "model", words=WORDS)
     whole = _model(model_dir, n_envs=2)
     whole._setup_learn(8, None)
-    whole.collect_rollouts(whole.env, whole._init_callback(None), whole.rollout_buffer, 4)  # type: ignore[arg-type]
+    whole.collect_rollouts(whole.env, whole._init_callback(None), whole.rollout_buffer, 4)
     buffer = whole.rollout_buffer
-    assert buffer.rewards.any() or True
     data = {name: getattr(buffer, name).copy() for name in BUFFER_FIELDS}
     data_file = tmp_path / "rollout.pkl"
     data_file.write_bytes(pickle.dumps(data))
@@ -102,5 +100,4 @@ def test_one_process_is_unchanged() -> None:
     mean, var, count = distributed.global_moments(np.array([1.0, 3.0]))
     assert (mean, var, count) == (2.0, 1.0, 2.0)
     distributed.same_in_every_process(5, "x")  # nothing to compare with
-    with pytest.raises(AssertionError):
-        assert distributed.rank() != 0
+    assert distributed.rank() == 0
