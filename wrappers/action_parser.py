@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, SupportsFloat
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -15,9 +15,8 @@ from gym_llm.spaces import DEFAULT_ACTION_MAX_LENGTH, TextActions
 from gym_llm.wrappers import builtin_envs
 from gym_llm.wrappers.formatters import format_array, format_number
 from gym_llm.wrappers.parsing import ParseResult
-from gym_llm.wrappers.resolver import ActionResolver, rules_for
+from gym_llm.wrappers.resolver import ActionResolver, OnInvalid, ResolverSettings, rules_for
 
-OnInvalid = Literal["fallback", "raise"]
 #: A custom parser: reply text -> env action (``None`` or an exception means "invalid").
 Parser = Callable[[str], Any]
 
@@ -80,7 +79,9 @@ def _aliases_for(
     return builtin.action_aliases
 
 
-class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConstructorArgs):
+class ActionParserWrapper(
+    gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConstructorArgs, ResolverSettings
+):
     """Accept text replies as actions: parse them into the wrapped env's actions.
 
     The action space becomes a :class:`gym_llm.spaces.TextActions`. For a Discrete env it lists
@@ -184,20 +185,6 @@ class ActionParserWrapper(gym.Wrapper[Any, str, Any, Any], gym.utils.RecordConst
         #: Totals over the wrapper's life, for logging invalid-action rates.
         self.total_steps = 0
         self.total_invalid = 0
-
-    @property
-    def on_invalid(self) -> OnInvalid:
-        """The invalid-action policy (held by :attr:`resolver`)."""
-        return self.resolver.on_invalid  # type: ignore[return-value]
-
-    @property
-    def invalid_penalty(self) -> float:
-        return self.resolver.invalid_penalty
-
-    @property
-    def fallback_action(self) -> Any:
-        """The validated fallback (``None``: a random action)."""
-        return self.resolver.fallback_action
 
     @staticmethod
     def _names_for(

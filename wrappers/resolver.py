@@ -9,11 +9,14 @@ import random
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from gymnasium import spaces
 
 from gym_llm.wrappers.parsing import DiscreteParser, NumericParser, ParseResult
+
+#: The invalid-action policies: step with a fallback action (counted, penalised) or raise.
+OnInvalid = Literal["fallback", "raise"]
 
 #: Without an action space, at most this many distinct valid actions are kept as fallbacks.
 MAX_REMEMBERED_ACTIONS = 1000
@@ -226,3 +229,24 @@ class ActionResolver:
                 f"fallback_action {fallback!r} is not in the action space {self.space}."
             )
         return fallback
+
+
+class ResolverSettings:
+    """The invalid-action settings of an owner of an :class:`ActionResolver`
+    (``ActionParserWrapper``, ``Agent``), read from the resolver so they are held once."""
+
+    resolver: ActionResolver
+
+    @property
+    def on_invalid(self) -> OnInvalid:
+        """The invalid-action policy (held by :attr:`resolver`)."""
+        return self.resolver.on_invalid  # type: ignore[return-value]
+
+    @property
+    def invalid_penalty(self) -> float:
+        return self.resolver.invalid_penalty
+
+    @property
+    def fallback_action(self) -> Any:
+        """The validated fallback (``None``: a random action)."""
+        return self.resolver.fallback_action

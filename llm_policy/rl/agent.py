@@ -26,7 +26,7 @@ import json
 import os
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal, SupportsFloat, TypeVar
+from typing import Any, ClassVar, SupportsFloat, TypeVar
 
 import torch
 from gymnasium import spaces
@@ -52,10 +52,15 @@ from gym_llm.rl.episodes import (
 )
 from gym_llm.rl.ppo import PPO
 from gym_llm.spaces import TextActions, TextObservations
-from gym_llm.wrappers.resolver import ActionResolver, Resolution, rules_for
+from gym_llm.wrappers.resolver import (
+    ActionResolver,
+    OnInvalid,
+    Resolution,
+    ResolverSettings,
+    rules_for,
+)
 
 SelfAgent = TypeVar("SelfAgent", bound="Agent")
-OnInvalid = Literal["fallback", "raise"]
 
 
 #: What :meth:`Agent.to_action` made of a reply (source: "extract_action", "parser:<rule>" or
@@ -63,7 +68,7 @@ OnInvalid = Literal["fallback", "raise"]
 ActionOutcome = Resolution
 
 
-class Agent(AgentSaving, abc.ABC):
+class Agent(AgentSaving, ResolverSettings, abc.ABC):
     """An LLM agent you drive by hand, LlamaGym style; trained with gym_llm's PPO.
 
     Args:
@@ -197,20 +202,6 @@ class Agent(AgentSaving, abc.ABC):
         if sft_warm_start:
             assert sft_demos is not None
             self.sft_stats = self.warm_start(sft_demos)
-
-    @property
-    def on_invalid(self) -> OnInvalid:
-        """The invalid-action policy (held by :attr:`resolver`)."""
-        return self.resolver.on_invalid  # type: ignore[return-value]
-
-    @property
-    def invalid_penalty(self) -> float:
-        return self.resolver.invalid_penalty
-
-    @property
-    def fallback_action(self) -> Any:
-        """The validated fallback (``None``: a random action)."""
-        return self.resolver.fallback_action
 
     # --- what a subclass writes ----------------------------------------------------------------
 
