@@ -130,28 +130,20 @@ def _numbered(directory: Path) -> list[Path]:
 
 
 def latest_checkpoint(directory: Path) -> Path | None:
-    """The newest complete checkpoint in ``directory``: the one ``latest`` names, else (killed
-    before the pointer moved the first time) the highest-numbered one. A checkpoint directory
-    only ever appears by an atomic rename, so every numbered one is complete."""
-    if not directory.is_dir():
-        return None
-    pointer = directory / LATEST
-    if pointer.is_file():
-        named = directory / pointer.read_text().strip()
-        if (named / "config.json").is_file() and (named / "policy.pt").is_file():
-            candidates = [p for p in _numbered(directory) if int(p.name) > int(named.name)]
-            # A newer complete checkpoint whose pointer move was cut short is still newer.
-            return candidates[-1] if candidates else named
-    numbered = _numbered(directory)
+    """The newest complete checkpoint in ``directory``: the highest-numbered one. A checkpoint
+    directory only ever appears by an atomic rename, so every numbered one is complete, also one
+    whose move of ``latest`` a kill cut short (``latest`` is for people and tools)."""
+    numbered = _numbered(directory) if directory.is_dir() else []
     return numbered[-1] if numbered else None
 
 
 def prune_checkpoints(directory: Path, keep: int) -> list[Path]:
     """Remove all but the ``keep`` newest checkpoints (never the one ``latest`` names) and the
     temporary directories of writes that were killed; returns what was removed."""
-    latest = latest_checkpoint(directory)
+    pointer = directory / LATEST
+    named = directory / pointer.read_text().strip() if pointer.is_file() else None
     numbered = _numbered(directory)
-    removed = [p for p in numbered[: max(0, len(numbered) - keep)] if p != latest]
+    removed = [p for p in numbered[: max(0, len(numbered) - keep)] if p != named]
     removed += [p for p in directory.glob(".*-*") if p.is_dir()]
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)

@@ -88,22 +88,20 @@ class PPOUpdate(RolloutCollection):
         }
         continue_training, first, first_error = True, True, 0.0
         epoch = 0
-        same_in_every_process(
-            int(self.rollout_buffer.finite_turns().sum()), "The number of finite turns"
-        )
+        finite = self.rollout_buffer.finite_turns()
+        same_in_every_process(int(finite.sum()), "The number of finite turns")
         centre, scale = self._advantage_normalisation()
-        if not self.rollout_buffer.finite_turns().any():  # nothing to learn from: one skip
+        if not finite.any():  # nothing to learn from: one skip
             self.policy.set_training_mode(False)
             self._skip_step("advantage or return in every turn", [])
             self.logger.record("train/skipped_steps", self.skipped_steps)
             self.logger.record("train/nonfinite_turns", self.nonfinite_turns)
             return
         warmup = self.num_timesteps <= self.critic_warmup_steps
+        trainable = [p for p in self.policy.parameters() if p.requires_grad]
         value_ids = {id(p) for p in self.policy.value_head.parameters()}
         frozen_now = (  # during the critic's warm-up the policy's weights wait
-            [p for p in self.policy.parameters() if p.requires_grad and id(p) not in value_ids]
-            if warmup
-            else []
+            [p for p in trainable if id(p) not in value_ids] if warmup else []
         )
         for epoch in range(self.n_epochs):
             for batch in self.rollout_buffer.minibatches(self.batch_size, self._shuffle_rng):
@@ -159,7 +157,6 @@ class PPOUpdate(RolloutCollection):
                             f"Early stopping at epoch {epoch} (approx_kl {np.mean(batch_kl):.4f})"
                         )
                     break
-                trainable = [p for p in self.policy.parameters() if p.requires_grad]
                 average_gradients(trainable)  # data-parallel: the mean over the processes
                 for param in frozen_now:
                     param.grad = None
@@ -237,7 +234,7 @@ class PPOUpdate(RolloutCollection):
         self.nonfinite_turns = int(self.rollout_buffer.advantages.size - advantages.size)
         if not self.normalize_advantage:
             return 0.0, 1.0
-        if world_size() == 1:
+        if world_size() == 1:  # float32 mean as always: one-process runs stay bit-identical
             if advantages.size <= 1:
                 return 0.0, 1.0
             self.advantage_scale.update(advantages.reshape(-1).astype(np.float64))
