@@ -34,9 +34,20 @@ def _model(model_dir: Path, n_envs: int) -> PPO:
         n_epochs=1,
         seed=0,
         device="cpu",
-        learning_rate=1e-2,
-        policy_kwargs={"model": str(model_dir), "lora": {"r": 4}, "action_mode": "choice"},
+        learning_rate=0.5,  # SGD: a step large enough to see in float32
+        # Plain SGD: the update is linear in the averaged gradient. Adam's first step,
+        # g / (|g| + eps), turns float rounding in a gradient near eps into a visible difference
+        # (seen with seeds 1 and 7: 3e-6 on one weight of 256) and would test Adam, not the
+        # all-reduce.
+        policy_kwargs={
+            "model": str(model_dir),
+            "lora": {"r": 4},
+            "action_mode": "choice",
+            "optimizer_class": torch.optim.SGD,
+        },
     )
+    with torch.no_grad():  # a critic that predicts 0.5: a gradient even when every reward
+        model.policy.value_head.bias.fill_(0.5)  # of the rollout is 0 (then so is the signal)
     model.set_logger(configure(None, []))
     model.num_timesteps = 8  # past the (zero) critic warm-up
     model._current_progress_remaining = 1.0
