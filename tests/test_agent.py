@@ -244,6 +244,19 @@ def test_truncation_keeps_system_prompt_and_latest_turns(model_dir: Path) -> Non
     assert system in agent.tokenizer.decode(prefix)
 
 
+def test_earlier_replies_reach_later_prompts_as_sampled(model_dir: Path) -> None:
+    agent = _agent(model_dir)
+    agent.act((12, 2, 0))
+    agent.act((15, 2, 0))
+    first, second = agent.current_episode_turns
+    sampled = [int(t) for t in first.tokens]
+    recorded = json.loads(second.prompt)[1]["token_ids"]
+    assert recorded == sampled[: len(recorded)] and len(sampled) - len(recorded) in (0, 1)
+    ids = agent.policy.prompt_ids(second.prompt)
+    n = len(recorded)
+    assert any(ids[i : i + n] == recorded for i in range(len(ids) - n + 1))
+
+
 def test_save_load_and_model_objects(model_dir: Path, tmp_path: Path) -> None:
     agent = _agent(model_dir, ppo_config={"batch_size": 1, "learning_rate": 1e-2})
     agent.act((14, 5, 0))

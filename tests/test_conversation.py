@@ -8,9 +8,12 @@ import json
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import pytest
+import torch
 
 from gym_llm import PPO, load_model, make_text_env
+from gym_llm.replies import Reply
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 from gym_llm.wrappers.conversation import ConversationWrapper
 
@@ -59,6 +62,53 @@ def test_log_probs_stay_exact_under_a_template_that_rewrites_earlier_turns(
     observations = agent.rollout_buffer.observations_text.ravel().tolist()
     assert any(len(json.loads(o)) >= 5 for o in observations)  # several turns in one prompt
     assert agent.first_ratio_error < 1e-4  # what was sampled is what is trained on
+
+
+def _contains(ids: list[int], part: tuple[int, ...]) -> bool:
+    return any(tuple(ids[i : i + len(part)]) == part for i in range(len(ids) - len(part) + 1))
+
+
+@pytest.mark.parametrize("mode", ["generate", "choice"])
+def test_the_policys_replies_reach_its_later_prompts_as_sampled(
+    tiny_model_dir: Path, mode: str
+) -> None:
+    model, tokenizer = load_model(str(tiny_model_dir))
+    tokenizer.chat_template = REWRITING_TEMPLATE
+    env = make_text_env("gym_llm/TextMaze-v0", 1, seed=0, conversation=True)
+    policy = PPO(
+        "LLMPolicy", env, n_steps=2, batch_size=2, seed=0,
+        policy_kwargs={"model": model, "tokenizer": tokenizer, "action_mode": mode,
+                       "max_new_tokens": 4},
+    ).policy  # fmt: skip
+    encode = policy._encode
+    observations = env.reset()
+    with torch.inference_mode():
+        step = policy.act(list(observations))
+    reply = step.replies[0]
+    assert isinstance(reply, Reply)
+    if mode == "generate":  # the ids as sampled, up to the closing stop token
+        sampled = tuple(int(t) for t in step.actions[0])
+        assert sampled[: len(reply.token_ids)] == reply.token_ids
+        assert len(sampled) - len(reply.token_ids) in (0, 1)
+    else:  # the candidate tokens that were scored
+        assert reply.token_ids == tuple(encode(str(reply)))
+    # A reply whose tokens are not what its text encodes to (as sampling often gives).
+    odd = Reply("north", encode(" north "))
+    assert tuple(encode("north")) != odd.token_ids
+    observations = env.step(np.array([reply], dtype=object))[0]
+    observations = env.step(np.array([odd], dtype=object))[0]
+    messages = json.loads(str(observations[0]))
+    assert [m.get("token_ids") for m in messages[1::2]] == [
+        list(reply.token_ids),
+        list(odd.token_ids),
+    ]
+    ids = policy.prompt_ids(str(observations[0]))
+    assert _contains(ids, reply.token_ids) and _contains(ids, odd.token_ids)
+    # Without the ids the text is encoded anew, and the odd reply's tokens are not there.
+    plain = policy.prompt_ids(
+        json.dumps([{k: m[k] for k in ("role", "content")} for m in messages])
+    )
+    assert not _contains(plain, odd.token_ids)
 
 
 def test_the_token_budget_keeps_the_first_observation_and_the_latest(tiny_model_dir: Path) -> None:

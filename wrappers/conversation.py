@@ -5,17 +5,19 @@ policy that sees one observation at a time. :class:`ConversationWrapper` makes e
 the episode's conversation (the env's texts as user turns, the replies as assistant turns) as a
 JSON list of ``{"role", "content"}`` messages, which ``LLMPolicy`` renders with the model's chat
 template (``gym_llm.policy.prompts.build_conversation``); its ``max_prompt_tokens`` drops the
-oldest exchanges, always keeping the first observation and the latest one.
+oldest exchanges, always keeping the first observation and the latest one. A reply that carries
+its sampled token ids (:class:`gym_llm.replies.Reply`, what ``LLMPolicy`` returns) keeps them in
+the JSON, so the policy's later prompts hold its earlier replies exactly as sampled.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
 from gymnasium import spaces
 
+from gym_llm.replies import conversation_json
 from gym_llm.spaces import TextObservations
 
 #: Conversations are long: room for many turns (the policy's token budget decides what it reads).
@@ -61,10 +63,10 @@ class ConversationWrapper(gym.Wrapper[str, str, str, str]):
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         text, reward, terminated, truncated, info = self.env.step(action)
         self.messages += [
-            {"role": "assistant", "content": str(action)},
+            {"role": "assistant", "content": action if isinstance(action, str) else str(action)},
             {"role": "user", "content": str(text)},
         ]
         return self._observation(), reward, terminated, truncated, info
 
     def _observation(self) -> str:
-        return json.dumps(self.messages, ensure_ascii=False)
+        return conversation_json(self.messages)

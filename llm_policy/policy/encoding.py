@@ -10,7 +10,7 @@ this layer, :class:`gym_llm.policy.update.UpdatePasses` on that one, and
 from __future__ import annotations
 
 import contextlib
-import json
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -21,12 +21,15 @@ from stable_baselines3.common.policies import BasePolicy
 from gym_llm.policy.kv_cache import ReservedCache
 from gym_llm.policy.packed_linear import PackedLinears
 from gym_llm.policy.prompts import (
+    RepliesLostError,
     build_conversation,
     build_messages,
     parse_conversation,
     render_prompt,
+    spliced_prompt_ids,
 )
 from gym_llm.policy.top_layers import TopLayers, TurnStates
+from gym_llm.replies import conversation_json
 from gym_llm.wrappers.text_observation import cut_middle
 
 #: Shorter shared prefixes are not worth a separate pass.
@@ -93,7 +96,7 @@ class PromptEncoding(BasePolicy):
         """Token ids of the prompt, memoised: envs revisit the same observations constantly."""
         ids = self._prompt_cache.get(observation)
         if ids is None:
-            ids = self._encode(self.prompt_text(observation))
+            ids = self._whole_prompt_ids(observation)
             budget = self.max_prompt_tokens
             if budget is not None and len(ids) > budget:
                 ids = self._fitted(observation, budget)
@@ -107,6 +110,27 @@ class PromptEncoding(BasePolicy):
             self._prompt_cache[observation] = ids
         return ids
 
+    def _whole_prompt_ids(self, observation: str) -> list[int]:
+        """Token ids of the prompt, uncut; in a conversation the earlier replies that carry
+        their sampled ids (:class:`gym_llm.replies.Reply`) keep them exactly."""
+        if self.conversation:
+            messages = build_conversation(
+                observation, self.observation_space, self.action_space, self.system_prompt
+            )
+            try:
+                ids = spliced_prompt_ids(self.tokenizer, messages, self._encode)
+            except RepliesLostError as error:
+                warnings.warn(
+                    f"Earlier replies are re-encoded from their text in this prompt, so they may "
+                    f"not be the tokens the model sampled: {error}. Use a chat template that "
+                    "writes each message's content unchanged.",
+                    stacklevel=2,
+                )
+                ids = None
+            if ids is not None:
+                return ids
+        return self._encode(self.prompt_text(observation))
+
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
@@ -118,17 +142,14 @@ class PromptEncoding(BasePolicy):
         if turns is not None:
             while len(turns) > 3:
                 turns = [turns[0], *turns[3:]]  # drop the oldest exchange after the first turn
-                text = json.dumps(turns, ensure_ascii=False)
-                ids = self._encode(self.prompt_text(text))
+                ids = self._whole_prompt_ids(conversation_json(turns))
                 if len(ids) <= budget:
                     return ids
         else:
             turns = [{"role": "user", "content": observation}]
         for _ in range(8):  # shrink the latest text until the prompt fits
-            text = (
-                json.dumps(turns, ensure_ascii=False) if self.conversation else turns[-1]["content"]
-            )
-            ids = self._encode(self.prompt_text(text))
+            text = conversation_json(turns) if self.conversation else turns[-1]["content"]
+            ids = self._whole_prompt_ids(text)
             if len(ids) <= budget:
                 return ids
             content = turns[-1]["content"]

@@ -43,6 +43,7 @@ from gym_llm.policy.scoring import (
 )
 from gym_llm.policy.top_layers import TopLayers, TrainableLayers, top_layers_supported
 from gym_llm.policy.update import UpdatePasses
+from gym_llm.replies import Reply
 from gym_llm.spaces import NOT_TEXT_HELP, TextActions
 
 __all__ = [
@@ -222,6 +223,15 @@ class LLMPolicy(UpdatePasses):
         self._prefix_kv = None
         self._prefix_version = None
         self._candidates = self._tokenize_candidates() if self.action_mode == "choice" else None
+        #: Each action as the reply it is sent as: its text with the candidate tokens scored.
+        self._choice_replies = (
+            [
+                Reply(a, ids[m.bool()].tolist())
+                for a, ids, m in zip(self.actions_list, *self._candidates, strict=True)
+            ]
+            if self._candidates is not None
+            else []
+        )
         self._reference_mode = False
         self.update_work = UpdateWork()
         if value_lr_scale <= 0:
@@ -296,7 +306,7 @@ class LLMPolicy(UpdatePasses):
             lps = dist.log_prob(chosen).float().cpu().numpy()
             indices = chosen.cpu().numpy()
             return PolicyStep(
-                replies=[self.actions_list[int(i)] for i in indices],
+                replies=[self._choice_replies[int(i)] for i in indices],
                 actions=[np.array([int(i)], dtype=np.int64) for i in indices],
                 token_log_probs=[np.array([lp], dtype=np.float32) for lp in lps],
                 values=values,
@@ -305,7 +315,7 @@ class LLMPolicy(UpdatePasses):
             )
         actions, token_lps, values, states = self._generate(observations, deterministic)
         return PolicyStep(
-            replies=[self.decode(a) for a in actions],
+            replies=[self.reply(a) for a in actions],
             actions=actions,
             token_log_probs=token_lps,
             values=values,

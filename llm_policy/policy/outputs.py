@@ -14,7 +14,7 @@ from gym_llm.policy.top_layers import TurnStates
 class PolicyStep:
     """What one batched policy call produced, per env."""
 
-    #: The reply text sent to each env.
+    #: The reply sent to each env: a :class:`gym_llm.replies.Reply` (text carrying its token ids).
     replies: list[str]
     #: Choice mode: ``[index]``; generate mode: the sampled token ids (EOS included if sampled).
     actions: list[np.ndarray]

@@ -7,8 +7,11 @@ model exactly the same text for the same observation.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from typing import Any
 
+from gym_llm.replies import parse_messages
 from gym_llm.spaces import TextActions, TextObservations
 
 Message = dict[str, str]
@@ -44,21 +47,15 @@ def build_messages(
 
 def parse_conversation(observation: str) -> list[Message] | None:
     """The messages of an observation that is a JSON list of ``{"role", "content"}`` objects
-    (user/assistant turns, oldest first), or ``None`` when it is a plain observation string."""
+    (user/assistant turns, oldest first; replies may carry their sampled ``"token_ids"``, see
+    :mod:`gym_llm.replies`), or ``None`` when it is a plain observation string."""
     if not observation.lstrip().startswith("["):
         return None
     try:
         value = json.loads(observation)
     except ValueError:
         return None
-    if not isinstance(value, list) or not value:
-        return None
-    if not all(
-        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-        for m in value
-    ):
-        return None
-    return [{"role": str(m["role"]), "content": str(m["content"])} for m in value]
+    return parse_messages(value)
 
 
 def build_conversation(
@@ -109,3 +106,54 @@ def render_prompt(tokenizer: Any, messages: list[Message]) -> str:
             raise
     lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
     return "\n\n".join([*lines, "Assistant:"])
+
+
+#: Stands in for a reply's text while the template renders: private-use characters, which
+#: neither chat templates nor env texts use.
+_PLACEHOLDER = "\ue000{}\ue001"
+_PLACEHOLDER_PATTERN = re.compile("\ue000(\\d+)\ue001")
+
+
+class RepliesLostError(ValueError):
+    """The chat template did not write every reply placeholder back exactly once."""
+
+
+def spliced_prompt_ids(
+    tokenizer: Any, messages: list[Message], encode: Callable[[str], list[int]]
+) -> list[int] | None:
+    """Prompt token ids with each earlier reply's tokens exactly as sampled.
+
+    The conversation is rendered by the chat template as a whole (so templates that rewrite
+    earlier turns are honoured: the prompt is not assumed to extend the previous one), with a
+    placeholder for the text of every reply that carries token ids; the text between
+    placeholders is encoded and the sampled ids go in the placeholders' place. The template's
+    scaffolding around a reply is kept; edits it would make to the reply text itself (stripping,
+    dropping reasoning) are not, since those tokens are what the model produced.
+
+    ``None`` when no message carries ids (the caller encodes the rendered text as usual);
+    :class:`RepliesLostError` when the template did not write each placeholder once, in order.
+    """
+    marked: list[Message] = []
+    replies: list[tuple[int, ...]] = []
+    for message in messages:
+        sampled = getattr(message["content"], "token_ids", None)
+        if message["role"] == "assistant" and sampled is not None:
+            marked.append({"role": "assistant", "content": _PLACEHOLDER.format(len(replies))})
+            replies.append(sampled)
+        else:
+            marked.append({"role": message["role"], "content": str(message["content"])})
+    if not replies:
+        return None
+    pieces = _PLACEHOLDER_PATTERN.split(render_prompt(tokenizer, marked))
+    if [int(i) for i in pieces[1::2]] != list(range(len(replies))):
+        raise RepliesLostError(
+            f"the chat template wrote the placeholders of {len(replies)} replies as "
+            f"{pieces[1::2]!r}"
+        )
+    prompt: list[int] = []
+    for k, text in enumerate(pieces[0::2]):
+        if text:
+            prompt.extend(encode(text))
+        if k < len(replies):
+            prompt.extend(replies[k])
+    return prompt

@@ -16,6 +16,7 @@ import torch
 from gym_llm.policy.encoding import PromptEncoding
 from gym_llm.policy.sampling import sample
 from gym_llm.policy.top_layers import TurnStates
+from gym_llm.replies import Reply
 
 ActionMode = Literal["choice", "generate"]
 Normalization = Literal["sum", "mean"]
@@ -271,3 +272,11 @@ class ActionScoring(PromptEncoding):
         """Reply text from sampled ids (stop tokens dropped)."""
         ids = [int(t) for t in token_ids if int(t) not in self.stop_ids]
         return str(self.tokenizer.decode(ids, skip_special_tokens=True)).strip()
+
+    def reply(self, token_ids: np.ndarray) -> Reply:
+        """The reply sent to the env: its text, carrying the ids as sampled up to the closing
+        stop token (a conversation prompt puts them back exactly, see :mod:`gym_llm.replies`)."""
+        ids = [int(t) for t in token_ids]
+        if ids and ids[-1] in self.stop_ids:
+            ids.pop()
+        return Reply(self.decode(token_ids), ids)

@@ -35,6 +35,7 @@ from stable_baselines3.common.utils import configure_logger
 from gym_llm.policy.llm_policy import LLMPolicy
 from gym_llm.policy.prompts import Message
 from gym_llm.policy.top_layers import TrainableLayers
+from gym_llm.replies import conversation_json
 from gym_llm.rl.agent_config import (
     agent_policy_kwargs,
     check_arguments,
@@ -304,11 +305,11 @@ class Agent(AgentSaving, ResolverSettings, abc.ABC):
         cache finds it), dropping the oldest exchanges until the prompt fits the budget."""
         turns = [m for m in self.current_episode_messages if m["role"] != "system"]
         dropped = 0
-        prompt = json.dumps(turns, ensure_ascii=False)
+        prompt = conversation_json(turns)
         while len(turns) > 1 and len(self.policy.prompt_ids(prompt)) > self.max_context_tokens:
             turns = turns[2:]  # one user/assistant exchange, the oldest
             dropped += 1
-            prompt = json.dumps(turns, ensure_ascii=False)
+            prompt = conversation_json(turns)
         return prompt, dropped
 
     def to_action(self, reply: str) -> ActionOutcome:

@@ -75,7 +75,10 @@ class TextVecEnv(VecEnv):
         dones = np.zeros(self.num_envs, dtype=bool)
         infos: list[dict[str, Any]] = []
         for i, env in enumerate(self.envs):
-            obs, reward, terminated, truncated, info = env.step(str(self._actions[i]))
+            action = self._actions[i]  # a Reply keeps its token ids (a str subclass)
+            obs, reward, terminated, truncated, info = env.step(
+                action if isinstance(action, str) else str(action)
+            )
             info = dict(info)
             dones[i] = terminated or truncated
             info["TimeLimit.truncated"] = truncated and not terminated
