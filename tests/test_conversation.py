@@ -95,14 +95,14 @@ def test_the_policys_replies_reach_its_later_prompts_as_sampled(
     # A reply whose tokens are not what its text encodes to (as sampling often gives).
     odd = Reply("north", encode(" north "))
     assert tuple(encode("north")) != odd.token_ids
-    observations = env.step(np.array([reply], dtype=object))[0]
-    observations = env.step(np.array([odd], dtype=object))[0]
-    messages = json.loads(str(observations[0]))
+    env.step(np.array([reply], dtype=object))
+    latest = str(np.asarray(env.step(np.array([odd], dtype=object))[0], dtype=object)[0])
+    messages = json.loads(latest)
     assert [m.get("token_ids") for m in messages[1::2]] == [
         list(reply.token_ids),
         list(odd.token_ids),
     ]
-    ids = policy.prompt_ids(str(observations[0]))
+    ids = policy.prompt_ids(latest)
     assert _contains(ids, reply.token_ids) and _contains(ids, odd.token_ids)
     # Without the ids the text is encoded anew, and the odd reply's tokens are not there.
     plain = policy.prompt_ids(
