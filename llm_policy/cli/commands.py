@@ -155,7 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--timesteps 4096 --out runs/bj\n"
         f"  {PROG} train --config runs/bj/config.json --seed 1 --out runs/bj-seed1\n"
         f"  {PROG} train --resume runs/bj                  # after a crash or kill\n"
-        f"  {PROG} train --resume runs/bj --timesteps 8192 # train the same run further",
+        f"  {PROG} train --resume runs/bj --timesteps 8192 # train the same run further\n\n"
+        "Several processes (data-parallel: each steps --n-envs envs of its own, gradients are\n"
+        "averaged, --timesteps counts every process's env steps, only the main process writes):\n"
+        "  torchrun --nproc-per-node 2 -m gym_llm.cli train --env Blackjack-v1 --out runs/bj2\n"
+        "  accelerate launch --num_processes 2 --multi_gpu -m gym_llm.cli train ...   # GPUs\n"
+        "On CPU use torchrun, or accelerate's --multi_gpu flag (it starts N gloo processes there\n"
+        "too); accelerate launch --cpu starts one process unless MPI is set up. --resume and\n"
+        "--sft-demos run in one process only.",
         formatter_class=_HelpFormatter,
     )
     train.add_argument(

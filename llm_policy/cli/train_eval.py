@@ -93,6 +93,10 @@ def _resume_config(args: argparse.Namespace) -> tuple[Any, Path]:
         raise CLIError(f"invalid settings: {exc}") from None
 
 
+def _quiet(*args: Any, **kwargs: Any) -> None:
+    """``print`` in processes other than the main one: one process reports for the job."""
+
+
 def _train(args: argparse.Namespace) -> int:
     if args.resume is not None:
         return _run_train(*_resume_config(args), args, resume=True)
@@ -102,7 +106,20 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: bool) -> int:
-    if not resume and (run_dir / "config.json").exists() and not args.overwrite:
+    from gym_llm.rl.distributed import init_from_launcher, is_main_process, world_size
+
+    init_from_launcher()  # under torchrun / accelerate launch; nothing in one process
+    main = is_main_process()
+    say = print if main else _quiet
+    if world_size() > 1 and (resume or config.sft_demos is not None):
+        raise CLIError(
+            ("--resume" if resume else "--sft-demos") + f" runs in one process only, and this "
+            f"is one of {world_size()} processes: start it without the launcher."
+        )
+    # The main process writes config.json as the run starts; the others must not see that
+    # as an earlier run.
+    exists = main and (run_dir / "config.json").exists()
+    if not resume and exists and not args.overwrite:
         raise CLIError(
             f"--out {run_dir} already holds a run (config.json). Choose another --out, or pass "
             "--overwrite to replace it."
@@ -117,7 +134,7 @@ def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: 
     from gym_llm.experiments.run import run
 
     def report(point: CurvePoint) -> None:
-        print(f"[{point.timesteps:>7} env steps, {point.wall_s:7.1f} s] {point.describe()}")
+        say(f"[{point.timesteps:>7} env steps, {point.wall_s:7.1f} s] {point.describe()}")
 
     if resume:
         from gym_llm.experiments.checkpoints import resumable_checkpoint
@@ -125,24 +142,28 @@ def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: 
 
         if latest_checkpoint(run_dir / "checkpoints") is None:
             # Killed before its first checkpoint: nothing to continue, so the run starts over.
-            print(f"{run_dir} has no checkpoint yet: starting the run from the beginning")
+            say(f"{run_dir} has no checkpoint yet: starting the run from the beginning")
             resume = False
         else:
             try:
                 checkpoint = resumable_checkpoint(run_dir)
             except FileNotFoundError as exc:
                 raise CLIError(f"--resume: {exc}") from None
-            print(f"Resuming {run_dir} from {checkpoint} up to {config.timesteps} env steps")
+            say(f"Resuming {run_dir} from {checkpoint} up to {config.timesteps} env steps")
     else:
-        print(f"Training {config.model} on {config.env} ({config.mode} mode) -> {run_dir}")
-    result = run(config, run_dir, progress_bar=not args.quiet, on_point=report, resume=resume)
+        say(f"Training {config.model} on {config.env} ({config.mode} mode) -> {run_dir}")
+    result = run(
+        config, run_dir, progress_bar=main and not args.quiet, on_point=report, resume=resume
+    )
     references = reference_returns(config.env, config.env_kwargs, measure_random=False)
-    print(f"Before training: {result.before.describe()}")
-    print(f"After training:  {result.after.describe()}")
+    say(f"Before training: {result.before.describe()}")
+    say(f"After training:  {result.after.describe()}")
     if references:
-        print("Reference: " + ", ".join(f"{k} {v:+.4f}" for k, v in references.items()))
-    print(
-        f"{result.timesteps} env steps in {result.train_wall_s:.1f} s on {result.device}.\n"
+        say("Reference: " + ", ".join(f"{k} {v:+.4f}" for k, v in references.items()))
+    say(
+        f"{result.timesteps} env steps in {result.train_wall_s:.1f} s on {result.device}"
+        + (f" x {result.processes} processes" if result.processes > 1 else "")
+        + ".\n"
         f"Run directory: {run_dir} (config.json, result.json, curve.png, agent/, tensorboard/"
         + (", checkpoints/" if config.checkpoint_every != 0 else "")
         + ")\n"

@@ -18,6 +18,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from gym_llm.evaluation.curve import CurveRecorder
 from gym_llm.rl.checkpoint_files import latest_checkpoint, prune_checkpoints, write_latest
+from gym_llm.rl.distributed import is_main_process
 
 if TYPE_CHECKING:
     from gym_llm.rl.ppo import PPO
@@ -63,7 +64,11 @@ class CheckpointCallback(BaseCallback):
         if not (self.directory / str(self.num_timesteps)).is_dir():
             self.save()
 
-    def save(self) -> Path:
+    def save(self) -> Path | None:
+        """The checkpoint directory (``None`` in processes other than the main one: it writes
+        for them all)."""
+        if not is_main_process():
+            return None
         name = str(self.num_timesteps)
         run_state = {"curve": self.curve.state(), **self.extra}
         model = cast("PPO", self.model)

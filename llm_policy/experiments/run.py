@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import platform
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,127 +28,19 @@ from gym_llm.experiments.checkpoints import (
     read_run_state,
     resumable_checkpoint,
 )
-from gym_llm.policy.models import DEFAULT_MODEL, resolve_device
-from gym_llm.policy.top_layers import parse_trainable_layers
-from gym_llm.rl.advantages import check_estimator
+from gym_llm.experiments.train_config import TrainConfig
+from gym_llm.policy.models import resolve_device
+from gym_llm.rl.distributed import (
+    from_main_process,
+    init_from_launcher,
+    is_main_process,
+    rank,
+    world_size,
+)
 from gym_llm.rl.ppo import PPO
 from gym_llm.rl.vec_env import make_text_env
 
-
-@dataclass
-class TrainConfig:
-    """Everything that defines a run; saved as ``config.json`` so the run can be repeated."""
-
-    #: Gymnasium env id (any registered id; gym_llm/<Name>-v0 after ``import gym_llm``).
-    env: str = "Blackjack-v1"
-    #: Keyword arguments for ``gym.make`` (e.g. ``{"sab": False}``).
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: Registry name (see ``gym-llm models``), local directory or hub id.
-    model: str = DEFAULT_MODEL
-    #: ``"choice"`` scores the listed actions; ``"generate"`` samples free text.
-    mode: str = "choice"
-    #: Env steps to train for (summed over the parallel envs).
-    timesteps: int = 2048
-    #: Parallel envs per rollout.
-    n_envs: int = 8
-    #: Steps per env per rollout (a rollout is n_steps * n_envs turns).
-    n_steps: int = 32
-    #: PPO minibatch size, in turns.
-    batch_size: int = 64
-    #: Passes over each rollout.
-    n_epochs: int = 2
-    #: Adam learning rate (default: PPO's, 5e-4 with LoRA and 1e-5 without; measured).
-    learning_rate: float | None = None
-    #: LoRA rank; 0 fine-tunes all weights.
-    lora_r: int = 16
-    #: Advantages: gae (with the critic), or critic-free rebn, grpo, rloo, gigpo.
-    advantage_estimator: str = "gae"
-    #: The value head's learning rate as a multiple of the policy's.
-    value_lr_scale: float = 1.0
-    #: Env steps at the start during which only the value head trains.
-    critic_warmup_steps: int = 0
-    #: Choice mode: subtract each action's score under a content-free prompt.
-    choice_calibration: bool = False
-    #: Decoder layers that train, from the top: "auto" (a quarter with LoRA, all without),
-    #: "all", a count ("8") or a share ("0.25"). The update starts from the hidden states the
-    #: rollout computed below them, so fewer layers make it cheaper.
-    trainable_layers: str = "auto"
-    #: Entropy bonus coefficient.
-    ent_coef: float = 0.0
-    #: Coefficient of the KL penalty to the base model (adapter disabled).
-    kl_coef: float = 0.0
-    #: Stop an update's epochs early when the approximate KL exceeds this (None: never).
-    target_kl: float | None = None
-    #: Discount factor.
-    gamma: float = 0.99
-    #: Turns per forward/backward pass (gradient accumulation up to batch_size); none: as many
-    #: as fit the update's memory budget.
-    micro_batch_size: int | None = None
-    #: Reply length in generate mode (None: the model's registry default).
-    max_new_tokens: int | None = None
-    #: Sampling temperature of the policy.
-    temperature: float = 1.0
-    #: Monte-Carlo episodes per evaluation (before, after, each curve point); 0 skips them where
-    #: the env has an exact evaluation (gym_llm.evaluation.exact), which every point then uses.
-    eval_episodes: int = 100
-    #: Evaluations during training (evenly spaced), besides before and after.
-    eval_points: int = 4
-    #: Seed of the envs, the policy's sampling and the weights' initialisation.
-    seed: int = 0
-    #: "auto" (cuda, then mps, then cpu), "cpu", "cuda", "cuda:1", ...
-    device: str = "auto"
-    #: Save a checkpoint to run_dir/checkpoints/<steps>/ at the first rollout boundary after
-    #: every N env steps (None: after every rollout; 0: none, only the final agent). ``--resume``
-    #: continues from the newest one.
-    checkpoint_every: int | None = None
-    #: Checkpoints kept (the newest; older ones are removed once a newer one is complete).
-    keep_checkpoints: int = 2
-    #: Chat-messages JSONL of demonstrations (``gym-llm demos``, gym_llm.experiments.demos.make_demos) to
-    #: fine-tune on with SFT after the "before" evaluation and before PPO (None: no warm start).
-    sft_demos: str | None = None
-    #: Passes over the demonstrations in that SFT warm start.
-    sft_epochs: float = 1.0
-    #: AdamW learning rate of the SFT warm start (decayed linearly to 0 over its steps).
-    sft_learning_rate: float = 1e-4
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("choice", "generate"):
-            raise ValueError(f"mode must be 'choice' or 'generate', got {self.mode!r}.")
-        for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        if self.eval_points < 0 or self.lora_r < 0 or self.eval_episodes < 0:
-            raise ValueError("eval_points, eval_episodes and lora_r must be >= 0.")
-        if self.sft_demos is not None and self.sft_epochs <= 0:
-            raise ValueError(f"sft_epochs must be > 0, got {self.sft_epochs}.")
-        parse_trainable_layers(self.trainable_layers)  # a bad value fails here, not mid-run
-        check_estimator(self.advantage_estimator)
-        if self.choice_calibration and self.mode != "choice":
-            raise ValueError("choice_calibration needs mode='choice'.")
-        if self.checkpoint_every is not None and self.checkpoint_every < 0:
-            raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}.")
-        if self.keep_checkpoints < 1:
-            raise ValueError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}.")
-        if self.eval_episodes == 0 and not exact_evaluation_supported(self.env, self.env_kwargs):
-            raise ValueError(
-                f"eval_episodes=0 needs an exact evaluation, which {self.env} does not have; "
-                "give a number of Monte-Carlo episodes."
-            )
-
-    def policy_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "lora": {"r": self.lora_r, "lora_alpha": 2 * self.lora_r} if self.lora_r else None,
-            "action_mode": self.mode,
-            "temperature": self.temperature,
-            "trainable_layers": parse_trainable_layers(self.trainable_layers),
-            "value_lr_scale": self.value_lr_scale,
-        }
-        if self.choice_calibration:
-            kwargs["choice_calibration"] = True
-        if self.max_new_tokens is not None:
-            kwargs["max_new_tokens"] = self.max_new_tokens
-        return kwargs
+__all__ = ["TrainConfig", "TrainResult", "device_name", "plot_result", "run", "versions"]
 
 
 @dataclass
@@ -170,6 +62,8 @@ class TrainResult:
     after_sft: CurvePoint | None = None
     #: The warm start's statistics (gym_llm.sft.warm_start), ``None`` without ``sft_demos``.
     sft: dict[str, float] | None = None
+    #: Processes that trained data-parallel (each with ``config.n_envs`` envs).
+    processes: int = 1
 
     @property
     def agent_path(self) -> Path:
@@ -193,6 +87,7 @@ class TrainResult:
             "versions": self.versions,
             "after_sft": self.after_sft.as_dict() if self.after_sft is not None else None,
             "sft": self.sft,
+            "processes": self.processes,
         }
 
 
@@ -237,12 +132,23 @@ def run(
     measured, so a caller can print progress. ``resume``: continue the run in ``run_dir`` from
     its newest checkpoint (same config; ``timesteps`` may be larger), with the same random state,
     learning curve and TensorBoard steps.
+
+    Started by ``torchrun``/``accelerate launch`` with several processes, each steps
+    ``n_envs`` envs of its own (``timesteps`` counts all of them); only the main process
+    evaluates and writes, and every process returns the main process's figures.
     """
     run_dir = Path(run_dir)
+    main = _check_processes(config, resume)
     checkpoint = resumable_checkpoint(run_dir) if resume else None
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
-    env = make_text_env(config.env, config.n_envs, env_kwargs=config.env_kwargs, seed=config.seed)
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
+    env = make_text_env(
+        config.env,
+        config.n_envs,
+        env_kwargs=config.env_kwargs,
+        seed=config.seed + rank() * config.n_envs,
+    )
     eval_env = make_text_env(
         config.env, config.n_envs, env_kwargs=config.env_kwargs, seed=config.seed + 10_000
     )
@@ -266,7 +172,7 @@ def run(
         device=str(resolve_device(config.device)),
         verbose=verbose,
     )
-    rollout = config.n_steps * config.n_envs
+    rollout = config.n_steps * config.n_envs * world_size()  # env steps, every process's
     iterations = max(1, -(-config.timesteps // rollout))
     every = rollout * max(1, iterations // (config.eval_points + 1)) if config.eval_points else 0
     exact = None
@@ -283,7 +189,8 @@ def run(
             return Score(exact(agent), 0.0, "exact"), stats
         return (stats.score() if stats is not None else no_score()), stats
 
-    curve = CurveRecorder(every, measure, on_point=on_point)
+    # Only the main process measures the curve (the weights are the same in every process).
+    curve = CurveRecorder(every if main else 0, measure, on_point=on_point if main else None)
     curve.init_callback(model)
     after_sft, sft_stats = None, None
     if checkpoint is not None:
@@ -294,7 +201,7 @@ def run(
         if saved.get("sft") is not None:
             after_sft, sft_stats = curve.points[1], saved["sft"]
     else:
-        before = curve.record()
+        before = curve.record() if main else no_point()
         if config.sft_demos is not None:
             from gym_llm.rl.sft import warm_start
 
@@ -307,7 +214,7 @@ def run(
             )
             after_sft = curve.record()  # a second point at 0 env steps: the jump SFT made
     callbacks: list[BaseCallback] = [curve]
-    if config.checkpoint_every != 0:
+    if config.checkpoint_every != 0 and main:
         callbacks.append(
             CheckpointCallback(
                 run_dir / "checkpoints",
@@ -326,18 +233,22 @@ def run(
             tb_log_name="ppo",
             reset_num_timesteps=checkpoint is None,
         )
-    last = curve.points[-1]
-    after = last if last.timesteps == model.num_timesteps else curve.record()
-    train_wall_s = curve.train_seconds()
-    model.save(run_dir / "agent")
+    after = no_point()
+    if main:
+        last = curve.points[-1]
+        after = last if last.timesteps == model.num_timesteps else curve.record()
+        model.save(run_dir / "agent")
     env.close()
     eval_env.close()
+    before, after, points, train_wall_s, after_sft = from_main_process(
+        (before, after, curve.points, curve.train_seconds(), after_sft)
+    )
     result = TrainResult(
         config=config,
         device=device_name(model.device),
         before=before,
         after=after,
-        curve=curve.points,
+        curve=points,
         train_wall_s=train_wall_s,
         timesteps=int(model.num_timesteps),
         run_dir=run_dir,
@@ -345,10 +256,35 @@ def run(
         model=model,
         after_sft=after_sft,
         sft=sft_stats,
+        processes=world_size(),
     )
-    (run_dir / "result.json").write_text(json.dumps(result.as_dict(), indent=2))
-    plot_result(result, run_dir / "curve.png")
+    if main:
+        (run_dir / "result.json").write_text(json.dumps(result.as_dict(), indent=2))
+        plot_result(result, run_dir / "curve.png")
     return result
+
+
+def _check_processes(config: TrainConfig, resume: bool) -> bool:
+    """Join a launcher's process group; whether this is the main process. What one process of
+    several cannot do is refused here, before anything is written."""
+    init_from_launcher()
+    if world_size() > 1:
+        if resume:
+            raise ValueError(
+                "Resuming runs in one process only (a checkpoint holds one process's random "
+                "state): resume without the launcher."
+            )
+        if config.sft_demos is not None:
+            raise ValueError(
+                "The SFT warm start runs in one process only: drop sft_demos, or warm-start in "
+                "one process first."
+            )
+    return is_main_process()
+
+
+def no_point() -> CurvePoint:
+    """A placeholder the main process's point replaces (processes other than the main one)."""
+    return CurvePoint(0, 0.0, no_score(), None)
 
 
 def plot_result(

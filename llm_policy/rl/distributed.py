@@ -6,11 +6,58 @@ path runs exactly the code it ran before.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import datetime
+import os
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
+
+#: How long a process waits for the others at a collective before the job fails: long enough for
+#: the main process's evaluations and checkpoints between rollouts, which the others wait out.
+COLLECTIVE_TIMEOUT = datetime.timedelta(hours=2)
+
+#: On CPU, ``accelerate launch --cpu --num_processes N`` starts one process (its multi-CPU mode
+#: needs MPI); these start N.
+CPU_LAUNCH_HELP = (
+    "on CPU, start N processes with `torchrun --nproc-per-node N -m gym_llm.cli train ...` or "
+    "`accelerate launch --multi_gpu --num_processes N -m gym_llm.cli train ...` (accelerate's "
+    "--cpu flag starts one process unless MPI is set up)"
+)
+
+
+def launched_world_size() -> int:
+    """Processes the launcher (torchrun, ``accelerate launch``) started: ``WORLD_SIZE``."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def init_from_launcher() -> bool:
+    """Join the process group a launcher set up (``WORLD_SIZE`` > 1 in the environment), once;
+    whether this is a job of several processes. NCCL on CUDA (each process on the GPU of its
+    ``LOCAL_RANK``), gloo otherwise. Without a launcher nothing happens, so one process runs the
+    code it always ran."""
+    if dist.is_available() and dist.is_initialized():
+        return world_size() > 1
+    if launched_world_size() == 1:
+        if os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true":
+            warnings.warn(
+                "accelerate launch --cpu started a single process: " + CPU_LAUNCH_HELP + ".",
+                stacklevel=2,
+            )
+        return False
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        backend = "nccl"
+    else:
+        backend = "gloo"
+    dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
+    return True
 
 
 def world_size() -> int:
@@ -51,6 +98,47 @@ def global_mean(value: float) -> float:
     if world_size() == 1:
         return value
     return _sum([value])[0] / world_size()
+
+
+def global_sums(values: Sequence[float]) -> list[float]:
+    """Each of ``values`` summed over the processes (counts that are logged)."""
+    if world_size() == 1:
+        return [float(v) for v in values]
+    return _sum([float(v) for v in values])
+
+
+def every_process(flag: bool) -> bool:
+    """Whether ``flag`` is true in every process (a rollout goes on only if no callback stopped
+    it anywhere, so the processes stay in step)."""
+    return not any_process(not flag)
+
+
+def gather_objects(items: list[Any]) -> list[list[Any]]:
+    """Every process's ``items`` (the episodes each one finished), in rank order."""
+    if world_size() == 1:
+        return [list(items)]
+    gathered: list[Any] = [None] * world_size()
+    dist.all_gather_object(gathered, items)
+    return [list(part) for part in gathered]
+
+
+def from_main_process(value: Any) -> Any:
+    """The main process's ``value``, in every process (results only rank 0 measured)."""
+    if world_size() == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def broadcast_parameters(parameters: Iterable[torch.Tensor]) -> None:
+    """Copy the main process's values into every process (the trainable weights start equal even
+    where their random initialisation differed)."""
+    if world_size() == 1:
+        return
+    with torch.no_grad():
+        for param in parameters:
+            dist.broadcast(param.data, src=0)
 
 
 def any_process(flag: bool) -> bool:

@@ -28,7 +28,9 @@ from stable_baselines3.common.vec_env import VecEnv
 from gym_llm.policy.llm_policy import LLMPolicy
 from gym_llm.rl.advantages import check_estimator
 from gym_llm.rl.buffer import TextRolloutBuffer
-from gym_llm.rl.checkpoint import PPOCheckpointing, SavedConfig
+from gym_llm.rl.checkpoint import SavedConfig
+from gym_llm.rl.data_parallel import DataParallel
+from gym_llm.rl.distributed import init_from_launcher
 from gym_llm.rl.vec_env import TextVecEnv, check_text_env
 from gym_llm.spaces import TextActions, TextObservations
 
@@ -48,10 +50,16 @@ def default_learning_rate(policy_kwargs: dict[str, Any] | None) -> float:
     return FULL_FINETUNE_LEARNING_RATE if full else LORA_LEARNING_RATE
 
 
-class PPO(PPOCheckpointing):
+class PPO(DataParallel):
     """Proximal Policy Optimization for :class:`LLMPolicy` on text envs.
 
-    SB3's PPO arguments keep their meaning; the LLM-specific ones:
+    SB3's PPO arguments keep their meaning. Started by ``torchrun`` or ``accelerate launch``
+    with several processes, the same script trains data-parallel: each process steps its own
+    envs (seeded ``seed + rank * n_envs``), gradients are averaged over the processes every
+    optimizer step, ``total_timesteps`` counts the env steps of all of them, and only the main
+    process writes TensorBoard, the progress bar and ``save`` (see :mod:`gym_llm.rl.distributed`).
+
+    The LLM-specific arguments:
 
     Args:
         learning_rate: ``None`` (default): 5e-4 with LoRA, 1e-5 for full fine-tuning
@@ -120,6 +128,9 @@ class PPO(PPOCheckpointing):
     ) -> None:
         if learning_rate is None:
             learning_rate = default_learning_rate(policy_kwargs)
+        # Under torchrun / accelerate launch: join the job (and pick this process's GPU) before
+        # the device is resolved and the model built. A no-op in one process.
+        init_from_launcher()
         super().__init__(
             policy,  # type: ignore[arg-type]
             env,  # type: ignore[arg-type]
@@ -247,6 +258,7 @@ class PPO(PPOCheckpointing):
             device=self.device,
             **self.policy_kwargs,
         )
+        self._start_equal()
         self.rollout_buffer = TextRolloutBuffer(
             self.n_steps,
             self.n_envs,

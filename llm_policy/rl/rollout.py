@@ -20,6 +20,7 @@ from gym_llm.policy.llm_policy import LLMPolicy
 from gym_llm.rl.advantages import Estimator, critic_free_advantages, dones_from_starts
 from gym_llm.rl.buffer import TextRolloutBuffer
 from gym_llm.rl.diagnostics import choice_diagnostics
+from gym_llm.rl.distributed import every_process, gather_objects, global_sums, rank, world_size
 
 
 class RolloutCollection(OnPolicyAlgorithm):
@@ -61,6 +62,8 @@ class RolloutCollection(OnPolicyAlgorithm):
         callback.on_rollout_start()
         n_steps = invalid = nonfinite = cut_observations = 0
         cut_prompts = self.policy.truncated_prompts
+        processes = world_size()
+        finished: list[dict[str, Any]] = []  # Monitor's records of the episodes that ended
         samples: list[str] = []
         seen: list[str] = []
         probs: list[np.ndarray] = []
@@ -73,11 +76,13 @@ class RolloutCollection(OnPolicyAlgorithm):
                 seen.extend(str(o) for o in observations)
                 probs.append(step.action_probs)
             new_obs, rewards, dones, infos = env.step(np.array(step.replies, dtype=object))
-            self.num_timesteps += env.num_envs
+            self.num_timesteps += env.num_envs * processes  # env steps of every process
             callback.update_locals(locals())
-            if not callback.on_step():
+            if not every_process(callback.on_step()):  # all stop together, none waits forever
                 return False
             self._update_info_buffer(infos, dones)
+            if processes > 1:
+                finished.extend(info["episode"] for info in infos if "episode" in info)
             n_steps += 1
             invalid += sum(not info.get("action_valid", True) for info in infos)
             cut_observations += sum(bool(info.get("observation_truncated")) for info in infos)
@@ -128,7 +133,17 @@ class RolloutCollection(OnPolicyAlgorithm):
                 buffer.observations_text,
                 self.gamma,
             ).astype(np.float32)
-        self.invalid_action_rate = invalid / (n_steps * env.num_envs)
+        # Episode statistics and counts over every process (the same in each).
+        for source, records in enumerate(gather_objects(finished)):
+            if source != rank():
+                self.ep_info_buffer.extend(records)  # type: ignore[union-attr]
+        invalid, nonfinite, cut_observations, cut_prompts = (
+            int(n)
+            for n in global_sums(
+                [invalid, nonfinite, cut_observations, self.policy.truncated_prompts - cut_prompts]
+            )
+        )
+        self.invalid_action_rate = invalid / (n_steps * env.num_envs * processes)
         if probs:
             figures = choice_diagnostics(seen, np.concatenate(probs), self._first_greedy)
             for name, value in figures.items():
@@ -136,7 +151,7 @@ class RolloutCollection(OnPolicyAlgorithm):
         self.logger.record("rollout/invalid_action_rate", self.invalid_action_rate)
         self.logger.record("rollout/nonfinite_rewards", nonfinite)
         self.logger.record("rollout/observations_truncated", cut_observations)
-        self.logger.record("rollout/prompts_truncated", self.policy.truncated_prompts - cut_prompts)
+        self.logger.record("rollout/prompts_truncated", cut_prompts)
         if samples:
             self.logger.record(
                 "rollout/samples",

@@ -1,0 +1,128 @@
+"""``TrainConfig``: everything that defines a training run (``config.json`` of a run directory;
+``gym-llm train`` flags map onto its fields one to one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gym_llm.evaluation.exact import exact_evaluation_supported
+from gym_llm.policy.models import DEFAULT_MODEL
+from gym_llm.policy.top_layers import parse_trainable_layers
+from gym_llm.rl.advantages import check_estimator
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a run; saved as ``config.json`` so the run can be repeated."""
+
+    #: Gymnasium env id (any registered id; gym_llm/<Name>-v0 after ``import gym_llm``).
+    env: str = "Blackjack-v1"
+    #: Keyword arguments for ``gym.make`` (e.g. ``{"sab": False}``).
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: Registry name (see ``gym-llm models``), local directory or hub id.
+    model: str = DEFAULT_MODEL
+    #: ``"choice"`` scores the listed actions; ``"generate"`` samples free text.
+    mode: str = "choice"
+    #: Env steps to train for (summed over the parallel envs).
+    timesteps: int = 2048
+    #: Parallel envs per rollout.
+    n_envs: int = 8
+    #: Steps per env per rollout (a rollout is n_steps * n_envs turns).
+    n_steps: int = 32
+    #: PPO minibatch size, in turns.
+    batch_size: int = 64
+    #: Passes over each rollout.
+    n_epochs: int = 2
+    #: Adam learning rate (default: PPO's, 5e-4 with LoRA and 1e-5 without; measured).
+    learning_rate: float | None = None
+    #: LoRA rank; 0 fine-tunes all weights.
+    lora_r: int = 16
+    #: Advantages: gae (with the critic), or critic-free rebn, grpo, rloo, gigpo.
+    advantage_estimator: str = "gae"
+    #: The value head's learning rate as a multiple of the policy's.
+    value_lr_scale: float = 1.0
+    #: Env steps at the start during which only the value head trains.
+    critic_warmup_steps: int = 0
+    #: Choice mode: subtract each action's score under a content-free prompt.
+    choice_calibration: bool = False
+    #: Decoder layers that train, from the top: "auto" (a quarter with LoRA, all without),
+    #: "all", a count ("8") or a share ("0.25"). The update starts from the hidden states the
+    #: rollout computed below them, so fewer layers make it cheaper.
+    trainable_layers: str = "auto"
+    #: Entropy bonus coefficient.
+    ent_coef: float = 0.0
+    #: Coefficient of the KL penalty to the base model (adapter disabled).
+    kl_coef: float = 0.0
+    #: Stop an update's epochs early when the approximate KL exceeds this (None: never).
+    target_kl: float | None = None
+    #: Discount factor.
+    gamma: float = 0.99
+    #: Turns per forward/backward pass (gradient accumulation up to batch_size); none: as many
+    #: as fit the update's memory budget.
+    micro_batch_size: int | None = None
+    #: Reply length in generate mode (None: the model's registry default).
+    max_new_tokens: int | None = None
+    #: Sampling temperature of the policy.
+    temperature: float = 1.0
+    #: Monte-Carlo episodes per evaluation (before, after, each curve point); 0 skips them where
+    #: the env has an exact evaluation (gym_llm.evaluation.exact), which every point then uses.
+    eval_episodes: int = 100
+    #: Evaluations during training (evenly spaced), besides before and after.
+    eval_points: int = 4
+    #: Seed of the envs, the policy's sampling and the weights' initialisation.
+    seed: int = 0
+    #: "auto" (cuda, then mps, then cpu), "cpu", "cuda", "cuda:1", ...
+    device: str = "auto"
+    #: Save a checkpoint to run_dir/checkpoints/<steps>/ at the first rollout boundary after
+    #: every N env steps (None: after every rollout; 0: none, only the final agent). ``--resume``
+    #: continues from the newest one.
+    checkpoint_every: int | None = None
+    #: Checkpoints kept (the newest; older ones are removed once a newer one is complete).
+    keep_checkpoints: int = 2
+    #: Chat-messages JSONL of demonstrations (``gym-llm demos``, gym_llm.experiments.demos.make_demos) to
+    #: fine-tune on with SFT after the "before" evaluation and before PPO (None: no warm start).
+    sft_demos: str | None = None
+    #: Passes over the demonstrations in that SFT warm start.
+    sft_epochs: float = 1.0
+    #: AdamW learning rate of the SFT warm start (decayed linearly to 0 over its steps).
+    sft_learning_rate: float = 1e-4
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("choice", "generate"):
+            raise ValueError(f"mode must be 'choice' or 'generate', got {self.mode!r}.")
+        for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.eval_points < 0 or self.lora_r < 0 or self.eval_episodes < 0:
+            raise ValueError("eval_points, eval_episodes and lora_r must be >= 0.")
+        if self.sft_demos is not None and self.sft_epochs <= 0:
+            raise ValueError(f"sft_epochs must be > 0, got {self.sft_epochs}.")
+        parse_trainable_layers(self.trainable_layers)  # a bad value fails here, not mid-run
+        check_estimator(self.advantage_estimator)
+        if self.choice_calibration and self.mode != "choice":
+            raise ValueError("choice_calibration needs mode='choice'.")
+        if self.checkpoint_every is not None and self.checkpoint_every < 0:
+            raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}.")
+        if self.keep_checkpoints < 1:
+            raise ValueError(f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}.")
+        if self.eval_episodes == 0 and not exact_evaluation_supported(self.env, self.env_kwargs):
+            raise ValueError(
+                f"eval_episodes=0 needs an exact evaluation, which {self.env} does not have; "
+                "give a number of Monte-Carlo episodes."
+            )
+
+    def policy_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "lora": {"r": self.lora_r, "lora_alpha": 2 * self.lora_r} if self.lora_r else None,
+            "action_mode": self.mode,
+            "temperature": self.temperature,
+            "trainable_layers": parse_trainable_layers(self.trainable_layers),
+            "value_lr_scale": self.value_lr_scale,
+        }
+        if self.choice_calibration:
+            kwargs["choice_calibration"] = True
+        if self.max_new_tokens is not None:
+            kwargs["max_new_tokens"] = self.max_new_tokens
+        return kwargs

@@ -1,0 +1,63 @@
+"""A data-parallel run from Python, for ``torchrun`` in the tests: the usual single-process script,
+unchanged, started as two processes.
+
+``python -m torch.distributed.run --standalone --nproc-per-node 2 tests/launch_helper.py MODE
+MODEL_DIR OUT_DIR`` where MODE is
+
+- ``learn``: ``PPO(LLMPolicy, env).learn(64)`` then ``save``; each process writes
+  ``OUT_DIR/rank<r>.pt`` (its trainable weights) and ``rank<r>.json`` (its step count and the
+  digest of the observations it trained on);
+- ``fail``: the same, but process 1 raises in the middle of training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+
+from gym_llm import PPO, LLMPolicy, make_text_env
+from gym_llm.rl.distributed import rank, world_size
+
+PLANTED = "planted failure in process 1"
+
+
+class FailInProcessOne(BaseCallback):
+    def _on_step(self) -> bool:
+        if rank() == 1 and self.num_timesteps >= 24:
+            raise RuntimeError(PLANTED)
+        return True
+
+
+def main(mode: str, model_dir: str, out: str) -> None:
+    torch.set_num_threads(1)
+    env = make_text_env("gym_llm/KeywordBandit-v0", n_envs=2, seed=0)
+    model = PPO(
+        LLMPolicy,
+        env,
+        n_steps=4,
+        batch_size=8,
+        n_epochs=1,
+        seed=0,
+        device="cpu",
+        policy_kwargs={"model": model_dir, "lora": {"r": 4}},
+    )
+    model.learn(64, callback=FailInProcessOne() if mode == "fail" else None)
+    model.save(Path(out) / "agent")
+    torch.save(model.policy.trainable_state_dict(), Path(out) / f"rank{rank()}.pt")
+    seen = "\n".join(str(o) for o in model.rollout_buffer.observations_text.ravel())
+    report = {
+        "world_size": world_size(),
+        "num_timesteps": model.num_timesteps,
+        "observations": hashlib.sha256(seen.encode()).hexdigest(),
+        "episodes": len(model.ep_info_buffer or []),
+    }
+    (Path(out) / f"rank{rank()}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
