@@ -30,19 +30,30 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("dp"), words=["apple", "banana", "cherry"])
 
 
-def _torchrun(*args: str) -> subprocess.CompletedProcess[str]:
+#: Two processes as each launcher starts them on a CPU (accelerate's --cpu flag would start one:
+#: its multi-CPU mode needs MPI; --multi_gpu runs torchrun, with gloo where there is no GPU).
+LAUNCHERS = {
+    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                 "--nproc-per-node", "2"],
+    "accelerate": [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
+                   "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+                   "--dynamo_backend", "no", "--main_process_port", "0"],
+}  # fmt: skip
+
+
+def _torchrun(*args: str, launcher: str = "torchrun") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        *args,
-    ]  # fmt: skip
+    command = [*LAUNCHERS[launcher], *args]
     return subprocess.run(
         command, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=ROOT
     )
 
 
-def test_the_same_python_script_trains_in_two_processes(model_dir: Path, tmp_path: Path) -> None:
-    done = _torchrun(str(HELPER), "learn", str(model_dir), str(tmp_path))
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_the_same_python_script_trains_in_two_processes(
+    model_dir: Path, tmp_path: Path, launcher: str
+) -> None:
+    done = _torchrun(str(HELPER), "learn", str(model_dir), str(tmp_path), launcher=launcher)
     assert done.returncode == 0, done.stderr[-3000:]
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for report in reports:
