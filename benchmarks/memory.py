@@ -10,7 +10,8 @@ records RSS and the peak so far after each update. Checkpoints are written every
 
     python -m benchmarks.memory --model smollm2-135m --updates 320 --out benchmarks/results/memory
 
-Writes ``memory.json`` (one row per update) and ``memory.png`` (RSS and peak over updates).
+Writes ``memory.json`` (one row per update: RSS, RSS after ``malloc_trim``, malloc's bytes in use,
+resident file-backed and anonymous memory, the peak) and ``memory.png``.
 """
 
 from __future__ import annotations
@@ -51,6 +52,49 @@ def rss_mb() -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+            "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def malloc_in_use_mb() -> float:
+    """Bytes glibc's malloc has handed out and not got back (``mallinfo2``: ``uordblks`` +
+    ``hblkhd``, every arena), in MB: live native allocations, whatever made them. NaN without
+    glibc >= 2.33."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+    except (OSError, AttributeError):
+        return float("nan")
+    info = libc.mallinfo2()
+    return float(info.uordblks + info.hblkhd) / 2**20
+
+
+def mapped_mb() -> dict[str, float]:
+    """Resident memory by kind of mapping (/proc/self/smaps, MB): ``file`` (pages of mapped files:
+    the code and data of libraries, which grow as new kernels are first run and which the OS can
+    drop and re-read) and ``anonymous`` (heap, malloc's large blocks, everything else)."""
+    sizes = {"file": 0.0, "anonymous": 0.0}
+    kind = "anonymous"
+    try:
+        lines = Path("/proc/self/smaps").read_text().splitlines()
+    except OSError:
+        return {k: float("nan") for k in sizes}
+    for line in lines:
+        first = line.split(maxsplit=6)
+        if first and "-" in first[0] and len(first) >= 5 and ":" not in first[0]:
+            path = first[5] if len(first) > 5 else ""
+            kind = "file" if path.startswith("/") else "anonymous"
+        elif line.startswith("Rss:"):
+            sizes[kind] += float(line.split()[1]) / 1024
+    return sizes
+
+
 class MemoryLog(BaseCallback):
     """RSS after every update (measured at the next rollout's start, and at the end)."""
 
@@ -76,12 +120,15 @@ class MemoryLog(BaseCallback):
                 "peak_mb": peak,
                 "wall_s": time.perf_counter() - self.start,
                 "prompts_truncated": int(getattr(self.model.policy, "truncated_prompts", 0)),
+                "malloc_in_use_mb": malloc_in_use_mb(),
+                **{f"{kind}_mb": size for kind, size in mapped_mb().items()},
             }
         )
         row = self.rows[-1]
         print(
             f"update {update}: {row['timesteps']} steps, RSS {rss:.0f} MB (trimmed "
-            f"{trimmed:.0f}), peak {peak:.0f} MB, "
+            f"{trimmed:.0f}; files {row['file_mb']:.0f}, anonymous {row['anonymous_mb']:.0f}, "
+            f"malloc in use {row['malloc_in_use_mb']:.0f}), peak {peak:.0f} MB, "
             f"{row['wall_s']:.0f} s",
             flush=True,
         )
@@ -123,7 +170,14 @@ def summary(rows: list[dict[str, float]], warmup: int = 5) -> dict[str, float]:
     }
 
 
-def plot(rows: list[dict[str, float]], path: Path, title: str) -> None:
+def plot(
+    rows: list[dict[str, float]],
+    path: Path,
+    title: str,
+    before: list[dict[str, float]] | None = None,
+) -> None:
+    """RSS, RSS after ``malloc_trim``, malloc's bytes in use and the peak over updates;
+    ``before``: an earlier run's rows, whose trimmed RSS is drawn for comparison."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -133,12 +187,22 @@ def plot(rows: list[dict[str, float]], path: Path, title: str) -> None:
     updates = [r["update"] for r in rows]
     ax.plot(updates, [r["rss_mb"] for r in rows], label="resident memory (RSS)")
     ax.plot(updates, [r["rss_trimmed_mb"] for r in rows], label="RSS after malloc_trim")
+    if "malloc_in_use_mb" in rows[0]:
+        ax.plot(updates, [r["malloc_in_use_mb"] for r in rows], label="malloc in use")
     ax.plot(updates, [r["peak_mb"] for r in rows], "--", label="peak so far")
+    if before:
+        ax.plot(
+            [r["update"] for r in before],
+            [r["rss_trimmed_mb"] for r in before],
+            ":",
+            color="grey",
+            label="before: RSS after malloc_trim",
+        )
     ax.set_xlabel("PPO update")
     ax.set_ylabel("MB")
     ax.set_ylim(bottom=0)
     ax.set_title(title, fontsize=9)
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -155,6 +219,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--checkpoint-every", type=int, default=10, help="in updates")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="benchmarks/results/memory")
+    parser.add_argument(
+        "--before", type=Path, default=None, help="an earlier memory.json to draw for comparison"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -179,7 +246,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = log.rows
     device = f"CPU ({platform.machine()}, {args.threads} threads)"
     result = {
-        "settings": vars(args),
+        "settings": {**vars(args), "before": str(args.before) if args.before else None},
         "device": device,
         "torch": torch.__version__,
         "summary": summary(rows),
@@ -191,6 +258,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out / "memory.png",
         f"{args.model} on {args.env} (conversation, max_prompt_tokens={args.max_prompt_tokens}), "
         f"{device}",
+        before=json.loads(args.before.read_text())["rows"] if args.before else None,
     )
     print(json.dumps(result["summary"], indent=2))
     return result

@@ -36,4 +36,9 @@ def test_memory_benchmark_writes_rows_and_a_figure(
         [r["update"] for r in saved["rows"]] == [1, 2, 3] == [r["update"] for r in result["rows"]]
     )
     assert all(r["rss_mb"] > 0 and r["peak_mb"] >= r["rss_mb"] for r in saved["rows"])
+    for row in saved["rows"]:  # the split (read after the trim) adds up to the trimmed RSS
+        assert row["file_mb"] > 0 and row["anonymous_mb"] > 0
+        total, trimmed = row["file_mb"] + row["anonymous_mb"], row["rss_trimmed_mb"]
+        assert abs(total - trimmed) < 0.1 * trimmed
+        assert not row["malloc_in_use_mb"] <= 0  # NaN without glibc
     assert (tmp_path / "memory.png").stat().st_size > 0

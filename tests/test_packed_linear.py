@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from gym_llm.policy.packed_linear import PackedLinears, packing_available
+from gym_llm.policy.packed_linear import PACKED_MAX_ROWS, PackedLinears, packing_available
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN")
 
@@ -96,3 +96,25 @@ def test_bf16_weights_are_packed_only_where_onednn_supports_them(
     monkeypatch.setattr(packed_linear, "_bf16_packing", lambda: True)
     assert packed_linear._packable(layer)
     assert packed_linear._packable(nn.Linear(4, 4).requires_grad_(False))  # float32: always
+
+
+def test_only_inputs_with_few_rows_take_the_packed_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prompt passes (many rows, a new width each time) stay on the ordinary path: oneDNN keeps a
+    kernel per input shape, which grew memory without end."""
+    seen: list[tuple[int, ...]] = []
+    real = torch.ops.mkldnn._linear_pointwise
+
+    def spy(x: torch.Tensor, *args: object) -> torch.Tensor:
+        seen.append(tuple(x.shape))
+        return real(x, *args)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", spy)
+    layer = nn.Linear(16, 8).requires_grad_(False)
+    packed = PackedLinears(nn.Sequential(layer))
+    with torch.no_grad(), packed.active():
+        layer(torch.ones(4, 1, 16))  # a decode step: 4 rows
+        layer(torch.ones(1, PACKED_MAX_ROWS, 16))  # at the limit
+        wide = torch.randn(4, PACKED_MAX_ROWS, 16)  # a prompt pass
+        out = layer(wide)
+    assert seen == [(4, 1, 16), (1, PACKED_MAX_ROWS, 16)]
+    assert torch.equal(out, nn.Linear.forward(layer, wide))

@@ -8,8 +8,10 @@ a few hundred in a prompt pass), so that copy, not the arithmetic, is most of th
 17 ms and 5 ms. With LoRA the base weights are frozen, so they are packed once and reused by
 every rollout for the rest of training.
 
-Only rollouts use them (no-gradient passes inside :meth:`PackedLinears.active`); the PPO update
-keeps the ordinary modules, so training, gradients and saved weights are untouched. The packed
+Only rollouts use them (no-gradient passes inside :meth:`PackedLinears.active`), and only for
+inputs of at most :data:`PACKED_MAX_ROWS` rows (decode steps, the LM head on last tokens), where
+packing pays and the input shapes are few (see there: oneDNN keeps a kernel per shape); the PPO
+update keeps the ordinary modules, so training, gradients and saved weights are untouched. The packed
 kernels add up the same products in another order, so rollout log-probs differ from the update's
 recomputation by float32 rounding: within 1e-5 on the test models (tested); on SmolLM2-135M with
 a random non-zero adapter the largest per-token gap over 753 sampled tokens was 4.5e-5 (mean
@@ -28,6 +30,14 @@ from torch import nn
 
 #: Batch size hint for packing (oneDNN picks its block layout from it; any batch size works).
 _PACK_BATCH_HINT = 8
+#: Inputs with more rows (tokens) than this take the ordinary path. Packing pays where the
+#: re-packing copy dominates, i.e. few rows: decode steps and the LM head on last tokens (8 rows:
+#: 1.2-1.5x faster on 576-wide SmolLM2 layers, 3x on its LM head); from 64 rows up the two paths
+#: are within noise of each other. And oneDNN keeps a compiled kernel for every new input shape it
+#: sees: prompt passes, whose width changes with every batch, grew native memory without end
+#: (137 to 269 MB over 400 prompt passes of random widths, a tiny model; flat with this limit),
+#: while the shapes of small inputs are few.
+PACKED_MAX_ROWS = 32
 
 
 def packing_available() -> bool:
@@ -74,6 +84,7 @@ class _Packed:
             or weight.requires_grad
             or weight.device.type != "cpu"
             or x.dtype != weight.dtype
+            or x.numel() > PACKED_MAX_ROWS * x.shape[-1]
         ):
             return nn.Linear.forward(module, x)
         if self.weight is None or self.version != weight._version:
