@@ -148,3 +148,16 @@ def test_accelerate_cpu_launching_one_process_is_explained(
     monkeypatch.setenv("ACCELERATE_USE_CPU", "True")
     with pytest.warns(UserWarning, match="torchrun --nproc-per-node N"):
         assert distributed.init_from_launcher() is False
+
+
+def test_figures_are_reduced_where_the_backend_can_reduce_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """NCCL (GPUs) reduces CUDA tensors only; gloo CPU ones. (NCCL itself needs GPUs to test.)"""
+    assert distributed.collective_device() == torch.device("cpu")  # no process group
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(distributed.dist, "get_backend", lambda: "nccl")
+    monkeypatch.setattr(distributed.torch.cuda, "current_device", lambda: 1)
+    assert distributed.collective_device() == torch.device("cuda", 1)
+    monkeypatch.setattr(distributed.dist, "get_backend", lambda: "gloo")
+    assert distributed.collective_device() == torch.device("cpu")

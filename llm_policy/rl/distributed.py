@@ -74,8 +74,16 @@ def is_main_process() -> bool:
     return rank() == 0
 
 
+def collective_device() -> torch.device:
+    """Where the figures this module reduces must live: NCCL reduces CUDA tensors only (this
+    process's GPU), gloo CPU ones."""
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def _sum(values: list[float]) -> list[float]:
-    tensor = torch.tensor(values, dtype=torch.float64)
+    tensor = torch.tensor(values, dtype=torch.float64, device=collective_device())
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return [float(v) for v in tensor.tolist()]
 
@@ -152,7 +160,9 @@ def same_in_every_process(value: int, what: str) -> None:
     """Raise in every process (no hang) when ``value`` differs between them."""
     if world_size() == 1:
         return
-    tensor = torch.tensor([float(value), -float(value)], dtype=torch.float64)
+    tensor = torch.tensor(
+        [float(value), -float(value)], dtype=torch.float64, device=collective_device()
+    )
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     high, low = float(tensor[0]), -float(tensor[1])
     if high != low:
