@@ -14,9 +14,9 @@ packing pays and the input shapes are few (see there: oneDNN keeps a kernel per 
 update keeps the ordinary modules, so training, gradients and saved weights are untouched. The packed
 kernels add up the same products in another order, so rollout log-probs differ from the update's
 recomputation by float32 rounding: within 1e-5 on the test models (tested); on SmolLM2-135M with
-a random non-zero adapter the largest per-token gap over 753 sampled tokens was 4.5e-5 (mean
-5.8e-6), against 1.7e-5 (mean 2.8e-6) without packing (``benchmarks/logprob_gap.py``). Sampled
-tokens were the same. ``LLMPolicy(pack_frozen_weights=False)`` gives the tighter figure.
+a random non-zero adapter the largest per-token gap over 749 sampled tokens was 3.5e-5 (mean
+6.6e-6), against 2.7e-5 (mean 3.2e-6) without packing (``benchmarks/logprob_gap.py``, with the
+row limit; 4.5e-5 against 1.7e-5 when prompt passes were packed too). ``LLMPolicy(pack_frozen_weights=False)`` gives the tighter figure.
 """
 
 from __future__ import annotations
