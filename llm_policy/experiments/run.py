@@ -214,7 +214,7 @@ def run(
             )
             after_sft = curve.record()  # a second point at 0 env steps: the jump SFT made
     callbacks: list[BaseCallback] = [curve]
-    if config.checkpoint_every != 0 and main:
+    if config.checkpoint_every != 0:  # writes in the main process only
         callbacks.append(
             CheckpointCallback(
                 run_dir / "checkpoints",

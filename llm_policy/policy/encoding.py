@@ -29,7 +29,7 @@ from gym_llm.policy.prompts import (
     spliced_prompt_ids,
 )
 from gym_llm.policy.top_layers import TopLayers, TurnStates
-from gym_llm.replies import conversation_json
+from gym_llm.replies import Reply, conversation_json
 from gym_llm.wrappers.text_observation import cut_middle
 
 #: Shorter shared prefixes are not worth a separate pass.
@@ -56,6 +56,7 @@ class PromptEncoding(BasePolicy):
     shared_prefix: list[int]
     #: The trainable layers as a model of their own, where the update can start there.
     top: TopLayers | None
+    _choice_replies: list[Reply]
     _prompt_cache: dict[str, list[int]]
     _prompt_cache_tokens: int
     _prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None
@@ -78,12 +79,17 @@ class PromptEncoding(BasePolicy):
         return sorted(i for i in ids if i is not None)
 
     def _tokenize_candidates(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The candidates' padded ids and mask; also sets :attr:`_choice_replies`, each action as
+        the reply it is sent as (its text carrying the tokens that were scored)."""
         encoded = [
             self.tokenizer(action, add_special_tokens=False)["input_ids"]
             for action in self.actions_list
         ]
         if any(len(ids) == 0 for ids in encoded):
             raise ValueError(f"Some actions tokenize to nothing: {self.actions_list!r}.")
+        self._choice_replies = [
+            Reply(a, ids) for a, ids in zip(self.actions_list, encoded, strict=True)
+        ]
         return self._pad(encoded, left=False)
 
     def prompt_text(self, observation: str) -> str:
@@ -113,10 +119,9 @@ class PromptEncoding(BasePolicy):
     def _whole_prompt_ids(self, observation: str) -> list[int]:
         """Token ids of the prompt, uncut; in a conversation the earlier replies that carry
         their sampled ids (:class:`gym_llm.replies.Reply`) keep them exactly."""
+        build = build_conversation if self.conversation else build_messages
+        messages = build(observation, self.observation_space, self.action_space, self.system_prompt)
         if self.conversation:
-            messages = build_conversation(
-                observation, self.observation_space, self.action_space, self.system_prompt
-            )
             try:
                 ids = spliced_prompt_ids(self.tokenizer, messages, self._encode)
             except RepliesLostError as error:
@@ -129,7 +134,7 @@ class PromptEncoding(BasePolicy):
                 ids = None
             if ids is not None:
                 return ids
-        return self._encode(self.prompt_text(observation))
+        return self._encode(render_prompt(self.tokenizer, messages))
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

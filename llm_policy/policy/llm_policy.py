@@ -43,7 +43,6 @@ from gym_llm.policy.scoring import (
 )
 from gym_llm.policy.top_layers import TopLayers, TrainableLayers, top_layers_supported
 from gym_llm.policy.update import UpdatePasses
-from gym_llm.replies import Reply
 from gym_llm.spaces import NOT_TEXT_HELP, TextActions
 
 __all__ = [
@@ -223,15 +222,6 @@ class LLMPolicy(UpdatePasses):
         self._prefix_kv = None
         self._prefix_version = None
         self._candidates = self._tokenize_candidates() if self.action_mode == "choice" else None
-        #: Each action as the reply it is sent as: its text with the candidate tokens scored.
-        self._choice_replies = (
-            [
-                Reply(a, ids[m.bool()].tolist())
-                for a, ids, m in zip(self.actions_list, *self._candidates, strict=True)
-            ]
-            if self._candidates is not None
-            else []
-        )
         self._reference_mode = False
         self.update_work = UpdateWork()
         if value_lr_scale <= 0:
