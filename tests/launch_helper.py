@@ -7,7 +7,10 @@ MODEL_DIR OUT_DIR`` where MODE is
 - ``learn``: ``PPO(LLMPolicy, env).learn(64)`` then ``save``; each process writes
   ``OUT_DIR/rank<r>.pt`` (its trainable weights) and ``rank<r>.json`` (its step count and the
   digest of the observations it trained on);
-- ``fail``: the same, but process 1 raises in the middle of training.
+- ``fail``: the same, but process 1 raises in the middle of training;
+- ``full`` and ``fsdp``: ``learn`` fine-tuning every weight (``lora=None``), unsharded and
+  sharded (FSDP), in generate mode on GuessNumber when ENV is ``generate``; the report adds the
+  elements of the trainable weights this process holds between updates.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.rl.distributed import rank, world_size
+from gym_llm.rl.sharding import local
 
 PLANTED = "planted failure in process 1"
 
@@ -33,9 +37,11 @@ class FailInProcessOne(BaseCallback):
         return True
 
 
-def main(mode: str, model_dir: str, out: str) -> None:
+def main(mode: str, model_dir: str, out: str, env_kind: str = "choice") -> None:
     torch.set_num_threads(1)
-    env = make_text_env("gym_llm/KeywordBandit-v0", n_envs=2, seed=0)
+    env_id = "gym_llm/GuessNumber-v0" if env_kind == "generate" else "gym_llm/KeywordBandit-v0"
+    env = make_text_env(env_id, n_envs=2, seed=0)
+    full = mode in ("full", "fsdp")
     model = PPO(
         LLMPolicy,
         env,
@@ -44,7 +50,20 @@ def main(mode: str, model_dir: str, out: str) -> None:
         n_epochs=1,
         seed=0,
         device="cpu",
-        policy_kwargs={"model": model_dir, "lora": {"r": 4}},
+        learning_rate=1e-2 if full else None,
+        fsdp=mode == "fsdp",
+        # SGD with momentum for the full runs: its update is linear in the gradient, so sharded
+        # and whole runs agree to float rounding (Adam's g / sqrt(v) would amplify the rounding
+        # of tiny gradients), and its momentum is state that a save must gather.
+        policy_kwargs={
+            "model": model_dir,
+            "lora": None if full else {"r": 4},
+            **(
+                {"optimizer_class": torch.optim.SGD, "optimizer_kwargs": {"momentum": 0.9}}
+                if full
+                else {}
+            ),
+        },
     )
     model.learn(64, callback=FailInProcessOne() if mode == "fail" else None)
     model.save(Path(out) / "agent")
@@ -55,9 +74,12 @@ def main(mode: str, model_dir: str, out: str) -> None:
         "num_timesteps": model.num_timesteps,
         "observations": hashlib.sha256(seen.encode()).hexdigest(),
         "episodes": len(model.ep_info_buffer or []),
+        "held_elements": sum(
+            local(p).numel() for p in model.policy.optimizer.param_groups[0]["params"]
+        ),
     }
     (Path(out) / f"rank{rank()}.json").write_text(json.dumps(report))
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

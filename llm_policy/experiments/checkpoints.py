@@ -67,12 +67,13 @@ class CheckpointCallback(BaseCallback):
     def save(self) -> Path | None:
         """The checkpoint directory (``None`` in processes other than the main one: it writes
         for them all)."""
-        if not is_main_process():
-            return None
         name = str(self.num_timesteps)
         run_state = {"curve": self.curve.state(), **self.extra}
         model = cast("PPO", self.model)
+        # Called in every process: only the main one writes, the others join a sharded gather.
         model.save(self.directory / name, extra_json={RUN_STATE: run_state})
+        if not is_main_process():
+            return None
         write_latest(self.directory, name)
         prune_checkpoints(self.directory, self.keep)
         return self.directory / name

@@ -237,7 +237,7 @@ def run(
     if main:
         last = curve.points[-1]
         after = last if last.timesteps == model.num_timesteps else curve.record()
-        model.save(run_dir / "agent")
+    model.save(run_dir / "agent")  # written by the main process (the others join FSDP's gather)
     env.close()
     eval_env.close()
     before, after, points, train_wall_s, after_sft = from_main_process(

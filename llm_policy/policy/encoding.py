@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 from stable_baselines3.common.policies import BasePolicy
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
 
 from gym_llm.policy.kv_cache import ReservedCache
 from gym_llm.policy.packed_linear import PackedLinears
@@ -188,6 +190,9 @@ class PromptEncoding(BasePolicy):
         if not prefix or (self.training and self.gradient_checkpointing):
             # Checkpointed layers drop past_key_values, so training must not rely on a cache.
             return 0
+        if torch.is_grad_enabled() and isinstance(self.lm, FSDPModule):
+            # A sharded update runs the same passes in every process: no data-dependent one.
+            return 0
         size = len(prefix)
         if all(len(p) > size and p[:size] == prefix for p in prompts):
             return size
@@ -206,7 +211,9 @@ class PromptEncoding(BasePolicy):
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         counters = sum(p._version for p in params)
         with torch.no_grad():
-            norms = torch._foreach_norm([p.detach() for p in params])
+            # This process's shard of a sharded weight: a local fingerprint needs no collective.
+            local = [p.to_local() if isinstance(p, DTensor) else p for p in params]
+            norms = torch._foreach_norm([p.detach() for p in local])
             if not norms:
                 return counters, 0.0
             stacked = torch.stack(norms).double()

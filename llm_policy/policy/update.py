@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+from torch.distributed.fsdp import FSDPModule
 
 from gym_llm.policy.outputs import Evaluation, UpdateWork
 from gym_llm.policy.sampling import categorical_evaluation, token_evaluation
@@ -225,6 +226,11 @@ class UpdatePasses(ActionScoring):
         }
 
     def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        if isinstance(self.lm, FSDPModule):  # the gathered copy would be dropped at the update
+            raise ValueError(
+                "This policy's weights are sharded (FSDP, since its first learn()); load saved "
+                "weights into a freshly built agent (PPO.load) before learning."
+            )
         params = dict(self.named_parameters())
         missing = [name for name, p in params.items() if p.requires_grad and name not in state]
         unknown = [name for name in state if name not in params]

@@ -238,11 +238,14 @@ class PPOCheckpointing(TrainingState):
             },
         )
 
+    def _optimizer_state(self) -> dict[str, Any]:
+        return self.policy.optimizer.state_dict()
+
     def _tensors(self) -> dict[str, torch.Tensor | dict[str, Any]]:
         scale = self.advantage_scale
         tensors: dict[str, torch.Tensor | dict[str, Any]] = {
             "trainable": self.policy.trainable_state_dict(),
-            "optimizer": self.policy.optimizer.state_dict(),
+            "optimizer": self._optimizer_state(),
             "advantage_scale": torch.tensor(
                 [float(scale.mean), float(scale.var), float(scale.count)], dtype=torch.float64
             ),

@@ -17,6 +17,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from gym_llm.rl.checkpoint import PPOCheckpointing
 from gym_llm.rl.distributed import broadcast_parameters, is_main_process, rank, world_size
+from gym_llm.rl.sharding import check_can_shard, full_optimizer_state, is_sharded, shard_policy
 
 
 class DataParallel(PPOCheckpointing):
@@ -31,6 +32,8 @@ class DataParallel(PPOCheckpointing):
             return
         n_envs = self.env.num_envs if self.env is not None else self.n_envs
         super().set_random_seed(seed + rank() * n_envs)
+
+    fsdp: bool
 
     def _start_equal(self) -> None:
         """The main process's trainable weights in every process (``_setup_model`` calls it):
@@ -63,6 +66,9 @@ class DataParallel(PPOCheckpointing):
                 )
             if not is_main_process():  # one TensorBoard log, one progress bar
                 self.tensorboard_log, self.verbose, progress_bar = None, 0, False
+        if self.fsdp and not is_sharded(self.policy.lm):
+            check_can_shard(self.policy)
+            shard_policy(self.policy)
         return super()._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
         )
@@ -75,6 +81,14 @@ class DataParallel(PPOCheckpointing):
         **kwargs: Any,
     ) -> None:
         """Only the main process writes (the weights are the same in every process), so a script
-        that calls ``save`` in each process writes one directory, not a race of N."""
+        that calls ``save`` in each process writes one directory, not a race of N. Sharded
+        (FSDP), every process must call it: the optimizer's moments are gathered from all."""
         if is_main_process():
             super().save(path, exclude, include, **kwargs)
+        elif is_sharded(self.policy.lm):
+            self._tensors()  # this process's part of the gather the main process is in
+
+    def _optimizer_state(self) -> dict[str, Any]:
+        if is_sharded(self.policy.lm):
+            return full_optimizer_state(self.policy.optimizer)
+        return super()._optimizer_state()

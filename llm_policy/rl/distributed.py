@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 #: How long a process waits for the others at a collective before the job fails: long enough for
 #: the main process's evaluations and checkpoints between rollouts, which the others wait out.
@@ -149,6 +150,15 @@ def broadcast_parameters(parameters: Iterable[torch.Tensor]) -> None:
             dist.broadcast(param.data, src=0)
 
 
+def global_max(value: int) -> int:
+    """The largest ``value`` over the processes."""
+    if world_size() == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.int64, device=collective_device())
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor.item())
+
+
 def any_process(flag: bool) -> bool:
     """Whether ``flag`` is true in any process (a skipped step is skipped everywhere)."""
     if world_size() == 1:
@@ -179,6 +189,8 @@ def average_gradients(parameters: Iterable[torch.nn.Parameter]) -> None:
     if world_size() == 1:
         return
     for param in parameters:
+        if isinstance(param, DTensor):  # sharded by FSDP: its backward already averaged them
+            continue
         if param.grad is None:
             param.grad = torch.zeros_like(param)
         dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)

@@ -31,6 +31,7 @@ from gym_llm.rl.buffer import TextRolloutBuffer
 from gym_llm.rl.checkpoint import SavedConfig
 from gym_llm.rl.data_parallel import DataParallel
 from gym_llm.rl.distributed import init_from_launcher
+from gym_llm.rl.sharding import requested_by_launcher
 from gym_llm.rl.vec_env import TextVecEnv, check_text_env
 from gym_llm.spaces import TextActions, TextObservations
 
@@ -88,6 +89,10 @@ class PPO(DataParallel):
             stops with a :class:`~gym_llm.rl.update.NonFiniteTrainingError` naming the cause
             and the last checkpoint. Turns whose reward is not finite are left out of the update
             (``train/nonfinite_turns``), so one bad reward costs its episode, not the run.
+        fsdp: shard full fine-tuning's weights, gradients and Adam moments over the processes
+            (FSDP2; :mod:`gym_llm.rl.sharding`), from the first ``learn()`` on. ``None``
+            (default): as ``accelerate launch --use_fsdp`` says (``ACCELERATE_USE_FSDP``). Needs
+            ``lora=None`` and several processes; call ``save`` in every process (it gathers).
     """
 
     policy_aliases: ClassVar[dict[str, type[Any]]] = {"LLMPolicy": LLMPolicy}
@@ -118,6 +123,7 @@ class PPO(DataParallel):
         reward_scale: float = 1.0,
         critic_warmup_steps: int = 0,
         max_consecutive_skips: int = 10,
+        fsdp: bool | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -196,6 +202,7 @@ class PPO(DataParallel):
         self._first_greedy: dict[str, int] = {}
         # The NaN guard (gym_llm.rl.update) and resuming (gym_llm.rl.training_state).
         self.max_consecutive_skips = max_consecutive_skips
+        self.fsdp = requested_by_launcher() if fsdp is None else bool(fsdp)
         self.skipped_steps = self._consecutive_skips = self.nonfinite_turns = 0
         self.last_checkpoint: Path | None = None
         self.restarted_episodes = 0

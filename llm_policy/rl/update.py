@@ -25,6 +25,7 @@ from gym_llm.rl.distributed import (
 )
 from gym_llm.rl.losses import clipped_surrogate, entropy_bonus, k3_kl, value_loss
 from gym_llm.rl.rollout import RolloutCollection
+from gym_llm.rl.sharding import clip_grad_norm, is_sharded, lockstep_rows, sharded
 
 #: Memory (MB) the update's activations may take on the CPU when ``micro_batch_size=None``.
 UPDATE_MEMORY_BUDGET_MB = 1536
@@ -70,7 +71,16 @@ class PPOUpdate(RolloutCollection):
     last_checkpoint: Path | None
 
     def train(self) -> None:
-        """Clipped-surrogate PPO over ``n_epochs`` of shuffled minibatches of turns."""
+        """Clipped-surrogate PPO over ``n_epochs`` of shuffled minibatches of turns (with the
+        weights sharded for it under FSDP: :mod:`gym_llm.rl.sharding`)."""
+        if is_sharded(self.policy.lm):
+            with sharded(self.policy.lm):
+                self._train()
+        else:
+            self._train()
+
+    def _train(self) -> None:
+        lockstep = is_sharded(self.policy.lm)
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         clip = self.clip_range(self._current_progress_remaining)
@@ -111,6 +121,8 @@ class PPOUpdate(RolloutCollection):
                 batch_kl: list[float] = []
                 bad_cause: str | None = None
                 rows = self._rows_per_pass(batch.observations, batch.actions)
+                if lockstep:  # FSDP: as many passes in every process
+                    rows = lockstep_rows(n, rows)
                 stats["rows_per_pass"].append(float(rows))
                 for start in range(0, n, rows):
                     part = slice(start, start + rows)
@@ -160,7 +172,10 @@ class PPOUpdate(RolloutCollection):
                 average_gradients(trainable)  # data-parallel: the mean over the processes
                 for param in frozen_now:
                     param.grad = None
-                norm = torch.nn.utils.clip_grad_norm_(trainable, self.max_grad_norm)
+                if lockstep:  # sharded and whole gradients
+                    norm = clip_grad_norm(trainable, self.max_grad_norm)
+                else:
+                    norm = torch.nn.utils.clip_grad_norm_(trainable, self.max_grad_norm)
                 cause = bad_cause or ("gradient" if not torch.isfinite(norm) else None)
                 if cause is None and any_process(bad_cause is not None):
                     cause = "loss or value in another process"

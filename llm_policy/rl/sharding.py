@@ -1,0 +1,183 @@
+"""Fully sharded data parallel (FSDP2, ``torch.distributed.fsdp.fully_shard``) for full
+fine-tuning: each process keeps ``1/N`` of the weights, gradients and Adam moments between
+updates, and the whole weights only while it uses them.
+
+Why the weights are whole outside the update (the "hybrid engine" of DeepSpeed-Chat, verl's
+FSDP + rollout split): FSDP all-gathers a layer's weights in every forward pass, so every process
+must run the same passes in the same order. A rollout does not: generation stops at different
+lengths, remembered choice scores skip passes, and evaluation runs in the main process alone. So
+the weights are gathered once after each update (one all-gather per layer) and rollouts,
+evaluation and saving run on them locally. Only the update, where every process runs the same
+passes (:meth:`gym_llm.rl.update.PPOUpdate.train` keeps them in step), runs sharded. Peak memory
+per process is therefore the whole weights once plus ``1/N`` of the training state (gradients,
+fp32 moments), instead of all of it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
+
+from gym_llm.policy.top_layers import decoder_of
+from gym_llm.rl.distributed import collective_device, global_max, world_size
+
+
+def requested_by_launcher() -> bool:
+    """``accelerate launch --use_fsdp`` (or an accelerate config with ``distributed_type: FSDP``)
+    sets ``ACCELERATE_USE_FSDP=true`` for the processes it starts."""
+    return os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true", "yes")
+
+
+def check_can_shard(policy: Any) -> None:
+    """Sharding is for full fine-tuning of every layer in a job of several processes; say so
+    otherwise."""
+    if policy.uses_lora:
+        raise ValueError(
+            "FSDP shards full fine-tuning: build the policy with lora=None (CLI: --lora-r 0). "
+            "With LoRA the trainable weights are small, and plain data parallelism (no --fsdp, "
+            "no --use_fsdp) is the path to use."
+        )
+    if policy.first_trainable_layer != 0:
+        raise ValueError(
+            "FSDP trains every layer: leave trainable_layers at None (a sharded update must run "
+            "the same passes in every process, and the frozen-bottom shortcut does not)."
+        )
+    if world_size() == 1:
+        raise ValueError(
+            "FSDP needs several processes: start the job with `torchrun --nproc-per-node N` or "
+            "`accelerate launch --use_fsdp --num_processes N` (in one process, drop fsdp)."
+        )
+
+
+def fsdp_modules(module: torch.nn.Module) -> list[FSDPModule]:
+    return [m for m in module.modules() if isinstance(m, FSDPModule)]
+
+
+def is_sharded(module: torch.nn.Module) -> bool:
+    return isinstance(module, FSDPModule)
+
+
+def shard_policy(policy: Any) -> None:
+    """Shard the policy's LM: one FSDP unit per decoder layer and one for the rest (embeddings,
+    final norm, LM head; tied weights stay together in it). The value head stays whole in every
+    process (its gradients are averaged as in plain data parallelism). The optimizer is rebuilt
+    over the sharded weights, then the whole weights are gathered for rollouts."""
+    lm = policy.lm
+    named_before = dict(policy.named_parameters())
+    for layer in decoder_of(lm).layers:
+        fully_shard(layer)
+    fully_shard(lm)
+    rebuild_optimizer(policy, named_before)
+    gather(lm)
+
+
+def gather(lm: torch.nn.Module) -> None:
+    """Whole weights in every process, kept through any number of forward passes (a collective:
+    every process calls it at the same point)."""
+    for module in fsdp_modules(lm):
+        module.unshard()
+        module.set_reshard_after_forward(False, recurse=False)
+
+
+@contextmanager
+def sharded(lm: torch.nn.Module) -> Iterator[None]:
+    """The update: weights sharded, each layer gathered for its forward and backward pass and
+    freed after; on leaving, the updated weights gathered again. If the body raises, nothing is
+    gathered (a collective in one process would hang it; the launcher ends the job)."""
+    modules = fsdp_modules(lm)
+    for module in modules:
+        module.reshard()
+        module.set_reshard_after_forward(True, recurse=False)
+    yield
+    gather(lm)
+
+
+def lockstep_rows(n: int, rows: int) -> int:
+    """Turns per pass so that every process runs the same number of passes over its ``n``
+    turns: the most any process needs at its own ``rows``, split evenly."""
+    passes = global_max(-(-n // max(rows, 1)))
+    return -(-n // passes)
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's part of a sharded tensor (the tensor itself otherwise)."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def shard_like(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+    """``full`` split the way ``param`` is (FSDP: dim 0 in ``torch.chunk`` pieces), as a
+    ``DTensor``; a tensor of another shape (Adam's step count) is returned as it is."""
+    if not isinstance(param, DTensor) or full.shape != param.shape:
+        return full
+    pieces = torch.chunk(full, world_size(), dim=0)
+    rank = dist.get_rank()
+    part = pieces[rank] if rank < len(pieces) else full[:0]
+    return DTensor.from_local(
+        part.to(param.device).contiguous(),
+        param.device_mesh,
+        param.placements,
+        shape=param.shape,
+        stride=param.stride(),
+    )
+
+
+def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """``optimizer.state_dict()`` with every sharded moment gathered whole (a collective, in
+    the same order in every process), so a checkpoint loads into any number of processes."""
+    state = optimizer.state_dict()
+    for index in sorted(state["state"]):
+        entry = state["state"][index]
+        for key in sorted(entry):
+            if isinstance(entry[key], DTensor):
+                entry[key] = entry[key].full_tensor()
+    return state
+
+
+def rebuild_optimizer(policy: Any, named_before: dict[str, torch.nn.Parameter]) -> None:
+    """A new optimizer over the sharded parameters (``fully_shard`` replaced the objects the old
+    one held), carrying over its learning rates and any moments it had (a loaded checkpoint's),
+    split the way the parameters are."""
+    old = policy.optimizer
+    old_state = {name: old.state[p] for name, p in named_before.items() if p in old.state}
+    lrs = [group["lr"] for group in old.param_groups]
+    policy.optimizer = type(old)(  # the policy's own groups: weights, then the value head
+        policy._param_groups(lrs[0]), lr=lrs[0], **policy.optimizer_kwargs
+    )
+    for group, lr in zip(policy.optimizer.param_groups, lrs, strict=True):
+        group["lr"] = lr
+    for name, param in policy.named_parameters():
+        if name in old_state:
+            policy.optimizer.state[param] = {
+                key: shard_like(value, param) for key, value in old_state[name].items()
+            }
+
+
+def clip_grad_norm(parameters: Iterable[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` over a mix of sharded (FSDP) and replicated (value
+    head) gradients: the sharded parts' squares are summed over the processes, the replicated
+    ones (already averaged, so equal everywhere) counted once."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    sharded_sq = torch.zeros((), dtype=torch.float64)
+    replicated_sq = torch.zeros((), dtype=torch.float64)
+    for grad in grads:
+        square = local(grad).detach().double().pow(2).sum().cpu()
+        if isinstance(grad, DTensor):
+            sharded_sq += square
+        else:
+            replicated_sq += square
+    if world_size() > 1:
+        total = sharded_sq.to(collective_device())
+        dist.all_reduce(total)
+        sharded_sq = total.cpu()
+    norm = (sharded_sq + replicated_sq).sqrt()
+    coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    for grad in grads:
+        local(grad).mul_(coef.to(grad.device, grad.dtype))
+    return norm.float()
