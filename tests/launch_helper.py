@@ -9,8 +9,10 @@ MODEL_DIR OUT_DIR`` where MODE is
   digest of the observations it trained on);
 - ``fail``: the same, but process 1 raises in the middle of training;
 - ``full`` and ``fsdp``: ``learn`` fine-tuning every weight (``lora=None``), unsharded and
-  sharded (FSDP), in generate mode on GuessNumber when ENV is ``generate``; the report adds the
-  elements of the trainable weights this process holds between updates.
+  sharded (FSDP), with a ``save`` to ``OUT_DIR/middle`` half-way, in generate mode on
+  GuessNumber when ENV is ``generate``; the report adds the elements of the weights this
+  process holds between updates. ``fsdp-env``: ``fsdp`` as the launcher's environment says
+  (``accelerate launch --use_fsdp``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def main(mode: str, model_dir: str, out: str, env_kind: str = "choice") -> None:
     torch.set_num_threads(1)
     env_id = "gym_llm/GuessNumber-v0" if env_kind == "generate" else "gym_llm/KeywordBandit-v0"
     env = make_text_env(env_id, n_envs=2, seed=0)
-    full = mode in ("full", "fsdp")
+    full = mode in ("full", "fsdp", "fsdp-env")
     model = PPO(
         LLMPolicy,
         env,
@@ -51,7 +53,7 @@ def main(mode: str, model_dir: str, out: str, env_kind: str = "choice") -> None:
         seed=0,
         device="cpu",
         learning_rate=1e-2 if full else None,
-        fsdp=mode == "fsdp",
+        fsdp={"fsdp": True, "fsdp-env": None}.get(mode, False),  # None: as the launcher says
         # SGD with momentum for the full runs: its update is linear in the gradient, so sharded
         # and whole runs agree to float rounding (Adam's g / sqrt(v) would amplify the rounding
         # of tiny gradients), and its momentum is state that a save must gather.
@@ -65,7 +67,12 @@ def main(mode: str, model_dir: str, out: str, env_kind: str = "choice") -> None:
             ),
         },
     )
-    model.learn(64, callback=FailInProcessOne() if mode == "fail" else None)
+    if full:  # a save between two learn() calls must leave the training state as it was
+        model.learn(32)
+        model.save(Path(out) / "middle")
+        model.learn(32, reset_num_timesteps=False)
+    else:
+        model.learn(64, callback=FailInProcessOne() if mode == "fail" else None)
     model.save(Path(out) / "agent")
     torch.save(model.policy.trainable_state_dict(), Path(out) / f"rank{rank()}.pt")
     seen = "\n".join(str(o) for o in model.rollout_buffer.observations_text.ravel())

@@ -41,12 +41,15 @@ LAUNCHERS = {
 }  # fmt: skip
 
 
-def _torchrun(*args: str, launcher: str = "torchrun") -> subprocess.CompletedProcess[str]:
+def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    command = [*LAUNCHERS[launcher], *args]
     return subprocess.run(
         command, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=ROOT
     )
+
+
+def _torchrun(*args: str, launcher: str = "torchrun") -> subprocess.CompletedProcess[str]:
+    return _run([*LAUNCHERS[launcher], *args])
 
 
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))

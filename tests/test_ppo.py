@@ -11,6 +11,8 @@ from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback,
 from stable_baselines3.common.evaluation import evaluate_policy
 
 from gym_llm import PPO, LLMPolicy, make_text_env
+from gym_llm.rl.checkpoint import resolve_class
+from gym_llm.rl.checkpoint_files import CheckpointError
 from gym_llm.testing import save_tiny_model
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 
@@ -180,6 +182,21 @@ def test_save_load_keeps_the_advantage_scale(model_dir: Path, tmp_path: Path) ->
     assert loaded.policy.trainable_layers == model.policy.trainable_layers == 1  # "auto"
     assert loaded.advantage_scale.count == pytest.approx(model.advantage_scale.count)
     assert float(loaded.advantage_scale.var) == pytest.approx(float(model.advantage_scale.var))
+
+
+def test_an_agent_with_its_own_optimizer_class_saves_and_loads(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    sgd = {"optimizer_class": torch.optim.SGD, "optimizer_kwargs": {"momentum": 0.9}}
+    model = _ppo(model_dir, policy_kwargs=sgd)
+    model.learn(16)
+    model.save(tmp_path / "agent")
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    assert type(loaded.policy.optimizer) is torch.optim.SGD
+    assert loaded.policy.optimizer.defaults["momentum"] == 0.9
+    assert resolve_class("<class 'torch.optim.sgd.SGD'>") is torch.optim.SGD  # older saves
+    with pytest.raises(CheckpointError, match="cannot be imported here"):
+        resolve_class("no_such_module:Adam")
 
 
 def test_failed_save_keeps_previous_checkpoint(

@@ -162,7 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
         "  accelerate launch --num_processes 2 --multi_gpu -m gym_llm.cli train ...   # GPUs\n"
         "On CPU use torchrun, or accelerate's --multi_gpu flag (it starts N gloo processes there\n"
         "too); accelerate launch --cpu starts one process unless MPI is set up. --resume and\n"
-        "--sft-demos run in one process only.",
+        "--sft-demos run in one process only.\n"
+        "Full fine-tuning of a model whose training state does not fit one device: add --fsdp\n"
+        "--lora-r 0 (or launch with accelerate launch --use_fsdp, or --config_file\n"
+        "examples/accelerate_fsdp.yaml): weights, gradients and Adam moments are sharded for the\n"
+        "update; rollouts still hold the whole weights once per process.",
         formatter_class=_HelpFormatter,
     )
     train.add_argument(

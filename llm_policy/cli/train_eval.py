@@ -107,6 +107,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: bool) -> int:
     from gym_llm.rl.distributed import init_from_launcher, is_main_process, world_size
+    from gym_llm.rl.sharding import check_can_shard, requested_by_launcher
 
     init_from_launcher()  # under torchrun / accelerate launch; nothing in one process
     main = is_main_process()
@@ -116,6 +117,15 @@ def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: 
             ("--resume" if resume else "--sft-demos") + f" runs in one process only, and this "
             f"is one of {world_size()} processes: start it without the launcher."
         )
+    if config.fsdp or requested_by_launcher():
+        try:
+            check_can_shard(uses_lora=config.lora_r > 0)
+        except ValueError as exc:
+            raise CLIError(
+                str(exc).replace(
+                    "build the policy with lora=None (CLI: --lora-r 0)", "pass --lora-r 0"
+                )
+            ) from None
     # The main process writes config.json as the run starts; the others must not see that
     # as an earlier run.
     exists = main and (run_dir / "config.json").exists()

@@ -38,6 +38,7 @@ from gym_llm.rl.distributed import (
     world_size,
 )
 from gym_llm.rl.ppo import PPO
+from gym_llm.rl.sharding import check_can_shard, requested_by_launcher
 from gym_llm.rl.vec_env import make_text_env
 
 __all__ = ["TrainConfig", "TrainResult", "device_name", "plot_result", "run", "versions"]
@@ -166,6 +167,7 @@ def run(
         micro_batch_size=config.micro_batch_size,
         advantage_estimator=config.advantage_estimator,
         critic_warmup_steps=config.critic_warmup_steps,
+        fsdp=True if config.fsdp else None,  # None: as accelerate launch says
         policy_kwargs=config.policy_kwargs(),
         tensorboard_log=str(run_dir / "tensorboard"),
         seed=config.seed,
@@ -268,6 +270,8 @@ def _check_processes(config: TrainConfig, resume: bool) -> bool:
     """Join a launcher's process group; whether this is the main process. What one process of
     several cannot do is refused here, before anything is written."""
     init_from_launcher()
+    if config.fsdp or requested_by_launcher():
+        check_can_shard(uses_lora=config.lora_r > 0)
     if world_size() > 1:
         if resume:
             raise ValueError(

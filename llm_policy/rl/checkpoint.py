@@ -78,6 +78,27 @@ SAVED_HYPERPARAMETERS = (
 )
 
 
+def resolve_class(path: str) -> type[Any]:
+    """The class ``module:Qualified.Name`` names (written by ``save``), or the ``<class
+    'module.Name'>`` text that agents saved before it hold."""
+    import importlib
+
+    if path.startswith("<class '") and path.endswith("'>"):
+        module, _, name = path[len("<class '") : -2].rpartition(".")
+    else:
+        module, _, name = path.partition(":")
+    try:
+        found: Any = importlib.import_module(module)
+        for part in name.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError, ValueError):
+        raise CheckpointError(
+            f"The saved optimizer_class {path!r} cannot be imported here: install what defines "
+            "it, or name an importable one in config.json (module:Name)."
+        ) from None
+    return found  # type: ignore[no-any-return]
+
+
 @dataclass
 class SavedConfig:
     """``config.json`` of a saved agent."""
@@ -147,7 +168,10 @@ class SavedConfig:
     def load_policy_kwargs(self) -> dict[str, Any]:
         """``policy_kwargs`` that rebuild the saved policy."""
         # Agents saved before trainable_layers existed trained every layer.
-        return {"trainable_layers": None, **self.policy_kwargs}
+        kwargs = {"trainable_layers": None, **self.policy_kwargs}
+        if isinstance(kwargs.get("optimizer_class"), str):
+            kwargs["optimizer_class"] = resolve_class(kwargs["optimizer_class"])
+        return kwargs
 
     def spaces(self) -> tuple[TextObservations, TextActions]:
         """The spaces the agent was trained on (to query it without an env)."""
@@ -219,6 +243,9 @@ class PPOCheckpointing(TrainingState):
         policy_kwargs["lora"] = self.policy.lora_settings
         policy_kwargs["trainable_layers"] = self.policy.trainable_layers
         policy_kwargs["conversation"] = self.policy.conversation
+        if "optimizer_class" in policy_kwargs:  # a class: saved as its import path
+            cls = policy_kwargs["optimizer_class"]
+            policy_kwargs["optimizer_class"] = f"{cls.__module__}:{cls.__qualname__}"
         actions = getattr(act_space, "actions", None)
         return SavedConfig(
             hyperparameters={

@@ -67,7 +67,7 @@ class DataParallel(PPOCheckpointing):
             if not is_main_process():  # one TensorBoard log, one progress bar
                 self.tensorboard_log, self.verbose, progress_bar = None, 0, False
         if self.fsdp and not is_sharded(self.policy.lm):
-            check_can_shard(self.policy)
+            check_can_shard(self.policy.uses_lora, self.policy.first_trainable_layer)
             shard_policy(self.policy)
         return super()._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar

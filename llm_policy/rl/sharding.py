@@ -16,7 +16,8 @@ fp32 moments), instead of all of it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,16 +36,36 @@ def requested_by_launcher() -> bool:
     return os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true", "yes")
 
 
-def check_can_shard(policy: Any) -> None:
+#: accelerate's FSDP settings (environment variables its launcher sets) and the values gym_llm
+#: follows: full sharding, weights freed after each layer's forward pass in the update, nothing
+#: offloaded, no activation checkpointing.
+FOLLOWED_SETTINGS = {
+    "FSDP_SHARDING_STRATEGY": ("FULL_SHARD", "1"),
+    "FSDP_RESHARD_AFTER_FORWARD": ("true", "1"),
+    "FSDP_OFFLOAD_PARAMS": ("false", "0"),
+    "FSDP_ACTIVATION_CHECKPOINTING": ("false", "0"),
+}
+
+
+def unfollowed_settings(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The launcher's FSDP settings that ask for something gym_llm does not do."""
+    return [
+        f"{name}={environ[name]}"
+        for name, followed in FOLLOWED_SETTINGS.items()
+        if name in environ and environ[name].strip().lower() not in (v.lower() for v in followed)
+    ]
+
+
+def check_can_shard(uses_lora: bool, first_trainable_layer: int = 0) -> None:
     """Sharding is for full fine-tuning of every layer in a job of several processes; say so
     otherwise."""
-    if policy.uses_lora:
+    if uses_lora:
         raise ValueError(
             "FSDP shards full fine-tuning: build the policy with lora=None (CLI: --lora-r 0). "
             "With LoRA the trainable weights are small, and plain data parallelism (no --fsdp, "
             "no --use_fsdp) is the path to use."
         )
-    if policy.first_trainable_layer != 0:
+    if first_trainable_layer != 0:
         raise ValueError(
             "FSDP trains every layer: leave trainable_layers at None (a sharded update must run "
             "the same passes in every process, and the frozen-bottom shortcut does not)."
@@ -69,6 +90,14 @@ def shard_policy(policy: Any) -> None:
     final norm, LM head; tied weights stay together in it). The value head stays whole in every
     process (its gradients are averaged as in plain data parallelism). The optimizer is rebuilt
     over the sharded weights, then the whole weights are gathered for rollouts."""
+    unfollowed = unfollowed_settings()
+    if unfollowed:
+        warnings.warn(
+            f"gym_llm's FSDP ignores {', '.join(unfollowed)}: it shards fully, frees each "
+            "layer's weights after its forward pass in the update, offloads nothing and does not "
+            "checkpoint activations (see examples/accelerate_fsdp.yaml).",
+            stacklevel=2,
+        )
     lm = policy.lm
     named_before = dict(policy.named_parameters())
     for layer in decoder_of(lm).layers:
@@ -131,12 +160,14 @@ def shard_like(full: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
 def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """``optimizer.state_dict()`` with every sharded moment gathered whole (a collective, in
     the same order in every process), so a checkpoint loads into any number of processes."""
-    state = optimizer.state_dict()
-    for index in sorted(state["state"]):
-        entry = state["state"][index]
-        for key in sorted(entry):
-            if isinstance(entry[key], DTensor):
-                entry[key] = entry[key].full_tensor()
+    state = optimizer.state_dict()  # its entries are the optimizer's own dicts: not changed
+    state["state"] = {
+        index: {
+            key: value.full_tensor() if isinstance(value, DTensor) else value
+            for key, value in sorted(state["state"][index].items())
+        }
+        for index in sorted(state["state"])
+    }
     return state
 
 
