@@ -81,6 +81,7 @@ def main(mode: str, model_dir: str, out: str, env_kind: str = "choice") -> None:
         "num_timesteps": model.num_timesteps,
         "observations": hashlib.sha256(seen.encode()).hexdigest(),
         "episodes": len(model.ep_info_buffer or []),
+        "shared_prefix": len(model.policy.shared_prefix),
         "held_elements": sum(
             local(p).numel() for p in model.policy.optimizer.param_groups[0]["params"]
         ),

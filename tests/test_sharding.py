@@ -62,6 +62,8 @@ def test_sharded_full_fine_tuning_ends_where_the_whole_weights_do(
     for r in (0, 1):
         assert reports["whole"][r]["observations"] == reports["sharded"][r]["observations"]
         assert reports["sharded"][r]["num_timesteps"] == 64
+    # (the update's shared-prefix pass, which every process must agree to run, is exercised)
+    assert reports["sharded"][0]["shared_prefix"] > 0
     # ... half of the weights held in each process between updates ...
     held = [report["held_elements"] for report in reports["sharded"]]
     assert sum(held) == reports["whole"][0]["held_elements"]
@@ -111,10 +113,15 @@ def test_settings_gym_llm_does_not_follow_are_named() -> None:
     assert sharding.unfollowed_settings({}) == []
     followed = {"FSDP_SHARDING_STRATEGY": "FULL_SHARD", "FSDP_OFFLOAD_PARAMS": "false"}
     assert sharding.unfollowed_settings(followed) == []
-    asked = {"FSDP_OFFLOAD_PARAMS": "true", "FSDP_SHARDING_STRATEGY": "SHARD_GRAD_OP"}
+    asked = {
+        "FSDP_OFFLOAD_PARAMS": "true",
+        "FSDP_SHARDING_STRATEGY": "SHARD_GRAD_OP",
+        "ACCELERATE_MIXED_PRECISION": "bf16",
+    }
     assert sharding.unfollowed_settings(asked) == [
         "FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP",
         "FSDP_OFFLOAD_PARAMS=true",
+        "ACCELERATE_MIXED_PRECISION=bf16",
     ]
 
 

@@ -18,7 +18,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from gym_llm.evaluation.curve import CurveRecorder
 from gym_llm.rl.checkpoint_files import latest_checkpoint, prune_checkpoints, write_latest
-from gym_llm.rl.distributed import is_main_process
+from gym_llm.rl.distributed import from_main_process, is_main_process
 
 if TYPE_CHECKING:
     from gym_llm.rl.ppo import PPO
@@ -61,7 +61,8 @@ class CheckpointCallback(BaseCallback):
 
     def _on_training_end(self) -> None:
         # The end of learn() is a rollout boundary too: a run extended later starts from here.
-        if not (self.directory / str(self.num_timesteps)).is_dir():
+        # The main process's view decides for all: a save under FSDP is a collective.
+        if not from_main_process((self.directory / str(self.num_timesteps)).is_dir()):
             self.save()
 
     def save(self) -> Path | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from stable_baselines3.common.policies import BasePolicy
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
@@ -190,13 +191,16 @@ class PromptEncoding(BasePolicy):
         if not prefix or (self.training and self.gradient_checkpointing):
             # Checkpointed layers drop past_key_values, so training must not rely on a cache.
             return 0
-        if torch.is_grad_enabled() and isinstance(self.lm, FSDPModule):
-            # A sharded update runs the same passes in every process: no data-dependent one.
-            return 0
         size = len(prefix)
-        if all(len(p) > size and p[:size] == prefix for p in prompts):
-            return size
-        return 0
+        shared = all(len(p) > size and p[:size] == prefix for p in prompts)
+        if torch.is_grad_enabled() and isinstance(self.lm, FSDPModule):
+            # A sharded update runs the same passes in every process (FSDP gathers each layer
+            # in each pass), so the prefix pass runs only where every process can use it.
+            # Every process calls this as often as the others (gym_llm.rl.sharding).
+            flag = torch.tensor([int(shared)], device=self.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+            shared = bool(flag.item())
+        return size if shared else 0
 
     def weights_version(self) -> tuple[int, float]:
         """Changes whenever a trainable weight does, so the caches computed with the old weights

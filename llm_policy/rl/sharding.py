@@ -1,16 +1,18 @@
-"""Fully sharded data parallel (FSDP2, ``torch.distributed.fsdp.fully_shard``) for full
-fine-tuning: each process keeps ``1/N`` of the weights, gradients and Adam moments between
-updates, and the whole weights only while it uses them.
+"""Sharded full fine-tuning with FSDP2 (``torch.distributed.fsdp.fully_shard``): each process
+keeps ``1/N`` of the fp32 training state (the weights the optimizer steps, their gradients and
+Adam's moments) and one whole copy of the weights for its forward passes.
 
-Why the weights are whole outside the update (the "hybrid engine" of DeepSpeed-Chat, verl's
-FSDP + rollout split): FSDP all-gathers a layer's weights in every forward pass, so every process
-must run the same passes in the same order. A rollout does not: generation stops at different
-lengths, remembered choice scores skip passes, and evaluation runs in the main process alone. So
-the weights are gathered once after each update (one all-gather per layer) and rollouts,
-evaluation and saving run on them locally. Only the update, where every process runs the same
-passes (:meth:`gym_llm.rl.update.PPOUpdate.train` keeps them in step), runs sharded. Peak memory
-per process is therefore the whole weights once plus ``1/N`` of the training state (gradients,
-fp32 moments), instead of all of it.
+Why the whole weights stay gathered: FSDP's usual mode gathers a layer's weights in every
+forward pass, so every process must run the same passes in the same order, and rollouts do not
+(generation stops at different lengths, remembered choice scores skip passes, evaluation runs in
+the main process alone). Rollouts need the whole weights in each process anyway (so do
+DeepSpeed-Chat's hybrid engine and verl's rollout workers), so gym_llm keeps them gathered: the
+update runs its passes on them, FSDP reduce-scatters each layer's gradients to its shard in the
+backward pass, each process steps its shard, and the stepped shards are gathered again (one
+all-gather per optimizer step). The update keeps the processes in step where FSDP needs it: the
+same number of backward passes (:func:`lockstep_rows`) and the shared-prefix pass run by all or
+none. Per process: the whole weights once plus ``1/N`` of the training state, against all of it
+in plain data parallelism (ZeRO stage 2's split, with FSDP's machinery).
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ def requested_by_launcher() -> bool:
 
 #: accelerate's FSDP settings (environment variables its launcher sets) and the values gym_llm
 #: follows: full sharding, weights freed after each layer's forward pass in the update, nothing
-#: offloaded, no activation checkpointing.
+#: offloaded, no activation checkpointing, no mixed precision.
 FOLLOWED_SETTINGS = {
     "FSDP_SHARDING_STRATEGY": ("FULL_SHARD", "1"),
     "FSDP_RESHARD_AFTER_FORWARD": ("true", "1"),
     "FSDP_OFFLOAD_PARAMS": ("false", "0"),
     "FSDP_ACTIVATION_CHECKPOINTING": ("false", "0"),
+    "ACCELERATE_MIXED_PRECISION": ("no",),  # the model's own dtype is kept
 }
 
 
@@ -94,8 +97,9 @@ def shard_policy(policy: Any) -> None:
     if unfollowed:
         warnings.warn(
             f"gym_llm's FSDP ignores {', '.join(unfollowed)}: it shards fully, frees each "
-            "layer's weights after its forward pass in the update, offloads nothing and does not "
-            "checkpoint activations (see examples/accelerate_fsdp.yaml).",
+            "layer's weights after its forward pass in the update, offloads nothing, does not "
+            "checkpoint activations and keeps the model's dtype (see "
+            "examples/accelerate_fsdp.yaml).",
             stacklevel=2,
         )
     lm = policy.lm
@@ -116,15 +120,28 @@ def gather(lm: torch.nn.Module) -> None:
 
 
 @contextmanager
-def sharded(lm: torch.nn.Module) -> Iterator[None]:
-    """The update: weights sharded, each layer gathered for its forward and backward pass and
-    freed after; on leaving, the updated weights gathered again. If the body raises, nothing is
-    gathered (a collective in one process would hang it; the launcher ends the job)."""
+def sharded_update(lm: torch.nn.Module) -> Iterator[None]:
+    """The update: the whole weights stay gathered through every forward and backward pass
+    (rollouts hold them anyway, so the peak does not rise), each layer's gradients are
+    reduce-scattered to its shard as the backward pass leaves it, and the optimizer steps each
+    process's shard; :func:`refresh` gathers the stepped weights before the next pass."""
     modules = fsdp_modules(lm)
     for module in modules:
+        module.set_reshard_after_backward(False, recurse=False)
+    with warnings.catch_warnings():
+        # FSDP warns that the LM's outputs are views, in case a caller changes them in place;
+        # the update only reads them (its gradients equal the unsharded ones': tested).
+        warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view")
+        yield
+    for module in modules:
+        module.set_reshard_after_backward(True, recurse=False)
+
+
+def refresh(lm: torch.nn.Module) -> None:
+    """After an optimizer step: the whole weights gathered again from the stepped shards (a
+    collective; every process steps together)."""
+    for module in fsdp_modules(lm):
         module.reshard()
-        module.set_reshard_after_forward(True, recurse=False)
-    yield
     gather(lm)
 
 

@@ -25,7 +25,7 @@ from gym_llm.rl.distributed import (
 )
 from gym_llm.rl.losses import clipped_surrogate, entropy_bonus, k3_kl, value_loss
 from gym_llm.rl.rollout import RolloutCollection
-from gym_llm.rl.sharding import clip_grad_norm, is_sharded, lockstep_rows, sharded
+from gym_llm.rl.sharding import clip_grad_norm, is_sharded, lockstep_rows, refresh, sharded_update
 
 #: Memory (MB) the update's activations may take on the CPU when ``micro_batch_size=None``.
 UPDATE_MEMORY_BUDGET_MB = 1536
@@ -71,10 +71,10 @@ class PPOUpdate(RolloutCollection):
     last_checkpoint: Path | None
 
     def train(self) -> None:
-        """Clipped-surrogate PPO over ``n_epochs`` of shuffled minibatches of turns (with the
-        weights sharded for it under FSDP: :mod:`gym_llm.rl.sharding`)."""
+        """Clipped-surrogate PPO over ``n_epochs`` of shuffled minibatches of turns (with
+        gradients and optimizer sharded under FSDP: :mod:`gym_llm.rl.sharding`)."""
         if is_sharded(self.policy.lm):
-            with sharded(self.policy.lm):
+            with sharded_update(self.policy.lm):
                 self._train()
         else:
             self._train()
@@ -108,7 +108,9 @@ class PPOUpdate(RolloutCollection):
             self.logger.record("train/nonfinite_turns", self.nonfinite_turns)
             return
         warmup = self.num_timesteps <= self.critic_warmup_steps
-        trainable = [p for p in self.policy.parameters() if p.requires_grad]
+        # The optimizer's parameters: under FSDP the shards it steps (the module holds the
+        # gathered whole weights, whose gradients FSDP moves to the shards).
+        trainable = [p for group in self.policy.optimizer.param_groups for p in group["params"]]
         value_ids = {id(p) for p in self.policy.value_head.parameters()}
         frozen_now = (  # during the critic's warm-up the policy's weights wait
             [p for p in trainable if id(p) not in value_ids] if warmup else []
@@ -185,6 +187,8 @@ class PPOUpdate(RolloutCollection):
                     continue
                 self._consecutive_skips = 0
                 self.policy.optimizer.step()
+                if lockstep:  # the whole weights from the stepped shards
+                    refresh(self.policy.lm)
                 self._n_updates += 1
             if not continue_training:
                 break

@@ -1,0 +1,184 @@
+"""Memory and speed of full fine-tuning in two processes: whole weights in each (plain data
+parallelism) against FSDP-sharded (``PPO(fsdp=True)``, :mod:`gym_llm.rl.sharding`).
+
+Two ``torchrun`` jobs, one after the other in one invocation, one torch thread per process. Each
+trains one rollout untimed, then times ``learn`` for ``--timesteps`` env steps (over both
+processes). Per process it reports the training state it holds between updates (its part of the
+weights, gradients and optimizer moments, counted from the tensors), the whole weights it holds
+for rollouts, and its peak resident memory (``ru_maxrss``: the whole process, model loading
+included).
+
+    python -m benchmarks.sharding --model smollm2-135m --timesteps 32 \\
+        --out benchmarks/results/sharding-cpu
+
+Writes ``sharding.json`` and prints a Markdown table with ratios to the unsharded job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.cli_args import add_model_and_env, new_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+MB = 2**20
+
+
+def held_bytes(model: Any) -> dict[str, float]:
+    """MB of this process's training state (its parts of the trainable weights, their gradients
+    and the optimizer's tensors) and of the weights its rollouts run on."""
+    from gym_llm.rl.sharding import local
+
+    optimizer = model.policy.optimizer
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+
+    def size(t: Any) -> int:
+        t = local(t)
+        return int(t.numel() * t.element_size())
+
+    weights = sum(size(p) for p in params)
+    grads = sum(size(p.grad) for p in params if p.grad is not None)
+    moments = sum(
+        size(v) for state in optimizer.state.values() for v in state.values() if v.dim() > 0
+    )
+    rollout = sum(int(p.numel() * p.element_size()) for p in model.policy.lm.parameters())
+    return {
+        "weights_mb": weights / MB,
+        "gradients_mb": grads / MB,
+        "optimizer_mb": moments / MB,
+        "training_state_mb": (weights + grads + moments) / MB,
+        "rollout_weights_mb": rollout / MB,
+    }
+
+
+def worker(args: argparse.Namespace) -> None:
+    import torch
+
+    from gym_llm import PPO, LLMPolicy, make_text_env
+    from gym_llm.cli.demo import parse_env_kwargs
+    from gym_llm.rl.distributed import gather_objects, is_main_process, rank, world_size
+
+    torch.set_num_threads(1)
+    env = make_text_env(
+        args.env, args.n_envs, env_kwargs=parse_env_kwargs(args.env_kwargs), seed=args.seed
+    )
+    model = PPO(
+        LLMPolicy,
+        env,
+        n_steps=args.n_steps,
+        batch_size=args.n_steps * args.n_envs,
+        n_epochs=1,
+        seed=args.seed,
+        device="cpu",
+        fsdp=args.fsdp,
+        policy_kwargs={"model": args.model, "action_mode": args.mode, "lora": None},
+    )
+    rollout = args.n_steps * args.n_envs * world_size()
+    model.learn(rollout)
+    start = time.perf_counter()
+    model.learn(rollout + args.timesteps, reset_num_timesteps=False)
+    wall = time.perf_counter() - start
+    steps = model.num_timesteps - rollout
+    mine = {
+        "rank": rank(),
+        **held_bytes(model),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    processes = [p[0] for p in gather_objects([mine])]
+    if is_main_process():
+        row = {
+            "fsdp": args.fsdp,
+            "processes": world_size(),
+            "env_steps": steps,
+            "wall_s": wall,
+            "env_steps_per_s": steps / wall,
+            "per_process": processes,
+        }
+        Path(args.report).write_text(json.dumps(row))
+
+
+def run_job(args: argparse.Namespace, fsdp: bool) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "row.json"
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+            "2", "-m", "benchmarks.sharding", "--worker", "--model", args.model, "--env",
+            args.env, "--mode", args.mode, "--n-envs", str(args.n_envs), "--n-steps",
+            str(args.n_steps), "--timesteps", str(args.timesteps), "--seed", str(args.seed),
+            "--report", str(report), *(["--fsdp"] if fsdp else []), "--env-kwargs",
+            *args.env_kwargs,
+        ]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        subprocess.run(command, env=env, check=True, cwd=ROOT)
+        row: dict[str, Any] = json.loads(report.read_text())
+    return row
+
+
+COLUMNS = ("training_state_mb", "rollout_weights_mb", "peak_rss_mb")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Per job: the largest figure over its processes, and its ratio to the first job's."""
+    base = rows[0]
+    lines = [
+        "| weights | training state MB | rollout weights MB | peak RSS MB | env steps/s |",
+        "|---|---:|---:|---:|---:|",
+    ]
+
+    def most(row: dict[str, Any], key: str) -> float:
+        return max(float(p[key]) for p in row["per_process"])
+
+    for r in rows:
+        cells = [f"{most(r, k):.0f} ({most(r, k) / most(base, k):.2f}x)" for k in COLUMNS]
+        speed = r["env_steps_per_s"]
+        cells.append(f"{speed:.2f} ({speed / base['env_steps_per_s']:.2f}x)")
+        lines.append(
+            f"| {'sharded (FSDP)' if r['fsdp'] else 'whole'} | " + " | ".join(cells) + " |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = new_parser("python -m benchmarks.sharding", __doc__)
+    add = parser.add_argument
+    add_model_and_env(add, n_envs_help="envs per process")
+    add("--n-steps", type=int, default=4, help="steps per env per rollout")
+    add("--timesteps", type=int, default=32, help="timed env steps (both processes)")
+    add("--seed", type=int, default=0)
+    add("--out", type=Path, default=None, help="directory for sharding.json")
+    add("--worker", action="store_true", help=argparse.SUPPRESS)
+    add("--fsdp", action="store_true", help=argparse.SUPPRESS)
+    add("--report", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args)
+        return {}
+    rows = [run_job(args, fsdp) for fsdp in (False, True)]
+    result = {
+        "device": f"CPU ({platform.machine()}, {os.cpu_count()} cores), 1 torch thread/process",
+        "model": args.model,
+        "env": args.env,
+        "mode": args.mode,
+        "n_envs_per_process": args.n_envs,
+        "n_steps": args.n_steps,
+        "rows": rows,
+    }
+    print(table(rows))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "sharding.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
