@@ -5,8 +5,9 @@ Two ``torchrun`` jobs, one after the other in one invocation, one torch thread p
 trains one rollout untimed, then times ``learn`` for ``--timesteps`` env steps (over both
 processes). Per process it reports the training state it holds between updates (its part of the
 weights, gradients and optimizer moments, counted from the tensors), the whole weights it holds
-for rollouts, and its peak resident memory (``ru_maxrss``: the whole process, model loading
-included).
+for rollouts, the peak resident memory of its timed rollouts and updates (each measured from
+memory after ``malloc_trim``, with the kernel's peak count reset: ``/proc/self/clear_refs``), and
+the peak of the whole process (``ru_maxrss``, model loading included).
 
     python -m benchmarks.sharding --model smollm2-135m --timesteps 32 \\
         --out benchmarks/results/sharding-cpu
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cli_args import add_model_and_env, new_parser
+from benchmarks.memory import rss_mb, trim_rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 2**20
@@ -61,6 +63,35 @@ def held_bytes(model: Any) -> dict[str, float]:
     }
 
 
+def reset_peak() -> None:
+    """Hand freed heap back (``malloc_trim``) and restart the kernel's peak-RSS count (VmHWM)
+    from what is resident now (``clear_refs`` 5, Linux)."""
+    trim_rss_mb()
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def phase_peaks(model: Any) -> dict[str, list[float]]:
+    """Record the peak resident memory of every rollout and every update from now on (each
+    starting from trimmed memory), in MB, by wrapping the model's two phases."""
+    peaks: dict[str, list[float]] = {"rollout": [], "update": []}
+
+    def wrap(name: str, phase: str) -> None:
+        method = getattr(model, name)
+
+        def measured(*args: Any, **kwargs: Any) -> Any:
+            reset_peak()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                peaks[phase].append(rss_mb()[1])
+
+        setattr(model, name, measured)
+
+    wrap("collect_rollouts", "rollout")
+    wrap("train", "update")
+    return peaks
+
+
 def worker(args: argparse.Namespace) -> None:
     import torch
 
@@ -85,6 +116,7 @@ def worker(args: argparse.Namespace) -> None:
     )
     rollout = args.n_steps * args.n_envs * world_size()
     model.learn(rollout)
+    peaks = phase_peaks(model)
     start = time.perf_counter()
     model.learn(rollout + args.timesteps, reset_num_timesteps=False)
     wall = time.perf_counter() - start
@@ -92,6 +124,7 @@ def worker(args: argparse.Namespace) -> None:
     mine = {
         "rank": rank(),
         **held_bytes(model),
+        **{f"peak_{phase}_mb": max(values) for phase, values in peaks.items()},
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
     processes = [p[0] for p in gather_objects([mine])]
@@ -124,15 +157,16 @@ def run_job(args: argparse.Namespace, fsdp: bool) -> dict[str, Any]:
     return row
 
 
-COLUMNS = ("training_state_mb", "rollout_weights_mb", "peak_rss_mb")
+COLUMNS = ("training_state_mb", "peak_rollout_mb", "peak_update_mb", "peak_rss_mb")
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     """Per job: the largest figure over its processes, and its ratio to the first job's."""
     base = rows[0]
     lines = [
-        "| weights | training state MB | rollout weights MB | peak RSS MB | env steps/s |",
-        "|---|---:|---:|---:|---:|",
+        "| weights | training state MB | peak in rollouts MB | peak in updates MB | peak RSS MB "
+        "| env steps/s |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
 
     def most(row: dict[str, Any], key: str) -> float:

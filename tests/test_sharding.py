@@ -111,15 +111,15 @@ def test_the_command_line_trains_sharded(model_dir: Path, tmp_path: Path) -> Non
 
 def test_settings_gym_llm_does_not_follow_are_named() -> None:
     assert sharding.unfollowed_settings({}) == []
-    followed = {"FSDP_SHARDING_STRATEGY": "FULL_SHARD", "FSDP_OFFLOAD_PARAMS": "false"}
+    followed = {"FSDP_SHARDING_STRATEGY": "SHARD_GRAD_OP", "FSDP_OFFLOAD_PARAMS": "false"}
     assert sharding.unfollowed_settings(followed) == []
     asked = {
         "FSDP_OFFLOAD_PARAMS": "true",
-        "FSDP_SHARDING_STRATEGY": "SHARD_GRAD_OP",
+        "FSDP_SHARDING_STRATEGY": "HYBRID_SHARD",
         "ACCELERATE_MIXED_PRECISION": "bf16",
     }
     assert sharding.unfollowed_settings(asked) == [
-        "FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP",
+        "FSDP_SHARDING_STRATEGY=HYBRID_SHARD",
         "FSDP_OFFLOAD_PARAMS=true",
         "ACCELERATE_MIXED_PRECISION=bf16",
     ]

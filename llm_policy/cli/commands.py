@@ -165,8 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--sft-demos run in one process only.\n"
         "Full fine-tuning of a model whose training state does not fit one device: add --fsdp\n"
         "--lora-r 0 (or launch with accelerate launch --use_fsdp, or --config_file\n"
-        "examples/accelerate_fsdp.yaml): weights, gradients and Adam moments are sharded for the\n"
-        "update; rollouts still hold the whole weights once per process.",
+        "examples/accelerate_fsdp.yaml): the training state (weights stepped, gradients,\n"
+        "Adam moments) is sharded; each process keeps one whole copy of the weights.",
         formatter_class=_HelpFormatter,
     )
     train.add_argument(

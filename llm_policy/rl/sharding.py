@@ -39,14 +39,14 @@ def requested_by_launcher() -> bool:
 
 
 #: accelerate's FSDP settings (environment variables its launcher sets) and the values gym_llm
-#: follows: full sharding, weights freed after each layer's forward pass in the update, nothing
-#: offloaded, no activation checkpointing, no mixed precision.
+#: follows. Either sharding strategy reads as this module's split (FULL_SHARD's sharded training
+#: state, SHARD_GRAD_OP's whole weights in the passes); nothing is offloaded, activations are not
+#: checkpointed, the model's dtype is kept.
 FOLLOWED_SETTINGS = {
-    "FSDP_SHARDING_STRATEGY": ("FULL_SHARD", "1"),
-    "FSDP_RESHARD_AFTER_FORWARD": ("true", "1"),
+    "FSDP_SHARDING_STRATEGY": ("FULL_SHARD", "SHARD_GRAD_OP", "1", "2"),
     "FSDP_OFFLOAD_PARAMS": ("false", "0"),
     "FSDP_ACTIVATION_CHECKPOINTING": ("false", "0"),
-    "ACCELERATE_MIXED_PRECISION": ("no",),  # the model's own dtype is kept
+    "ACCELERATE_MIXED_PRECISION": ("no",),
 }
 
 
@@ -92,13 +92,13 @@ def shard_policy(policy: Any) -> None:
     """Shard the policy's LM: one FSDP unit per decoder layer and one for the rest (embeddings,
     final norm, LM head; tied weights stay together in it). The value head stays whole in every
     process (its gradients are averaged as in plain data parallelism). The optimizer is rebuilt
-    over the sharded weights, then the whole weights are gathered for rollouts."""
+    over the shards, then the whole weights are gathered."""
     unfollowed = unfollowed_settings()
     if unfollowed:
         warnings.warn(
-            f"gym_llm's FSDP ignores {', '.join(unfollowed)}: it shards fully, frees each "
-            "layer's weights after its forward pass in the update, offloads nothing, does not "
-            "checkpoint activations and keeps the model's dtype (see "
+            f"gym_llm's FSDP ignores {', '.join(unfollowed)}: it shards the training state "
+            "over every process, keeps one whole copy of the weights in each, offloads nothing, "
+            "does not checkpoint activations and keeps the model's dtype (see "
             "examples/accelerate_fsdp.yaml).",
             stacklevel=2,
         )
