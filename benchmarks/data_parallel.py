@@ -30,18 +30,20 @@ from benchmarks.cli_args import add_model_and_env, new_parser
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def worker(args: argparse.Namespace) -> None:
-    """One process of a job: warm up, time ``learn``, the main process writes the figures."""
+def timed_agent(args: argparse.Namespace, **ppo_kwargs: Any) -> Any:
+    """This process's agent (one torch thread, one rollout per update, one epoch), with one
+    rollout trained untimed (first calls: kernels, caches, allocator)."""
     import torch
 
     from gym_llm import PPO, LLMPolicy, make_text_env
     from gym_llm.cli.demo import parse_env_kwargs
-    from gym_llm.rl.distributed import is_main_process, world_size
+    from gym_llm.rl.distributed import world_size
 
     torch.set_num_threads(1)
     env = make_text_env(
         args.env, args.n_envs, env_kwargs=parse_env_kwargs(args.env_kwargs), seed=args.seed
     )
+    policy_kwargs = {"model": args.model, "action_mode": args.mode}
     model = PPO(
         LLMPolicy,
         env,
@@ -50,14 +52,28 @@ def worker(args: argparse.Namespace) -> None:
         n_epochs=1,
         seed=args.seed,
         device="cpu",
-        policy_kwargs={"model": args.model, "action_mode": args.mode},
+        policy_kwargs={**policy_kwargs, **ppo_kwargs.pop("policy_kwargs", {})},
+        **ppo_kwargs,
     )
-    rollout = args.n_steps * args.n_envs * world_size()
-    model.learn(rollout)  # first calls: kernels, caches, allocator
+    model.learn(args.n_steps * args.n_envs * world_size())
+    return model
+
+
+def timed_learn(model: Any, timesteps: int) -> tuple[int, float]:
+    """(env steps, seconds) of ``learn`` for ``timesteps`` more env steps."""
+    before = model.num_timesteps
     start = time.perf_counter()
-    model.learn(rollout + args.timesteps, reset_num_timesteps=False)
-    wall = time.perf_counter() - start
-    steps = model.num_timesteps - rollout
+    model.learn(before + timesteps, reset_num_timesteps=False)
+    return model.num_timesteps - before, time.perf_counter() - start
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One process of a job: warm up, time ``learn``, the main process writes the figures."""
+    from gym_llm.rl.distributed import is_main_process, world_size
+
+    model = timed_agent(args)
+    rollout = args.n_steps * args.n_envs * world_size()
+    steps, wall = timed_learn(model, args.timesteps)
     if is_main_process():
         row = {
             "processes": world_size(),

@@ -25,11 +25,11 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.cli_args import add_model_and_env, new_parser
+from benchmarks.data_parallel import timed_agent, timed_learn
 from benchmarks.memory import rss_mb, trim_rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,34 +93,11 @@ def phase_peaks(model: Any) -> dict[str, list[float]]:
 
 
 def worker(args: argparse.Namespace) -> None:
-    import torch
-
-    from gym_llm import PPO, LLMPolicy, make_text_env
-    from gym_llm.cli.demo import parse_env_kwargs
     from gym_llm.rl.distributed import gather_objects, is_main_process, rank, world_size
 
-    torch.set_num_threads(1)
-    env = make_text_env(
-        args.env, args.n_envs, env_kwargs=parse_env_kwargs(args.env_kwargs), seed=args.seed
-    )
-    model = PPO(
-        LLMPolicy,
-        env,
-        n_steps=args.n_steps,
-        batch_size=args.n_steps * args.n_envs,
-        n_epochs=1,
-        seed=args.seed,
-        device="cpu",
-        fsdp=args.fsdp,
-        policy_kwargs={"model": args.model, "action_mode": args.mode, "lora": None},
-    )
-    rollout = args.n_steps * args.n_envs * world_size()
-    model.learn(rollout)
+    model = timed_agent(args, fsdp=args.fsdp, policy_kwargs={"lora": None})
     peaks = phase_peaks(model)
-    start = time.perf_counter()
-    model.learn(rollout + args.timesteps, reset_num_timesteps=False)
-    wall = time.perf_counter() - start
-    steps = model.num_timesteps - rollout
+    steps, wall = timed_learn(model, args.timesteps)
     mine = {
         "rank": rank(),
         **held_bytes(model),

@@ -11,8 +11,9 @@ MODEL_DIR OUT_DIR`` where MODE is
 - ``full`` and ``fsdp``: ``learn`` fine-tuning every weight (``lora=None``), unsharded and
   sharded (FSDP), with a ``save`` to ``OUT_DIR/middle`` half-way, in generate mode on
   GuessNumber when ENV is ``generate``; the report adds the elements of the weights this
-  process holds between updates. ``fsdp-env``: ``fsdp`` as the launcher's environment says
-  (``accelerate launch --use_fsdp``).
+  process holds between updates. Then the saved agent is loaded into a new one (sharded the
+  same way), which trains 16 more env steps: ``rank<r>-continued.pt``. ``fsdp-env``: ``fsdp``
+  as the launcher's environment says (``accelerate launch --use_fsdp``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from gym_llm import PPO, LLMPolicy, make_text_env
-from gym_llm.rl.distributed import rank, world_size
+from gym_llm.rl.distributed import barrier, rank, world_size
 from gym_llm.rl.sharding import local
 
 PLANTED = "planted failure in process 1"
@@ -87,6 +88,13 @@ def main(mode: str, model_dir: str, out: str, env_kind: str = "choice") -> None:
         ),
     }
     (Path(out) / f"rank{rank()}.json").write_text(json.dumps(report))
+    if full:  # loaded (weights and momentum) into a new agent, which trains on
+        fsdp = {"fsdp": True, "fsdp-env": None}.get(mode, False)
+        barrier()  # unsharded, save returns at once off the main process: wait for the files
+        loaded = PPO.load(Path(out) / "agent", env=env, device="cpu", fsdp=fsdp)
+        loaded.learn(16)
+        weights = loaded.policy.trainable_state_dict()
+        torch.save(weights, Path(out) / f"rank{rank()}-continued.pt")
 
 
 if __name__ == "__main__":

@@ -31,8 +31,8 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("fsdp"), words=["apple", "banana", "cherry"])
 
 
-def _weights(directory: Path, rank: int) -> dict[str, torch.Tensor]:
-    weights: dict[str, torch.Tensor] = torch.load(directory / f"rank{rank}.pt")
+def _weights(directory: Path, rank: int, suffix: str = "") -> dict[str, torch.Tensor]:
+    weights: dict[str, torch.Tensor] = torch.load(directory / f"rank{rank}{suffix}.pt")
     return weights
 
 
@@ -77,6 +77,11 @@ def test_sharded_full_fine_tuning_ends_where_the_whole_weights_do(
     moved = _distance(a, middle)
     assert moved > 1e-3
     assert _distance(a, b) < 1e-4 * moved
+    # Loaded into a new agent (sharded: the loaded momentum split onto the shards), training
+    # goes on as it does with whole weights.
+    a2, b2 = _weights(whole, 0, "-continued"), _weights(parts, 0, "-continued")
+    assert _distance(a2, a) > 1e-3
+    assert _distance(a2, b2) < 1e-4 * _distance(a2, a)
     # The saved agent holds whole weights and whole momentum buffers, equal to the whole run's.
     for run in (whole, parts):
         assert PPO.load(run / "agent").num_timesteps == 64

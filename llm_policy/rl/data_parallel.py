@@ -16,7 +16,13 @@ from typing import Any
 from stable_baselines3.common.callbacks import BaseCallback
 
 from gym_llm.rl.checkpoint import PPOCheckpointing
-from gym_llm.rl.distributed import broadcast_parameters, is_main_process, rank, world_size
+from gym_llm.rl.distributed import (
+    barrier,
+    broadcast_parameters,
+    is_main_process,
+    rank,
+    world_size,
+)
 from gym_llm.rl.sharding import check_can_shard, full_optimizer_state, is_sharded, shard_policy
 
 
@@ -82,11 +88,14 @@ class DataParallel(PPOCheckpointing):
     ) -> None:
         """Only the main process writes (the weights are the same in every process), so a script
         that calls ``save`` in each process writes one directory, not a race of N. Sharded
-        (FSDP), every process must call it: the optimizer's moments are gathered from all."""
+        (FSDP), every process must call it (the optimizer's moments are gathered from all), and
+        it returns in each once the directory is written."""
         if is_main_process():
             super().save(path, exclude, include, **kwargs)
         elif is_sharded(self.policy.lm):
             self._tensors()  # this process's part of the gather the main process is in
+        if is_sharded(self.policy.lm):  # collective anyway: return once the directory is there
+            barrier()
 
     def _optimizer_state(self) -> dict[str, Any]:
         if is_sharded(self.policy.lm):

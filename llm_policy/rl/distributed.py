@@ -150,6 +150,12 @@ def broadcast_parameters(parameters: Iterable[torch.Tensor]) -> None:
             dist.broadcast(param.data, src=0)
 
 
+def barrier() -> None:
+    """Wait until every process is here (nothing in one process)."""
+    if world_size() > 1:
+        dist.barrier()
+
+
 def global_max(value: int) -> int:
     """The largest ``value`` over the processes."""
     if world_size() == 1:
