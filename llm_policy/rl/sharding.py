@@ -1,5 +1,5 @@
 """Sharded full fine-tuning with FSDP2 (``torch.distributed.fsdp.fully_shard``): each process
-keeps ``1/N`` of the fp32 training state (the weights the optimizer steps, their gradients and
+keeps ``1/N`` of the training state (the weights the optimizer steps, their gradients and
 Adam's moments) and one whole copy of the weights for its forward passes.
 
 Why the whole weights stay gathered: FSDP's usual mode gathers a layer's weights in every
