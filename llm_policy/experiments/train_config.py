@@ -80,8 +80,9 @@ class TrainConfig:
     checkpoint_every: int | None = None
     #: Checkpoints kept (the newest; older ones are removed once a newer one is complete).
     keep_checkpoints: int = 2
-    #: Several processes: shard the weights, gradients and optimizer moments over them (FSDP)
-    #: for full fine-tuning (lora_r=0). ``accelerate launch --use_fsdp`` turns it on too.
+    #: Several processes, full fine-tuning (lora_r=0): shard the training state (weights the
+    #: optimizer steps, gradients, moments) over them with FSDP; each keeps one whole copy of
+    #: the weights. ``accelerate launch --use_fsdp`` turns it on too.
     fsdp: bool = False
     #: Chat-messages JSONL of demonstrations (``gym-llm demos``, gym_llm.experiments.demos.make_demos) to
     #: fine-tune on with SFT after the "before" evaluation and before PPO (None: no warm start).
