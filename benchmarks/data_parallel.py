@@ -86,21 +86,39 @@ def worker(args: argparse.Namespace) -> None:
         Path(args.report).write_text(json.dumps(row))
 
 
-def run_job(args: argparse.Namespace, processes: int, n_envs: int) -> dict[str, Any]:
+def launch_worker(
+    module: str, args: argparse.Namespace, processes: int, n_envs: int, *extra: str
+) -> dict[str, Any]:
+    """Run ``python -m MODULE --worker`` with this invocation's settings under ``torchrun`` in
+    ``processes`` processes (one torch thread each); the row its main process reports."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "row.json"
         command = [
             sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node", str(processes), "-m", "benchmarks.data_parallel", "--worker",
+            "--nproc-per-node", str(processes), "-m", module, "--worker",
             "--model", args.model, "--env", args.env, "--mode", args.mode,
             "--n-envs", str(n_envs), "--n-steps", str(args.n_steps),
             "--timesteps", str(args.timesteps), "--seed", str(args.seed), "--report", str(report),
-            "--env-kwargs", *args.env_kwargs,
+            *extra, "--env-kwargs", *args.env_kwargs,
         ]  # fmt: skip
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
         subprocess.run(command, env=env, check=True, cwd=ROOT)
         row: dict[str, Any] = json.loads(report.read_text())
     return row
+
+
+def job_parser(prog: str, doc: str | None, n_steps: int, timesteps: int, out: str) -> Any:
+    """The arguments both launcher benchmarks take (and their workers' hidden ones)."""
+    parser = new_parser(prog, doc)
+    add = parser.add_argument
+    add_model_and_env(add, n_envs_help="envs per process")
+    add("--n-steps", type=int, default=n_steps, help="steps per env per rollout")
+    add("--timesteps", type=int, default=timesteps, help="timed env steps (all processes)")
+    add("--seed", type=int, default=0)
+    add("--out", type=Path, default=None, help=f"directory for {out}")
+    add("--worker", action="store_true", help=argparse.SUPPRESS)
+    add("--report", default=None, help=argparse.SUPPRESS)
+    return parser
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -118,35 +136,35 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = new_parser("python -m benchmarks.data_parallel", __doc__)
-    add = parser.add_argument
-    add_model_and_env(add, n_envs_help="envs per process")
-    add("--n-steps", type=int, default=8, help="steps per env per rollout")
-    add("--timesteps", type=int, default=256, help="timed env steps (all processes)")
-    add("--seed", type=int, default=0)
-    add("--out", type=Path, default=None, help="directory for data_parallel.json")
-    add("--worker", action="store_true", help=argparse.SUPPRESS)
-    add("--report", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.worker:
-        worker(args)
-        return {}
-    jobs = [(1, args.n_envs), (1, 2 * args.n_envs), (2, args.n_envs)]
-    rows = [run_job(args, processes, n_envs) for processes, n_envs in jobs]
+def write_result(
+    args: argparse.Namespace, rows: list[dict[str, Any]], text: str, name: str, **extra: Any
+) -> dict[str, Any]:
+    """Print the table; write the rows with the settings and the device to ``--out``/name."""
     result = {
         "device": f"CPU ({platform.machine()}, {os.cpu_count()} cores), 1 torch thread/process",
         "model": args.model,
         "env": args.env,
         "mode": args.mode,
         "n_steps": args.n_steps,
+        **extra,
         "rows": rows,
     }
-    print(table(rows))
+    print(text)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "data_parallel.json").write_text(json.dumps(result, indent=2))
+        (args.out / name).write_text(json.dumps(result, indent=2))
     return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = job_parser("python -m benchmarks.data_parallel", __doc__, 8, 256, "data_parallel.json")
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(args)
+        return {}
+    jobs = [(1, args.n_envs), (1, 2 * args.n_envs), (2, args.n_envs)]
+    rows = [launch_worker("benchmarks.data_parallel", args, p, n) for p, n in jobs]
+    return write_result(args, rows, table(rows), "data_parallel.json")
 
 
 if __name__ == "__main__":

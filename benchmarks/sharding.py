@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import resource
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli_args import add_model_and_env, new_parser
-from benchmarks.data_parallel import timed_agent, timed_learn
+from benchmarks.data_parallel import (
+    job_parser,
+    launch_worker,
+    timed_agent,
+    timed_learn,
+    write_result,
+)
 from benchmarks.memory import rss_mb, trim_rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,23 +117,6 @@ def worker(args: argparse.Namespace) -> None:
         Path(args.report).write_text(json.dumps(row))
 
 
-def run_job(args: argparse.Namespace, fsdp: bool) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "row.json"
-        command = [
-            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-            "2", "-m", "benchmarks.sharding", "--worker", "--model", args.model, "--env",
-            args.env, "--mode", args.mode, "--n-envs", str(args.n_envs), "--n-steps",
-            str(args.n_steps), "--timesteps", str(args.timesteps), "--seed", str(args.seed),
-            "--report", str(report), *(["--fsdp"] if fsdp else []), "--env-kwargs",
-            *args.env_kwargs,
-        ]  # fmt: skip
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-        subprocess.run(command, env=env, check=True, cwd=ROOT)
-        row: dict[str, Any] = json.loads(report.read_text())
-    return row
-
-
 COLUMNS = ("training_state_mb", "peak_rollout_mb", "peak_update_mb", "peak_rss_mb")
 
 
@@ -160,35 +143,16 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = new_parser("python -m benchmarks.sharding", __doc__)
-    add = parser.add_argument
-    add_model_and_env(add, n_envs_help="envs per process")
-    add("--n-steps", type=int, default=4, help="steps per env per rollout")
-    add("--timesteps", type=int, default=32, help="timed env steps (both processes)")
-    add("--seed", type=int, default=0)
-    add("--out", type=Path, default=None, help="directory for sharding.json")
-    add("--worker", action="store_true", help=argparse.SUPPRESS)
-    add("--fsdp", action="store_true", help=argparse.SUPPRESS)
-    add("--report", default=None, help=argparse.SUPPRESS)
+    parser = job_parser("python -m benchmarks.sharding", __doc__, 4, 32, "sharding.json")
+    parser.add_argument("--fsdp", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         worker(args)
         return {}
-    rows = [run_job(args, fsdp) for fsdp in (False, True)]
-    result = {
-        "device": f"CPU ({platform.machine()}, {os.cpu_count()} cores), 1 torch thread/process",
-        "model": args.model,
-        "env": args.env,
-        "mode": args.mode,
-        "n_envs_per_process": args.n_envs,
-        "n_steps": args.n_steps,
-        "rows": rows,
-    }
-    print(table(rows))
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "sharding.json").write_text(json.dumps(result, indent=2))
-    return result
+    jobs: tuple[list[str], ...] = ([], ["--fsdp"])
+    rows = [launch_worker("benchmarks.sharding", args, 2, args.n_envs, *flags) for flags in jobs]
+    text = table(rows)
+    return write_result(args, rows, text, "sharding.json", n_envs_per_process=args.n_envs)
 
 
 if __name__ == "__main__":
