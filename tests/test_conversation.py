@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -45,18 +46,24 @@ def test_observations_are_the_episode_so_far() -> None:
         ConversationWrapper(gym.make("Blackjack-v1"))
 
 
+def _maze_agent(model_dir: Path, n_envs: int, mode: str, max_new_tokens: int, **ppo: Any) -> PPO:
+    """PPO on TextMaze as a conversation, with the tiny model under the rewriting template."""
+    model, tokenizer = load_model(str(model_dir))
+    tokenizer.chat_template = REWRITING_TEMPLATE
+    env = make_text_env("gym_llm/TextMaze-v0", n_envs, seed=0, conversation=True)
+    policy_kwargs = {
+        "model": model,
+        "tokenizer": tokenizer,
+        "action_mode": mode,
+        "max_new_tokens": max_new_tokens,
+    }
+    return PPO("LLMPolicy", env, policy_kwargs=policy_kwargs, seed=0, **ppo)
+
+
 def test_log_probs_stay_exact_under_a_template_that_rewrites_earlier_turns(
     tiny_model_dir: Path,
 ) -> None:
-    model, tokenizer = load_model(str(tiny_model_dir))
-    tokenizer.chat_template = REWRITING_TEMPLATE
-    env = make_text_env("gym_llm/TextMaze-v0", 2, seed=0, conversation=True)
-    agent = PPO(
-        "LLMPolicy", env, n_steps=6, batch_size=12, n_epochs=1,
-        policy_kwargs={"model": model, "tokenizer": tokenizer, "action_mode": "generate",
-                       "max_new_tokens": 3},
-        seed=0,
-    )  # fmt: skip
+    agent = _maze_agent(tiny_model_dir, 2, "generate", 3, n_steps=6, batch_size=12, n_epochs=1)
     assert agent.policy.conversation  # read off the ConversationWrapper's space
     agent.learn(12)
     observations = agent.rollout_buffer.observations_text.ravel().tolist()
@@ -72,14 +79,8 @@ def _contains(ids: list[int], part: tuple[int, ...]) -> bool:
 def test_the_policys_replies_reach_its_later_prompts_as_sampled(
     tiny_model_dir: Path, mode: str
 ) -> None:
-    model, tokenizer = load_model(str(tiny_model_dir))
-    tokenizer.chat_template = REWRITING_TEMPLATE
-    env = make_text_env("gym_llm/TextMaze-v0", 1, seed=0, conversation=True)
-    policy = PPO(
-        "LLMPolicy", env, n_steps=2, batch_size=2, seed=0,
-        policy_kwargs={"model": model, "tokenizer": tokenizer, "action_mode": mode,
-                       "max_new_tokens": 4},
-    ).policy  # fmt: skip
+    agent = _maze_agent(tiny_model_dir, 1, mode, 4, n_steps=2, batch_size=2)
+    env, policy = agent.env, agent.policy
     encode = policy._encode
     observations = env.reset()
     with torch.inference_mode():

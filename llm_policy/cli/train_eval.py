@@ -106,26 +106,13 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: bool) -> int:
-    from gym_llm.rl.distributed import init_from_launcher, is_main_process, world_size
-    from gym_llm.rl.sharding import check_can_shard, requested_by_launcher
+    from gym_llm.experiments.run import check_processes
 
-    init_from_launcher()  # under torchrun / accelerate launch; nothing in one process
-    main = is_main_process()
+    try:  # the same refusals run() makes, as this command's errors
+        main = check_processes(config, resume)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
     say = print if main else _quiet
-    if world_size() > 1 and (resume or config.sft_demos is not None):
-        raise CLIError(
-            ("--resume" if resume else "--sft-demos") + f" runs in one process only, and this "
-            f"is one of {world_size()} processes: start it without the launcher."
-        )
-    if config.fsdp or requested_by_launcher():
-        try:
-            check_can_shard(uses_lora=config.lora_r > 0)
-        except ValueError as exc:
-            raise CLIError(
-                str(exc).replace(
-                    "build the policy with lora=None (CLI: --lora-r 0)", "pass --lora-r 0"
-                )
-            ) from None
     # The main process writes config.json as the run starts; the others must not see that
     # as an earlier run.
     exists = main and (run_dir / "config.json").exists()

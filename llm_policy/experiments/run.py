@@ -139,7 +139,7 @@ def run(
     evaluates and writes, and every process returns the main process's figures.
     """
     run_dir = Path(run_dir)
-    main = _check_processes(config, resume)
+    main = check_processes(config, resume)
     checkpoint = resumable_checkpoint(run_dir) if resume else None
     if main:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -266,22 +266,21 @@ def run(
     return result
 
 
-def _check_processes(config: TrainConfig, resume: bool) -> bool:
+def check_processes(config: TrainConfig, resume: bool) -> bool:
     """Join a launcher's process group; whether this is the main process. What one process of
-    several cannot do is refused here, before anything is written."""
+    several cannot do is refused here (``ValueError``), before anything is written; the command
+    line calls it first to report the same refusals as its own errors."""
     init_from_launcher()
     if config.fsdp or requested_by_launcher():
         check_can_shard(uses_lora=config.lora_r > 0)
-    if world_size() > 1:
-        if resume:
+    processes = world_size()
+    if processes > 1:
+        refused = "--resume" if resume else "--sft-demos" if config.sft_demos else None
+        if refused is not None:
             raise ValueError(
-                "Resuming runs in one process only (a checkpoint holds one process's random "
-                "state): resume without the launcher."
-            )
-        if config.sft_demos is not None:
-            raise ValueError(
-                "The SFT warm start runs in one process only: drop sft_demos, or warm-start in "
-                "one process first."
+                f"{refused} runs in one process only (a checkpoint holds one process's random "
+                f"state; the SFT warm start runs Hugging Face's Trainer), and this is one of "
+                f"{processes} processes: start it without the launcher."
             )
     return is_main_process()
 

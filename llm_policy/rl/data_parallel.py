@@ -93,7 +93,7 @@ class DataParallel(PPOCheckpointing):
         if is_main_process():
             super().save(path, exclude, include, **kwargs)
         elif is_sharded(self.policy.lm):
-            self._tensors()  # this process's part of the gather the main process is in
+            self._optimizer_state()  # this process's part of the main process's gather
         if is_sharded(self.policy.lm):  # collective anyway: return once the directory is there
             barrier()
 

@@ -64,7 +64,8 @@ def check_can_shard(uses_lora: bool, first_trainable_layer: int = 0) -> None:
     otherwise."""
     if uses_lora:
         raise ValueError(
-            "FSDP shards full fine-tuning: build the policy with lora=None (CLI: --lora-r 0). "
+            "FSDP shards full fine-tuning: build the policy with lora=None (on the command "
+            "line, pass --lora-r 0). "
             "With LoRA the trainable weights are small, and plain data parallelism (no --fsdp, "
             "no --use_fsdp) is the path to use."
         )

@@ -5,6 +5,7 @@ the critic's warm-up. Part of :class:`gym_llm.PPO` (the loss math is in :mod:`gy
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -73,10 +74,8 @@ class PPOUpdate(RolloutCollection):
     def train(self) -> None:
         """Clipped-surrogate PPO over ``n_epochs`` of shuffled minibatches of turns (with
         gradients and optimizer sharded under FSDP: :mod:`gym_llm.rl.sharding`)."""
-        if is_sharded(self.policy.lm):
-            with sharded_update(self.policy.lm):
-                self._train()
-        else:
+        lm = self.policy.lm
+        with sharded_update(lm) if is_sharded(lm) else contextlib.nullcontext():
             self._train()
 
     def _train(self) -> None:
