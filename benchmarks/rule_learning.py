@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     def point(seconds: float) -> dict[str, Any]:
         success = exact_success(lambda obs: model.predict(obs, deterministic=True)[0], HighLowEnv())
-        row = {"env_steps": model.num_timesteps, "train_s": round(seconds, 1), "success": success}
+        row = {"env_steps": model.num_timesteps, "train_s": round(seconds, 3), "success": success}
         row.update({k: round(v, 4) for k, v in figures.items()})
         print(json.dumps(row), flush=True)
         return row

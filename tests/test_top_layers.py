@@ -239,7 +239,8 @@ def test_choice_rollouts_score_each_observation_once_per_weights(
 ) -> None:
     policy = _policy(deep_model_dir, lora={"r": 2}, trainable_layers=2)
     calls: list[int] = []
-    policy.lm.register_forward_hook(lambda _m, args, kwargs, out: calls.append(1), with_kwargs=True)
+    assert policy.top is not None  # the trainable layers run on cached frozen-layer states
+    policy.top.first_layer.register_forward_hook(lambda *_: calls.append(1))
     with torch.inference_mode():
         first = policy.act([OBS[0], OBS[1], OBS[0]])
         passes = len(calls)
@@ -292,8 +293,13 @@ def test_the_memo_follows_evaluation_temperature_and_its_memory_budget(
 ) -> None:
     import gym_llm.policy.scoring
 
-    policy = _policy(deep_model_dir, lora={"r": 2}, trainable_layers=2)
-    policy.predict(OBS[0], deterministic=True)  # evaluation: no states kept
+    cached = _policy(deep_model_dir, lora={"r": 2}, trainable_layers=2)
+    cached.predict(OBS[0], deterministic=True)  # evaluation: states from the trunk cache
+    kept = cached._memo[OBS[0]][2]
+    with torch.inference_mode():
+        assert kept is not None and cached.act([OBS[0]]).states == [kept]  # nothing recomputed
+    policy = _policy(deep_model_dir, lora={"r": 2}, trainable_layers=2, trunk_cache_mb=0)
+    policy.predict(OBS[0], deterministic=True)  # no trunk cache: evaluation keeps no states
     assert policy._memo[OBS[0]][2] is None
     with torch.inference_mode():
         step = policy.act([OBS[0]])  # a rollout needs them: scored again, with states

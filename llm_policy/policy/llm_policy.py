@@ -33,6 +33,7 @@ from gymnasium import spaces
 from torch import nn
 
 from gym_llm.policy.adapters import enable_gradient_checkpointing, make_trainable, name_or_path
+from gym_llm.policy.arguments import check_arguments, resolve_mode
 from gym_llm.policy.models import MODEL_REGISTRY, float32_logits, load_model
 from gym_llm.policy.outputs import Evaluation, PolicyStep, UpdateWork
 from gym_llm.policy.packed_linear import PackedLinears
@@ -42,8 +43,9 @@ from gym_llm.policy.scoring import (
     Normalization,
 )
 from gym_llm.policy.top_layers import TopLayers, TrainableLayers, top_layers_supported
+from gym_llm.policy.trunk_cache import DEFAULT_TRUNK_CACHE_MB
 from gym_llm.policy.update import UpdatePasses
-from gym_llm.spaces import NOT_TEXT_HELP, TextActions
+from gym_llm.spaces import TextActions
 
 __all__ = [
     "CONTENT_FREE_OBSERVATION",
@@ -121,6 +123,12 @@ class LLMPolicy(UpdatePasses):
         memoize_choice_scores: in choice-mode rollouts, score each distinct observation once
             per weights version and sample every turn afresh from those scores (envs revisit
             observations constantly); the numbers are the same either way.
+        trunk_cache_mb: with ``trainable_layers`` in choice mode, keep each distinct prompt's
+            frozen-layer output (the first trainable layer's input) for the whole run, up to
+            this many MB (least recently used out first; ``0``: off), so that a revisited
+            observation costs only the trainable layers in rollouts, evaluation and the update
+            (:mod:`gym_llm.policy.trunk`). Policies on the same named model in one process
+            share it. The numbers are the same either way.
         device: where the model lives (set by PPO).
     """
 
@@ -147,6 +155,7 @@ class LLMPolicy(UpdatePasses):
         trainable_layers: TrainableLayers = "auto",
         reuse_rollout_states: bool = True,
         memoize_choice_scores: bool = True,
+        trunk_cache_mb: float = DEFAULT_TRUNK_CACHE_MB,
         max_prompt_tokens: int | None = None,
         value_lr_scale: float = 1.0,
         choice_calibration: bool = False,
@@ -154,7 +163,7 @@ class LLMPolicy(UpdatePasses):
         optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
         optimizer_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        _check_arguments(observation_space, action_space, model, tokenizer, temperature)
+        check_arguments(observation_space, action_space, model, tokenizer, temperature)
         super().__init__(
             observation_space,
             action_space,
@@ -162,7 +171,7 @@ class LLMPolicy(UpdatePasses):
             optimizer_kwargs=optimizer_kwargs,
         )
         listed = action_space.actions if isinstance(action_space, TextActions) else None
-        self.action_mode = _resolve_mode(action_mode, bool(listed), choice_normalization)
+        self.action_mode = resolve_mode(action_mode, bool(listed), choice_normalization)
         name = model if isinstance(model, str) else name_or_path(model)
         spec = MODEL_REGISTRY.get(name.lower())
         self.model_name = name
@@ -208,7 +217,6 @@ class LLMPolicy(UpdatePasses):
             if self.first_trainable_layer and top_layers_supported(lm)
             else None
         )
-        self._prefix_states: torch.Tensor | None = None
         self._memo = {}
         self._memo_version = None
         self._memo_bytes = 0
@@ -222,6 +230,10 @@ class LLMPolicy(UpdatePasses):
         self._prefix_kv = None
         self._prefix_version = None
         self._candidates = self._tokenize_candidates() if self.action_mode == "choice" else None
+        # What decides the frozen layers' output, for a cache shared by policies on this model.
+        frozen = (name.lower(), str(lm.dtype), str(lm.device), self.first_trainable_layer)
+        frozen_identity = (*frozen, pack_frozen_weights) if isinstance(model, str) else None
+        self._init_trunk(trunk_cache_mb, frozen_identity)
         self._reference_mode = False
         self.update_work = UpdateWork()
         if value_lr_scale <= 0:
@@ -266,6 +278,7 @@ class LLMPolicy(UpdatePasses):
             trainable_layers=self.trainable_layers,
             reuse_rollout_states=self.reuse_rollout_states,
             memoize_choice_scores=self.memoize_choice_scores,
+            trunk_cache_mb=self.trunk_cache_mb,
             max_prompt_tokens=self.max_prompt_tokens,
         )
         return data
@@ -342,50 +355,3 @@ class LLMPolicy(UpdatePasses):
         """Critic values ``(n,)`` (no candidates, no generation: just the prompt pass)."""
         with self.rollout_kernels(), self._without_states():
             return self._prompt_pass(observations)[1]
-
-
-def _check_arguments(
-    observation_space: spaces.Space[Any],
-    action_space: spaces.Space[Any],
-    model: Any,
-    tokenizer: Any,
-    temperature: float,
-) -> None:
-    if not isinstance(observation_space, spaces.Text) or not isinstance(action_space, spaces.Text):
-        raise TypeError(
-            f"LLMPolicy got observation space {observation_space} and action space "
-            f"{action_space}. " + NOT_TEXT_HELP
-        )
-    if not isinstance(model, str):
-        if not hasattr(model, "config") or not callable(model):
-            raise TypeError(
-                "policy_kwargs['model'] must be a registry name, a path or a Hugging Face "
-                f"causal LM object; got {type(model).__name__}, which is not a model object "
-                "(it has no .config or is not callable)."
-            )
-        if tokenizer is None:
-            raise ValueError(
-                "LLMPolicy(model=<model object>) needs its tokenizer too: pass tokenizer=..."
-            )
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}.")
-
-
-def _resolve_mode(
-    action_mode: ActionMode | None, listed: bool, choice_normalization: Normalization
-) -> ActionMode:
-    """The action mode asked for (``None``: choice when the env lists actions), checked."""
-    if action_mode is None:
-        action_mode = "choice" if listed else "generate"
-    if action_mode not in ("choice", "generate"):
-        raise ValueError(f"action_mode must be 'choice' or 'generate', got {action_mode!r}.")
-    if action_mode == "choice" and not listed:
-        raise ValueError(
-            "action_mode='choice' needs an action space that lists the valid actions "
-            "(gym_llm.spaces.TextActions with actions=...); use action_mode='generate'."
-        )
-    if choice_normalization not in ("sum", "mean"):
-        raise ValueError(
-            f"choice_normalization must be 'sum' or 'mean', got {choice_normalization!r}."
-        )
-    return action_mode

@@ -1,7 +1,8 @@
-"""The policy's second layer: prompt passes -> action distributions, for rollouts.
+"""The policy's third layer: prompt passes -> action distributions, for rollouts.
 
-Choice mode scores every listed action as a continuation of the prompt (one prompt pass, its KV
-cache shared by the candidates) and remembers each distinct observation's scores per weights
+Choice mode scores every listed action as a continuation of the prompt (from the cached frozen
+trunk where the bottom layers are frozen, :mod:`gym_llm.policy.trunk`; else one prompt pass, its
+KV cache shared by the candidates) and remembers each distinct observation's scores per weights
 version; generate mode samples replies token by token with the log-probs as sampled.
 """
 
@@ -13,9 +14,9 @@ from typing import Literal
 import numpy as np
 import torch
 
-from gym_llm.policy.encoding import PromptEncoding
 from gym_llm.policy.sampling import sample
 from gym_llm.policy.top_layers import TurnStates
+from gym_llm.policy.trunk import TrunkPasses, distinct_rows
 from gym_llm.replies import Reply
 
 ActionMode = Literal["choice", "generate"]
@@ -30,23 +31,16 @@ _MEMO_MAX_BYTES = 512 * 2**20
 CONTENT_FREE_OBSERVATION = "N/A"
 
 
-class ActionScoring(PromptEncoding):
+class ActionScoring(TrunkPasses):
     """Choice scores (cached, memoised, or whole-sequence as the reference) and generation."""
 
-    action_mode: ActionMode
-    temperature: float
     max_new_tokens: int
     reserve_kv_cache: bool
     stop_ids: list[int]
-    choice_normalization: Normalization
-    #: Choice mode: each action's score under a content-free prompt, subtracted from its score.
-    choice_calibration: torch.Tensor | None
     memoize_choice_scores: bool
-    #: Choice mode: the candidates' token ids and mask, ``(K, width)`` each.
-    _candidates: tuple[torch.Tensor, torch.Tensor] | None
     #: Choice mode: observation -> (action logits, value, states) under the current weights.
     _memo: dict[str, tuple[torch.Tensor, torch.Tensor, TurnStates | None]]
-    _memo_version: tuple[tuple[int, float], float, str, float | None] | None
+    _memo_version: tuple[tuple[int, float], int, float, str, float | None] | None
     _memo_bytes: int
 
     def invalidate_prefix_cache(self) -> None:
@@ -64,6 +58,8 @@ class ActionScoring(PromptEncoding):
         assert self._candidates is not None
         if self.training and self.gradient_checkpointing:
             return (*self._choice_scores_uncached(observations), None)
+        if self.uses_trunk_cache and not torch.is_grad_enabled():
+            return self._choice_scores_from_trunk(observations)
         cand_ids = self._candidates[0]
         logits, values, cache, mask, states = self._prompt_pass(observations)
         n, k, width = mask.shape[0], cand_ids.shape[0], cand_ids.shape[1]
@@ -88,37 +84,19 @@ class ActionScoring(PromptEncoding):
                     turn.action = follow[i]
         return self._scores(token_lp), values, states
 
-    def _follow_layout(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Attention mask and positions for feeding every candidate's tokens but its last after
-        each of ``n`` prompts (``mask``: the prompts' full mask), in ``n * K`` rows."""
-        assert self._candidates is not None
-        cand_mask = self._candidates[1]
-        n, k, width = mask.shape[0], cand_mask.shape[0], cand_mask.shape[1]
-        full = torch.cat([mask.repeat_interleave(k, 0), cand_mask[:, :-1].repeat(n, 1)], dim=-1)
-        positions = mask.sum(-1).repeat_interleave(k).unsqueeze(-1) + torch.arange(
-            width - 1, device=mask.device
-        )
-        return full, positions
-
-    def _follow_log_probs(self, logits: torch.Tensor, n: int) -> torch.Tensor:
-        """``(n, K, W-1)`` log-probs of candidate tokens 2..W from the follow pass's logits."""
-        assert self._candidates is not None
-        cand_ids = self._candidates[0]
-        k, width = cand_ids.shape
-        log_dist = torch.log_softmax(logits.float(), dim=-1)  # (n*K, W-1, V)
-        targets = cand_ids[:, 1:].repeat(n, 1).unsqueeze(-1)
-        return log_dist.gather(-1, targets).squeeze(-1).view(n, k, width - 1)
-
-    def _scores(self, token_lp: torch.Tensor) -> torch.Tensor:
-        """``(n, K, width)`` candidate token log-probs -> ``(n, K)`` action logits."""
-        assert self._candidates is not None
-        cand_mask = self._candidates[1]
-        scores = (token_lp * cand_mask.unsqueeze(0)).sum(-1)
-        if self.choice_normalization == "mean":
-            scores = scores / cand_mask.sum(-1).unsqueeze(0)
-        if self.choice_calibration is not None:
-            scores = scores - self.choice_calibration.to(scores.device, scores.dtype)
-        return scores / self.temperature
+    def _choice_scores_from_trunk(
+        self, observations: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[TurnStates]]:
+        """:meth:`_choice_scores` from the cached frozen-layer states: the trainable layers run
+        once per distinct observation; the states go to the update as they are."""
+        keys = [str(o) for o in observations]
+        rows, firsts = distinct_rows(keys)
+        distinct = [keys[i] for i in firsts]
+        states = self.trunk_states(distinct)
+        size = self._split_prefix([self.prompt_ids(k) for k in distinct])
+        logits, values = self._top_choice(states, size)
+        index = torch.tensor(rows, device=logits.device)
+        return logits[index], values[index], [states[r] for r in rows]
 
     def _choice_scores_uncached(
         self, observations: Sequence[str]
@@ -147,12 +125,13 @@ class ActionScoring(PromptEncoding):
         values = self.value_head(last_prompt).squeeze(-1)
         return self._scores(token_lp.view(n, k, width)), values
 
-    def _scores_version(self) -> tuple[tuple[int, float], float, str, float | None]:
+    def _scores_version(self) -> tuple[tuple[int, float], int, float, str, float | None]:
         """Changes whenever the choice scores could: a trainable weight (:meth:`weights_version`),
         the temperature, the normalisation or the calibration constants."""
         calibration = self.choice_calibration
         return (
             self.weights_version(),
+            self._trunk_weights_version() if self.uses_trunk_cache else 0,
             self.temperature,
             self.choice_normalization,
             None if calibration is None else float(calibration.double().sum()),

@@ -17,6 +17,7 @@ from gym_llm.policy.outputs import Evaluation, UpdateWork
 from gym_llm.policy.sampling import categorical_evaluation, token_evaluation
 from gym_llm.policy.scoring import ActionScoring
 from gym_llm.policy.top_layers import TurnStates, num_layers, pad_states
+from gym_llm.policy.trunk import distinct_rows
 
 
 class UpdatePasses(ActionScoring):
@@ -24,9 +25,6 @@ class UpdatePasses(ActionScoring):
     log-probs, the update's memory estimate and the trainable weights."""
 
     uses_lora: bool
-    #: Index of the first decoder layer that trains (0: all of them).
-    first_trainable_layer: int
-    _prefix_states: torch.Tensor | None
     #: Running count of what the update computed (benchmarks read and reset it).
     update_work: UpdateWork
 
@@ -85,8 +83,10 @@ class UpdatePasses(ActionScoring):
             follow = k * (width - 1)
             tokens = sum(lengths[key] - size + follow for key in rows)
             head = len(rows) * (1 + follow)
-        else:
-            tokens = sum(len(p) - size + len(a) for p, a in zip(prompts, actions, strict=True))
+        else:  # from states, a repeated prompt is computed once
+            lengths = {k: len(p) for k, p in zip(keys, prompts, strict=True)}
+            rows = list(lengths) if from_states else keys
+            tokens = sum(lengths[key] - size for key in rows) + sum(len(a) for a in actions)
             head = sum(len(a) for a in actions)
         tokens += size  # the shared prefix, once per pass
         self.update_work.token_layers += tokens * layers
@@ -100,25 +100,6 @@ class UpdatePasses(ActionScoring):
         lp, entropy = categorical_evaluation(logits, index)
         return Evaluation(lp, torch.ones_like(lp, dtype=torch.bool), entropy, values)
 
-    def _prefix_hidden(self) -> torch.Tensor:
-        """The first trainable layer's input over the shared prefix, ``(P, d)``: computed once,
-        since the layers below never change."""
-        assert self.top is not None
-        if self._prefix_states is None:
-            ids = torch.tensor([self.shared_prefix], dtype=torch.long, device=self.device)
-            with torch.inference_mode(False), torch.no_grad(), self.top.capture() as captured:
-                self.lm(input_ids=ids, use_cache=False, logits_to_keep=1)
-            self._prefix_states = captured[0][0].clone()
-        return self._prefix_states
-
-    def _suffix_states(self, turn: TurnStates, size: int) -> torch.Tensor:
-        """A turn's prompt states after the first ``size`` tokens (the batch's shared prefix)."""
-        if turn.offset == size:
-            return turn.prompt
-        if turn.offset == 0:  # the rollout encoded the whole prompt; this batch shares the prefix
-            return turn.prompt[size:]
-        return torch.cat([self._prefix_hidden(), turn.prompt])  # the other way round
-
     def _evaluate_from_states(
         self,
         observations: Sequence[str],
@@ -127,55 +108,79 @@ class UpdatePasses(ActionScoring):
     ) -> Evaluation:
         """:meth:`evaluate_actions` running only the trainable layers on the stored states.
 
-        Choice mode runs one row per distinct observation (turns that share an observation share
-        its scores and value, so autograd sums their gradients exactly as separate rows would).
+        Turns that share an observation share one row of the pass (choice mode: its scores and
+        value; generate mode: its prompt, whose keys and values every reply then attends to), so
+        autograd sums their gradients exactly as separate rows would.
         """
-        top = self.top
-        assert top is not None
         keys = [str(o) for o in observations]
         size = self._split_prefix([self.prompt_ids(k) for k in keys])
-        choice = self.action_mode == "choice"
-        rows: list[int] = list(range(len(keys)))
-        if choice:
-            distinct: dict[str, int] = {}
-            rows = [distinct.setdefault(k, len(distinct)) for k in keys]
-            firsts = {row: i for i, row in reversed(list(enumerate(rows)))}
-            states = [states[firsts[row]] for row in range(len(distinct))]
-        d = states[0].prompt.shape[-1]
-        extras = None
-        if not choice:
-            empty = states[0].prompt.new_zeros((0, d))
-            extras = [t.action if t.action is not None else empty for t in states]
+        rows, firsts = distinct_rows(keys)
+        index = torch.tensor(rows, device=self.device)
+        distinct = [states[i] for i in firsts]
+        if self.action_mode == "choice":
+            logits, values = self._top_choice(distinct, size)
+            return self._choice_evaluation(logits[index], values[index], actions)
+        if len(distinct) == len(keys):
+            return self._replies_from_states(states, actions, size)
+        return self._shared_prompt_replies(distinct, states, index, actions, size)
+
+    def _replies_from_states(
+        self, states: Sequence[TurnStates], actions: Sequence[np.ndarray], size: int
+    ) -> Evaluation:
+        """Generate mode, one row per turn: its prompt and its reply's fed-back tokens."""
+        top = self.top
+        assert top is not None
+        empty = states[0].prompt.new_zeros((0, states[0].prompt.shape[-1]))
+        extras = [t.action if t.action is not None else empty for t in states]
         hidden, mask, width = pad_states([self._suffix_states(t, size) for t in states], extras)
         n = hidden.shape[0]
         if size:
-            mask = torch.cat(
-                [torch.ones((n, size), dtype=mask.dtype, device=mask.device), mask], -1
-            )
+            mask = torch.cat([torch.ones((n, size), dtype=mask.dtype, device=mask.device), mask], 1)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, size:]
-        multi_token = choice and self._candidates is not None and self._candidates[0].shape[1] > 1
-        if size:
-            cache = top.prefix_cache(top.encode_prefix(self._prefix_hidden()), n)
-        else:
-            cache = top.new_cache() if multi_token else None
+        cache = self._top_prefix_cache(n) if size else None
         final = top(hidden, mask, positions, cache)
         values = self.value_head(final[:, width - 1].float()).squeeze(-1)
-        if not choice:
-            return self._generation_evaluation(top.logits(final[:, width - 1 :]), values, actions)
-        assert self._candidates is not None
-        cand_ids = self._candidates[0]
-        first = torch.log_softmax(top.logits(final[:, width - 1]).float(), dim=-1)
-        token_lp = first[:, cand_ids[:, 0]].unsqueeze(-1)
-        if multi_token:
-            k, cand_width = cand_ids.shape
-            cache.batch_repeat_interleave(k)
-            follow = torch.stack([t.action for t in states])  # type: ignore[misc]
-            follow = follow.reshape(n * k, cand_width - 1, d).clone()
-            full_mask, follow_positions = self._follow_layout(mask)
-            out = top(follow, full_mask, follow_positions, cache)
-            token_lp = torch.cat([token_lp, self._follow_log_probs(top.logits(out), n)], dim=-1)
-        index = torch.tensor(rows, device=self.device)
-        return self._choice_evaluation(self._scores(token_lp)[index], values[index], actions)
+        return self._generation_evaluation(top.logits(final[:, width - 1 :]), values, actions)
+
+    def _shared_prompt_replies(
+        self,
+        prompts: Sequence[TurnStates],
+        turns: Sequence[TurnStates],
+        index: torch.Tensor,
+        actions: Sequence[np.ndarray],
+        size: int,
+    ) -> Evaluation:
+        """Generate mode with repeated prompts: each distinct prompt once (its keys and values
+        kept), then every turn's reply tokens on its prompt's row of that cache."""
+        top = self.top
+        assert top is not None
+        hidden, mask, width = pad_states([self._suffix_states(t, size) for t in prompts])
+        d = hidden.shape[0]
+        if size:
+            mask = torch.cat([torch.ones((d, size), dtype=mask.dtype, device=mask.device), mask], 1)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, size:]
+        cache = self._top_prefix_cache(d) if size else top.new_cache()
+        final = top(hidden, mask, positions, cache)
+        last = final[:, width - 1]
+        values = self.value_head(last.float()).squeeze(-1)[index]
+        first_logits = top.logits(last)[index].unsqueeze(1)  # (n, 1, V): each reply's 1st token
+        n = len(actions)
+        cache.batch_select_indices(index)  # every turn's row of its prompt's keys and values
+        reply_states = [t.action for t in turns]
+        longest = max((r.shape[0] for r in reply_states if r is not None), default=0)
+        if not longest:  # one-token replies: nothing was fed back
+            return self._generation_evaluation(first_logits, values, actions)
+        fed = last.new_zeros((n, longest, last.shape[-1]))
+        fed_mask = torch.zeros((n, longest), dtype=mask.dtype, device=mask.device)
+        for i, r in enumerate(reply_states):
+            if r is not None:
+                fed[i, : r.shape[0]] = r
+                fed_mask[i, : r.shape[0]] = 1
+        full_mask = torch.cat([mask[index], fed_mask], 1)
+        fed_positions = mask[index].sum(-1, keepdim=True) + torch.arange(longest, device=fed.device)
+        out = top(fed, full_mask, fed_positions, cache)
+        logits = torch.cat([first_logits, top.logits(out)], 1)
+        return self._generation_evaluation(logits, values, actions)
 
     def _generation_evaluation(
         self, logits: torch.Tensor, values: torch.Tensor, actions: Sequence[np.ndarray]

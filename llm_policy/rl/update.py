@@ -121,7 +121,9 @@ class PPOUpdate(RolloutCollection):
                 n = len(batch.observations)
                 batch_kl: list[float] = []
                 bad_cause: str | None = None
-                rows = self._rows_per_pass(batch.observations, batch.actions)
+                rows = self._rows_per_pass(
+                    batch.observations, batch.actions, batch.states is not None
+                )
                 if lockstep:  # FSDP: as many passes in every process
                     rows = lockstep_rows(n, rows)
                 stats["rows_per_pass"].append(float(rows))
@@ -265,8 +267,11 @@ class PPOUpdate(RolloutCollection):
         )
         return mean, float(np.sqrt(self.advantage_scale.var)) + 1e-8
 
-    def _rows_per_pass(self, observations: Sequence[str], actions: Sequence[np.ndarray]) -> int:
-        """The micro-batch size: as set, or as many turns as fit the memory budget."""
+    def _rows_per_pass(
+        self, observations: Sequence[str], actions: Sequence[np.ndarray], from_states: bool
+    ) -> int:
+        """The micro-batch size: as set, or as many turns as fit the memory budget (in choice
+        mode from stored states, a pass holds one row per distinct observation)."""
         if self.micro_batch_size is not None:
             return self.micro_batch_size
         if self.device.type == "cuda":
@@ -275,4 +280,12 @@ class PPOUpdate(RolloutCollection):
         else:
             budget = UPDATE_MEMORY_BUDGET_MB * 2**20
         per_turn = self.policy.update_bytes_per_turn(observations, actions)
-        return max(1, min(len(observations), int(budget // max(per_turn, 1))))
+        fit = int(budget // max(per_turn, 1))
+        if (
+            from_states
+            and self.policy.action_mode == "choice"
+            and self.policy.uses_rollout_states
+            and len(set(observations)) <= fit
+        ):
+            return len(observations)  # one row per distinct observation: they all fit at once
+        return max(1, min(len(observations), fit))

@@ -1,0 +1,57 @@
+"""Checks of ``LLMPolicy``'s arguments, with messages that say how to fix them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gymnasium import spaces
+
+from gym_llm.policy.scoring import ActionMode, Normalization
+from gym_llm.spaces import NOT_TEXT_HELP
+
+
+def check_arguments(
+    observation_space: spaces.Space[Any],
+    action_space: spaces.Space[Any],
+    model: Any,
+    tokenizer: Any,
+    temperature: float,
+) -> None:
+    if not isinstance(observation_space, spaces.Text) or not isinstance(action_space, spaces.Text):
+        raise TypeError(
+            f"LLMPolicy got observation space {observation_space} and action space "
+            f"{action_space}. " + NOT_TEXT_HELP
+        )
+    if not isinstance(model, str):
+        if not hasattr(model, "config") or not callable(model):
+            raise TypeError(
+                "policy_kwargs['model'] must be a registry name, a path or a Hugging Face "
+                f"causal LM object; got {type(model).__name__}, which is not a model object "
+                "(it has no .config or is not callable)."
+            )
+        if tokenizer is None:
+            raise ValueError(
+                "LLMPolicy(model=<model object>) needs its tokenizer too: pass tokenizer=..."
+            )
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}.")
+
+
+def resolve_mode(
+    action_mode: ActionMode | None, listed: bool, choice_normalization: Normalization
+) -> ActionMode:
+    """The action mode asked for (``None``: choice when the env lists actions), checked."""
+    if action_mode is None:
+        action_mode = "choice" if listed else "generate"
+    if action_mode not in ("choice", "generate"):
+        raise ValueError(f"action_mode must be 'choice' or 'generate', got {action_mode!r}.")
+    if action_mode == "choice" and not listed:
+        raise ValueError(
+            "action_mode='choice' needs an action space that lists the valid actions "
+            "(gym_llm.spaces.TextActions with actions=...); use action_mode='generate'."
+        )
+    if choice_normalization not in ("sum", "mean"):
+        raise ValueError(
+            f"choice_normalization must be 'sum' or 'mean', got {choice_normalization!r}."
+        )
+    return action_mode
