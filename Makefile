@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PIP := $(PY) -m pip --disable-pip-version-check
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-slow lint typecheck format clean
+.PHONY: install demo test test-slow lint typecheck format clean gpu-check
 
 install: $(STAMP)
 
@@ -28,6 +28,18 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
+# The GPU checklist (benchmarks/gpu_check.py, ~15 minutes on a CUDA machine): appends its figures
+# to benchmarks/RESULTS.md. Where the Python at hand already holds the dependencies (a lent GPU
+# machine with carried wheels), `make gpu-check GPU_PY=python3 GPU_ARGS="--model <dir>"`.
+GPU_PY ?= $(PY)
+GPU_ARGS ?=
+gpu-check: $(if $(filter $(PY),$(GPU_PY)),$(STAMP))
+	@rm -rf .pkgtree && mkdir -p .pkgtree/gym_llm benchmarks/results/gpu-check
+	@for f in llm_policy/*; do ln -s ../../$$f .pkgtree/gym_llm/; done
+	@ln -s ../../wrappers .pkgtree/gym_llm/wrappers && ln -s ../../envs .pkgtree/gym_llm/envs
+	PYTHONPATH=.pkgtree $(GPU_PY) -m benchmarks.gpu_check --device cuda $(GPU_ARGS) \
+		--json benchmarks/results/gpu-check/$$(date +%F-%H%M).json --results benchmarks/RESULTS.md
+
 # mypy cannot follow setuptools' editable import hook, so it checks a symlink tree shaped like
 # the installed package (gym_llm/ <- llm_policy/, gym_llm/wrappers/, gym_llm/envs/).
 typecheck: $(STAMP)
@@ -46,4 +58,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .typecheck build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .typecheck .pkgtree build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

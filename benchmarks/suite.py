@@ -1,8 +1,9 @@
-"""Issue 14's suite, one run per process, streamed: every curve point is appended to a JSONL file
-the moment it is measured, so a run cut off at a deadline (a lent GPU's lease) keeps its points.
+"""The suite's runs, streamed: every curve point is appended to a JSONL file the moment it is
+measured, so a run cut off at a deadline (a lent GPU's lease) keeps its points. ``--seeds``
+runs several seeds one after another in one process (sharing the model's trunk cache).
 
     python -m benchmarks.suite run --env FrozenLake-v1 --env-kwargs is_slippery=False \\
-        --seed 0 --timesteps 20480 --every 1024 --estimator gigpo --n-steps 16 \\
+        --seeds 0 1 2 --timesteps 20480 --every 1024 --estimator gigpo --n-steps 16 \\
         --jsonl out/suite.jsonl --run-dir /tmp/runs/fl-0
     python -m benchmarks.suite summarize out/suite.jsonl
 
@@ -52,7 +53,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("--env-kwargs", nargs="*", default=[], metavar="KEY=VALUE", help="env kwargs")
     add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
     add("--mode", choices=["choice", "generate"], default="choice", help="action mode")
-    add("--seed", type=int, default=0, help="seed")
+    add(
+        "--seed",
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="seeds, run one after another in this process (they share the model's trunk cache, "
+        "the fastest way to run seeds on a CPU: benchmarks/RESULTS.md)",
+    )
     add("--timesteps", type=int, default=2048, help="env steps in all")
     add(
         "--every",
@@ -83,6 +92,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Each seed's run in turn (``--run-dir``/seed<N> when there are several); the last one's
+    totals."""
+    seeds, totals = list(args.seed), {}
+    for seed in seeds:
+        one = argparse.Namespace(**{**vars(args), "seed": seed})
+        if len(seeds) > 1:
+            one.run_dir = args.run_dir / f"seed{seed}"
+        totals = run_seed(one)
+    return totals
+
+
+def run_seed(args: argparse.Namespace) -> dict[str, Any]:
     from gym_llm.experiments.run import TrainConfig
     from gym_llm.experiments.run import run as train
 

@@ -51,3 +51,22 @@ def test_value_at_needs_the_budget_reached() -> None:
     assert value_at(points, 4096) is None  # cut off before the budget: no credit
     assert first_reaching(points, 0.5) == points[1]
     assert first_reaching(points, 1.5) is None
+
+
+def test_several_seeds_run_in_turn_in_one_process(
+    tiny_model_dir: Path, tmp_path: Path, one_torch_thread: None
+) -> None:
+    jsonl = tmp_path / "seeds.jsonl"
+    main(
+        [
+            "run", "--model", str(tiny_model_dir), "--env", "FrozenLake-v1", "--env-kwargs",
+            "is_slippery=False", "--timesteps", "8", "--every", "8", "--n-envs", "2",
+            "--n-steps", "4", "--batch-size", "4", "--epochs", "1", "--seeds", "3", "4",
+            "--device", "cpu", "--jsonl", str(jsonl), "--run-dir", str(tmp_path / "run"),
+        ]
+    )  # fmt: skip
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [(r["seed"], r.get("done", False)) for r in rows] == [
+        (3, False), (3, False), (3, True), (4, False), (4, False), (4, True)
+    ]  # fmt: skip
+    assert (tmp_path / "run" / "seed3").is_dir() and (tmp_path / "run" / "seed4").is_dir()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gym_llm.rl.buffer import TextRolloutBuffer
+from gym_llm.rl.buffer import TextBatch, TextRolloutBuffer, grouped_passes
 
 
 def reference_gae(rewards, values, starts, last_values, last_dones, gamma, lam):
@@ -74,3 +74,32 @@ def test_minibatches_cover_every_turn_once() -> None:
     seen = [o for b in buffer.minibatches(3, np.random.default_rng(0)) for o in b.observations]
     assert sorted(seen) == sorted(f"obs {t} {e}" for t in range(4) for e in range(2))
     assert np.isclose(buffer.log_probs, -0.75).all()
+
+
+def test_grouped_passes_keep_each_observation_in_one_pass_within_the_fit() -> None:
+    keys = ["a", "b", "a", "c", "b", "d", "a"]
+    order, passes = grouped_passes(keys, fit=2)
+    assert sorted(order) == list(range(len(keys)))
+    rows = [[keys[i] for i in order[part]] for part in passes]
+    assert all(len(set(r)) <= 2 for r in rows)
+    assert sum(len(r) for r in rows) == len(keys)
+    for key in set(keys):  # every turn of an observation in the same pass
+        assert sum(key in r for r in rows) == 1
+    assert grouped_passes(["x", "x"], fit=1) == ([0, 1], [slice(0, 2)])
+
+
+def test_a_batch_taken_in_another_order_keeps_each_turn_whole() -> None:
+    batch = TextBatch(
+        observations=["a", "b", "c"],
+        actions=[np.array([0]), np.array([1]), np.array([2])],
+        old_token_log_probs=[np.array([-0.1]), np.array([-0.2]), np.array([-0.3])],
+        old_values=torch.tensor([1.0, 2.0, 3.0]),
+        advantages=torch.tensor([10.0, 20.0, 30.0]),
+        returns=torch.tensor([4.0, 5.0, 6.0]),
+    )
+    taken = batch.take([2, 0])
+    assert taken.observations == ["c", "a"] and taken.states is None
+    assert [int(a[0]) for a in taken.actions] == [2, 0]
+    assert taken.advantages.tolist() == [30.0, 10.0] and taken.returns.tolist() == [6.0, 4.0]
+    assert taken.old_values.tolist() == [3.0, 1.0]
+    assert [float(lp[0]) for lp in taken.old_token_log_probs] == [-0.3, -0.1]

@@ -316,3 +316,23 @@ def test_load_into_a_raw_env_gives_the_wrapping_advice(model_dir: Path, tmp_path
     model.save(tmp_path / "agent")
     with pytest.raises(TypeError, match="text-in/text-out"):
         PPO.load(tmp_path / "agent", env=gym.make("FrozenLake-v1"), device="cpu")
+
+
+def test_passes_split_by_memory_give_the_one_pass_update(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Turns grouped by observation into passes of a few rows each step the weights as one
+    pass over the whole minibatch does (the loss is a sum over turns)."""
+    import gym_llm.rl.update
+
+    whole = _ppo(model_dir, batch_size=16, n_epochs=2)
+    whole.learn(16)
+    monkeypatch.setattr(gym_llm.rl.update, "UPDATE_MEMORY_BUDGET_MB", 1e-6)  # one row per pass
+    split = _ppo(model_dir, batch_size=16, n_epochs=2)
+    split.learn(16)
+    assert whole.turns_per_pass == 16 and split.turns_per_pass < 16
+    assert split.first_ratio_error < 1e-5  # invariant 1 through the reordered passes
+    params = dict(split.policy.named_parameters())
+    for name, param in whole.policy.named_parameters():
+        if param.requires_grad:
+            torch.testing.assert_close(param, params[name], atol=1e-5, rtol=0, msg=name)

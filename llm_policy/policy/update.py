@@ -200,7 +200,8 @@ class UpdatePasses(ActionScoring):
 
         Per layer run and token, a Llama-style block keeps about ``10 d + 5 ffn`` values for
         its backward (norm inputs, q/k/v, attention output, MLP gate/up/activation), plus
-        ``heads x context`` attention weights. Only the trainable layers count when the update
+        ``heads x context`` attention weights; per layer and turn, the keys and values over the
+        whole context, once as cached and once repeated to every query head. Only the trainable layers count when the update
         starts from the rollout's states (:attr:`uses_rollout_states`).
         """
         config = self.lm.config.get_text_config()
@@ -218,11 +219,17 @@ class UpdatePasses(ActionScoring):
         d = int(config.hidden_size)
         ffn = int(getattr(config, "intermediate_size", 4 * d))
         heads = int(config.num_attention_heads)
+        kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(config, "head_dim", None) or d // heads)
         context = max(prompts) + max(len(a) for a in actions)
         per_token_layer = 10 * d + 5 * ffn + heads * context
+        # Keys and values over the whole context (the shared prefix's too) in every layer run:
+        # the cache's, and their copies repeated to every query head (measured on SmolLM2: a
+        # third of a Blackjack turn's update memory).
+        per_layer = 2 * (heads + kv_heads) * head_dim * context
         element = torch.finfo(self.lm.dtype).bits // 8
         logits = scored * int(config.vocab_size) * 4 * 3  # fp32 logits, log-softmax, gradient
-        return int(new_tokens * layers * per_token_layer * element + logits)
+        return int((new_tokens * per_token_layer + per_layer) * layers * element + logits)
 
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
         """Only what training changes (LoRA + value head, or everything without LoRA)."""

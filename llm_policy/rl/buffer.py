@@ -32,6 +32,43 @@ class TextBatch:
     #: starts at the first trainable layer (gym_llm.policy.top_layers).
     states: list[TurnStates] | None = None
 
+    def take(self, order: Sequence[int]) -> TextBatch:
+        """The same turns in ``order`` (a permutation or a subset)."""
+        index = torch.as_tensor(list(order), dtype=torch.long, device=self.advantages.device)
+        return TextBatch(
+            observations=[self.observations[i] for i in order],
+            actions=[self.actions[i] for i in order],
+            old_token_log_probs=[self.old_token_log_probs[i] for i in order],
+            old_values=self.old_values[index],
+            advantages=self.advantages[index],
+            returns=self.returns[index],
+            states=[self.states[i] for i in order] if self.states is not None else None,
+        )
+
+
+def grouped_passes(keys: Sequence[str], fit: int) -> tuple[list[int], list[slice]]:
+    """An order of the turns with equal ``keys`` side by side, and the passes over that order
+    that each hold at most ``fit`` distinct keys (a key's turns always in one pass), so that
+    each distinct observation is one row of one pass.
+
+    >>> grouped_passes(["a", "b", "a", "c", "b"], fit=2)
+    ([0, 2, 1, 4, 3], [slice(0, 4, None), slice(4, 5, None)])
+    """
+    groups: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    order: list[int] = []
+    cuts: list[slice] = []
+    start = distinct = 0
+    for members in groups.values():
+        if distinct == max(fit, 1):
+            cuts.append(slice(start, len(order)))
+            start, distinct = len(order), 0
+        order.extend(members)
+        distinct += 1
+    cuts.append(slice(start, len(order)))
+    return order, cuts
+
 
 class TextRolloutBuffer(RolloutBuffer):
     """``(n_steps, n_envs)`` turns: prompts, replies' tokens and log-probs, rewards, values."""

@@ -16,6 +16,7 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.common.utils import explained_variance
 
+from gym_llm.rl.buffer import TextBatch, grouped_passes
 from gym_llm.rl.distributed import (
     any_process,
     average_gradients,
@@ -121,14 +122,17 @@ class PPOUpdate(RolloutCollection):
                 n = len(batch.observations)
                 batch_kl: list[float] = []
                 bad_cause: str | None = None
-                rows = self._rows_per_pass(
-                    batch.observations, batch.actions, batch.states is not None
-                )
+                rows = self._rows_per_pass(batch.observations, batch.actions)
                 if lockstep:  # FSDP: as many passes in every process
                     rows = lockstep_rows(n, rows)
-                stats["rows_per_pass"].append(float(rows))
-                for start in range(0, n, rows):
-                    part = slice(start, start + rows)
+                passes = [slice(start, start + rows) for start in range(0, n, rows)]
+                if self._rows_are_shared(batch, lockstep):
+                    # One row per distinct observation: each observation's turns in one pass,
+                    # as many observations per pass as fit (the loss is a sum over turns).
+                    order, passes = grouped_passes(batch.observations, rows)
+                    batch, advantages = batch.take(order), advantages[order]
+                stats["rows_per_pass"].append(n / len(passes))
+                for part in passes:
                     observations, actions = batch.observations[part], batch.actions[part]
                     states = batch.states[part] if batch.states is not None else None
                     ev = self.policy.evaluate_actions(observations, actions, states)
@@ -267,11 +271,20 @@ class PPOUpdate(RolloutCollection):
         )
         return mean, float(np.sqrt(self.advantage_scale.var)) + 1e-8
 
-    def _rows_per_pass(
-        self, observations: Sequence[str], actions: Sequence[np.ndarray], from_states: bool
-    ) -> int:
-        """The micro-batch size: as set, or as many turns as fit the memory budget (in choice
-        mode from stored states, a pass holds one row per distinct observation)."""
+    def _rows_are_shared(self, batch: TextBatch, lockstep: bool) -> bool:
+        """Whether turns that share an observation share one row of a pass (choice mode from
+        stored states, micro-batches sized by memory)."""
+        policy = self.policy
+        return (
+            self.micro_batch_size is None
+            and not lockstep
+            and batch.states is not None
+            and policy.action_mode == "choice"
+            and policy.uses_rollout_states
+        )
+
+    def _rows_per_pass(self, observations: Sequence[str], actions: Sequence[np.ndarray]) -> int:
+        """Rows per forward/backward pass: as set, or as many as fit the memory budget."""
         if self.micro_batch_size is not None:
             return self.micro_batch_size
         if self.device.type == "cuda":
@@ -280,12 +293,4 @@ class PPOUpdate(RolloutCollection):
         else:
             budget = UPDATE_MEMORY_BUDGET_MB * 2**20
         per_turn = self.policy.update_bytes_per_turn(observations, actions)
-        fit = int(budget // max(per_turn, 1))
-        if (
-            from_states
-            and self.policy.action_mode == "choice"
-            and self.policy.uses_rollout_states
-            and len(set(observations)) <= fit
-        ):
-            return len(observations)  # one row per distinct observation: they all fit at once
-        return max(1, min(len(observations), fit))
+        return max(1, min(len(observations), int(budget // max(per_turn, 1))))
