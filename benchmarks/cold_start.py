@@ -35,7 +35,9 @@ def _never_repeating_env() -> Any:
     from gym_llm.envs.high_low import HighLowEnv
 
     class NeverRepeats(HighLowEnv):
-        def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[str, dict]:
+        def reset(
+            self, *, seed: int | None = None, options: Any = None
+        ) -> tuple[str, dict[str, Any]]:
             super().reset(seed=seed)
             self._number = int(self.np_random.integers(10**8, 10**9))
             return self.observation_for(self._number), {"number": self._number}
@@ -66,7 +68,7 @@ def cold_one(args: argparse.Namespace) -> None:
         finally:
             spent["rollout"] += time.perf_counter() - start
 
-    Algorithm.collect_rollouts = rollout  # type: ignore[method-assign]
+    Algorithm.collect_rollouts = rollout
     start = time.perf_counter()
     model.learn(args.steps)
     wall = time.perf_counter() - start

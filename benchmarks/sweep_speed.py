@@ -45,7 +45,9 @@ ENVS = {
 }
 
 
-def _timed_run(env: str, env_kwargs: dict[str, Any], seed: int, steps: int, every: int) -> dict:
+def _timed_run(
+    env: str, env_kwargs: dict[str, Any], seed: int, steps: int, every: int
+) -> dict[str, Any]:
     """One training run with its time split; only names both codes have (the baseline too)."""
     import gym_llm.experiments.run as run_module
     from gym_llm.rl.ppo import PPO
@@ -72,7 +74,7 @@ def _timed_run(env: str, env_kwargs: dict[str, Any], seed: int, steps: int, ever
         finally:
             spent["eval"] += time.perf_counter() - start
 
-    PPO.collect_rollouts, PPO.train = rollout, train  # type: ignore[method-assign]
+    PPO.collect_rollouts, PPO.train = rollout, train
     run_module.exact_policy_value = evaluate
     try:
         rollouts = steps // 256
@@ -90,7 +92,7 @@ def _timed_run(env: str, env_kwargs: dict[str, Any], seed: int, steps: int, ever
             result = run_module.run(config, Path(run_dir), progress_bar=False)
         wall = time.perf_counter() - start
     finally:
-        PPO.collect_rollouts, PPO.train, run_module.exact_policy_value = originals  # type: ignore[method-assign]
+        PPO.collect_rollouts, PPO.train, run_module.exact_policy_value = originals
     cache = getattr(result.model.policy, "trunk_cache", None)
     return {
         "wall_s": round(wall, 2),
@@ -229,7 +231,7 @@ def summarize(files: Sequence[Path]) -> str:
         "sweep s | vs baseline | peak RSS MB | final values |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         groups[row["env"], row["label"].split(":")[0]].append(row)
     for (env, label), group in sorted(groups.items()):
