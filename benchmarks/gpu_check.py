@@ -69,7 +69,12 @@ def dtype_check(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         model.learn(model.n_steps * model.n_envs)
         figures[dtype] = {
             "first_ratio_error": float(model.first_ratio_error),
-            "approx_kl": float(capture.values.get("train/approx_kl", float("nan"))),
+            # SB3 dumps before each update, so the last update's figures are still pending.
+            "approx_kl": float(
+                model.logger.name_to_value.get(
+                    "train/approx_kl", capture.values.get("train/approx_kl", float("nan"))
+                )
+            ),
         }
         del model
         _empty_cache()

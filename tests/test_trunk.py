@@ -216,3 +216,22 @@ def test_no_trunk_cache_without_frozen_layers_or_in_generate_mode(words_dir: Pat
     assert _policy(words_dir, trainable_layers=None).trunk_cache is None  # every layer trains
     assert _policy(words_dir, action_mode="generate").trunk_cache is None
     assert not _policy(words_dir, trunk_cache_mb=0).uses_trunk_cache
+
+
+@pytest.mark.parametrize("model", ["words", "bytes"])
+def test_the_pass_that_stops_at_the_trainable_layers_keeps_what_the_whole_model_kept(
+    words_dir: Path, bytes_dir: Path, one_torch_thread: None, model: str
+) -> None:
+    model_dir = words_dir if model == "words" else bytes_dir
+    stopped = _policy(model_dir, trunk_cache_mb=3)  # a cache of its own, empty
+    whole = _policy(model_dir, trunk_cache_mb=4)
+    with torch.inference_mode():
+        computed = stopped.trunk_states(OBS)  # frozen layers only
+        kept = whole.act(OBS).states  # whole-model passes, states captured on the way
+    assert kept is not None
+    for a, b in zip(computed, kept, strict=True):
+        assert a.offset == b.offset
+        torch.testing.assert_close(a.prompt, b.prompt, atol=1e-5, rtol=0)
+        if model == "bytes":  # several-token actions: the candidates' states too
+            assert a.action is not None and b.action is not None
+            torch.testing.assert_close(a.action, b.action, atol=1e-5, rtol=0)

@@ -334,6 +334,15 @@ class PromptEncoding(BasePolicy):
         finally:
             self._states_wanted = wanted
 
+    @contextlib.contextmanager
+    def _with_states(self) -> Iterator[None]:
+        """Calls inside keep states even in evaluation (the trunk cache stores them)."""
+        wanted, self._states_wanted = self._states_wanted, True
+        try:
+            yield
+        finally:
+            self._states_wanted = wanted
+
     @property
     def uses_rollout_states(self) -> bool:
         """Whether rollouts keep states and the update starts at the first trainable layer."""

@@ -60,6 +60,13 @@ class ActionScoring(TrunkPasses):
             return (*self._choice_scores_uncached(observations), None)
         if self.uses_trunk_cache and not torch.is_grad_enabled():
             return self._choice_scores_from_trunk(observations)
+        return self._whole_choice_scores(observations)
+
+    def _whole_choice_scores(
+        self, observations: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[TurnStates] | None]:
+        """Choice scores from whole-model passes (prompt, then the candidates on its cache)."""
+        assert self._candidates is not None
         cand_ids = self._candidates[0]
         logits, values, cache, mask, states = self._prompt_pass(observations)
         n, k, width = mask.shape[0], cand_ids.shape[0], cand_ids.shape[1]
@@ -87,16 +94,36 @@ class ActionScoring(TrunkPasses):
     def _choice_scores_from_trunk(
         self, observations: Sequence[str]
     ) -> tuple[torch.Tensor, torch.Tensor, list[TurnStates]]:
-        """:meth:`_choice_scores` from the cached frozen-layer states: the trainable layers run
-        once per distinct observation; the states go to the update as they are."""
+        """:meth:`_choice_scores` with the trunk cache: observations whose frozen-layer states
+        are cached run only the trainable layers; the others run the whole model once (the
+        cost they had without the cache), which keeps their states for next time. One row per
+        distinct observation; the states go to the update as they are."""
         keys = [str(o) for o in observations]
         rows, firsts = distinct_rows(keys)
         distinct = [keys[i] for i in firsts]
-        states = self.trunk_states(distinct)
-        size = self._split_prefix([self.prompt_ids(k) for k in distinct])
-        logits, values = self._top_choice(states, size)
-        index = torch.tensor(rows, device=logits.device)
-        return logits[index], values[index], [states[r] for r in rows]
+        prompts = [tuple(self.prompt_ids(k)) for k in distinct]
+        found = [self.cached_trunk(p) for p in prompts]
+        misses = [i for i, hit in enumerate(found) if hit is None]
+        hits = [i for i, hit in enumerate(found) if hit is not None]
+        parts: list[tuple[list[int], torch.Tensor, torch.Tensor]] = []
+        if misses:
+            with self._with_states():
+                logits, values, computed = self._whole_choice_scores([distinct[i] for i in misses])
+            assert computed is not None
+            for i, turn in zip(misses, computed, strict=True):
+                found[i] = self.keep_trunk(prompts[i], turn)
+            parts.append((misses, logits, values))
+        if hits:
+            states = [found[i] for i in hits]
+            size = self._split_prefix([list(prompts[i]) for i in hits])
+            parts.append((hits, *self._top_choice(states, size)))  # type: ignore[arg-type]
+        order = torch.tensor([i for part in parts for i in part[0]])
+        place = torch.empty_like(order)
+        place[order] = torch.arange(len(order))
+        index = place[torch.tensor(rows)].to(parts[0][1].device)
+        logits = torch.cat([part[1] for part in parts])[index]
+        values = torch.cat([part[2] for part in parts])[index]
+        return logits, values, [found[r] for r in rows]  # type: ignore[misc]
 
     def _choice_scores_uncached(
         self, observations: Sequence[str]

@@ -121,8 +121,8 @@ class TrunkPasses(PromptEncoding):
         for key, prompt in zip(keys, prompts, strict=True):
             if key in found or key in todo:
                 continue
-            hit = cache.get(key)
-            if hit is None or not self._usable(key, hit):
+            hit = self.cached_trunk(key)
+            if hit is None:
                 todo[key] = prompt
             else:
                 found[key] = hit
@@ -133,6 +133,19 @@ class TrunkPasses(PromptEncoding):
                 found[tuple(prompt)] = states
                 cache.put(tuple(prompt), states)
         return [found[k] for k in keys]
+
+    def cached_trunk(self, key: tuple[int, ...]) -> TurnStates | None:
+        """The cached states of the prompt ``key`` if this policy can use them, else ``None``."""
+        hit = self._trunk().get(key)
+        return hit if hit is not None and self._usable(key, hit) else None
+
+    def keep_trunk(self, key: tuple[int, ...], states: TurnStates) -> TurnStates:
+        """Store a copy of ``states`` (computed by a whole-model pass) for the prompt ``key``;
+        the copy owns its memory, so evicting it frees what it counted."""
+        action = states.action.clone() if states.action is not None else None
+        kept = TurnStates(states.prompt.clone(), states.offset, action)
+        self._trunk().put(key, kept)
+        return kept
 
     def _usable(self, key: tuple[int, ...], states: TurnStates) -> bool:
         """Whether this policy can complete stored states: encoded whole, or after a prefix that
