@@ -3,8 +3,11 @@
 A layer of the policy between the prompt encoding and action scoring. Where the bottom layers
 are frozen (``trainable_layers``) and actions are listed (choice mode), every choice-mode pass
 is split at the first trainable layer: the frozen layers' output per prompt comes from the
-:class:`~gym_llm.policy.trunk_cache.TrunkCache` (or one pass that stops there, for prompts it
-has not seen), and the trainable layers run on it (:meth:`TrunkPasses._top_choice`). Rollouts,
+:class:`~gym_llm.policy.trunk_cache.TrunkCache`, and the trainable layers run on it
+(:meth:`TrunkPasses._top_choice`). A prompt the cache does not hold runs the whole model once
+(what it cost without the cache) and its states are kept on the way
+(:meth:`TrunkPasses.keep_trunk`); :meth:`TrunkPasses.trunk_states` computes them with a pass that
+stops where the frozen layers end, for callers that want only the states. Rollouts,
 evaluation and the update all call the same :meth:`TrunkPasses._top_choice` on the same states,
 so the update's log-probs are the rollout's to float rounding (invariant 1); a revisited
 observation costs only the trainable layers (8 of SmolLM2-135M's 30 by default).
