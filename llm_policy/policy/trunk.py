@@ -63,6 +63,7 @@ class TrunkPasses(PromptEncoding):
     #: The trainable layers' keys and values over the shared prefix, per weights version.
     _top_prefix: tuple[tuple[int, float], list[tuple[torch.Tensor, torch.Tensor]]] | None
     trunk_cache: TrunkCache | None
+    _frozen: list[torch.nn.Parameter]
     _frozen_version: int
 
     def _init_trunk(self, max_mb: float, shared_identity: tuple[Any, ...] | None) -> None:
@@ -79,6 +80,7 @@ class TrunkPasses(PromptEncoding):
             if shared_identity is not None
             else TrunkCache(max_bytes)
         )
+        self._frozen = self._frozen_parameters()
         self._frozen_version = self._trunk_weights_version()
 
     def invalidate_prefix_cache(self) -> None:
@@ -99,8 +101,8 @@ class TrunkPasses(PromptEncoding):
         return params
 
     def _trunk_weights_version(self) -> int:
-        """Changes when a frozen weight is written in place or replaced (``.to()``)."""
-        return sum(p._version + id(p) for p in self._frozen_parameters())
+        """Changes when a frozen weight is written in place or moved (``.to()``)."""
+        return sum(p._version + p.data_ptr() for p in self._frozen)
 
     def _trunk(self) -> TrunkCache:
         """The cache, left for a fresh one of this policy's own if the frozen weights changed
