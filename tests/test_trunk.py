@@ -42,6 +42,14 @@ def _policy(model_dir: Path, **kwargs) -> LLMPolicy:
     )
 
 
+def _shape_with_the_adapter(policy: LLMPolicy) -> None:
+    """Non-zero LoRA B weights, so that the adapter shapes every pass (a fresh one is zero)."""
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.3)
+
+
 def _pair(model_dir: Path, **kwargs) -> tuple[LLMPolicy, LLMPolicy]:
     """A policy with the trunk cache and one without, with the same non-zero LoRA weights."""
     cached, plain = (
@@ -49,10 +57,7 @@ def _pair(model_dir: Path, **kwargs) -> tuple[LLMPolicy, LLMPolicy]:
         _policy(model_dir, **{**kwargs, "trunk_cache_mb": 0}),
     )
     torch.manual_seed(0)
-    with torch.no_grad():
-        for name, param in cached.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0.0, 0.3)  # the adapter shapes every pass
+    _shape_with_the_adapter(cached)
     plain.load_state_dict(cached.state_dict())
     assert cached.uses_trunk_cache and not plain.uses_trunk_cache
     return cached, plain
@@ -145,10 +150,7 @@ def test_repeated_prompts_share_one_pass_in_generate_mode_with_the_same_gradient
     bytes_dir: Path, one_torch_thread: None
 ) -> None:
     policy = _policy(bytes_dir, action_mode="generate", max_new_tokens=4)
-    with torch.no_grad():
-        for name, param in policy.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0.0, 0.3)
+    _shape_with_the_adapter(policy)
     observations = [OBS[0], OBS[1], OBS[0], OBS[0], OBS[2]]
     torch.manual_seed(1)
     with torch.inference_mode():

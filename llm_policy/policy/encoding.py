@@ -325,23 +325,19 @@ class PromptEncoding(BasePolicy):
             return contextlib.nullcontext([])
         return self.top.capture()
 
-    @contextlib.contextmanager
-    def _without_states(self) -> Iterator[None]:
+    def _without_states(self) -> contextlib.AbstractContextManager[None]:
         """Calls inside keep no states (evaluation: nothing will be trained on them)."""
-        wanted, self._states_wanted = self._states_wanted, False
-        try:
-            yield
-        finally:
-            self._states_wanted = wanted
+        return self._keeping_states(False)
 
     @contextlib.contextmanager
-    def _with_states(self) -> Iterator[None]:
-        """Calls inside keep states even in evaluation (the trunk cache stores them)."""
-        wanted, self._states_wanted = self._states_wanted, True
+    def _keeping_states(self, wanted: bool) -> Iterator[None]:
+        """Calls inside keep states or not, as ``wanted`` (the trunk cache keeps them even in
+        evaluation)."""
+        before, self._states_wanted = self._states_wanted, wanted
         try:
             yield
         finally:
-            self._states_wanted = wanted
+            self._states_wanted = before
 
     @property
     def uses_rollout_states(self) -> bool:

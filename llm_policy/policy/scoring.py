@@ -102,28 +102,28 @@ class ActionScoring(TrunkPasses):
         rows, firsts = distinct_rows(keys)
         distinct = [keys[i] for i in firsts]
         prompts = [tuple(self.prompt_ids(k)) for k in distinct]
-        found = [self.cached_trunk(p) for p in prompts]
+        cache = self._trunk()  # the frozen weights checked once per call
+        found = [self.cached_trunk(p, cache) for p in prompts]
         misses = [i for i, hit in enumerate(found) if hit is None]
         hits = [i for i, hit in enumerate(found) if hit is not None]
-        parts: list[tuple[list[int], torch.Tensor, torch.Tensor]] = []
+        assert self._candidates is not None
+        logits = torch.empty((len(distinct), self._candidates[0].shape[0]), device=self.device)
+        values = torch.empty(len(distinct), device=self.device)
         if misses:
-            with self._with_states():
-                logits, values, computed = self._whole_choice_scores([distinct[i] for i in misses])
+            with self._keeping_states(True):
+                miss_logits, miss_values, computed = self._whole_choice_scores(
+                    [distinct[i] for i in misses]
+                )
             assert computed is not None
             for i, turn in zip(misses, computed, strict=True):
-                found[i] = self.keep_trunk(prompts[i], turn)
-            parts.append((misses, logits, values))
+                found[i] = self.keep_trunk(prompts[i], turn, cache)
+            logits[misses], values[misses] = miss_logits, miss_values
         if hits:
             states = [found[i] for i in hits]
             size = self._split_prefix([list(prompts[i]) for i in hits])
-            parts.append((hits, *self._top_choice(states, size)))  # type: ignore[arg-type]
-        order = torch.tensor([i for part in parts for i in part[0]])
-        place = torch.empty_like(order)
-        place[order] = torch.arange(len(order))
-        index = place[torch.tensor(rows)].to(parts[0][1].device)
-        logits = torch.cat([part[1] for part in parts])[index]
-        values = torch.cat([part[2] for part in parts])[index]
-        return logits, values, [found[r] for r in rows]  # type: ignore[misc]
+            logits[hits], values[hits] = self._top_choice(states, size)  # type: ignore[arg-type]
+        index = torch.tensor(rows, device=self.device)
+        return logits[index], values[index], [found[r] for r in rows]  # type: ignore[misc]
 
     def _choice_scores_uncached(
         self, observations: Sequence[str]

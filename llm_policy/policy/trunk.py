@@ -126,7 +126,7 @@ class TrunkPasses(PromptEncoding):
         for key, prompt in zip(keys, prompts, strict=True):
             if key in found or key in todo:
                 continue
-            hit = self.cached_trunk(key)
+            hit = self.cached_trunk(key, cache)
             if hit is None:
                 todo[key] = prompt
             else:
@@ -139,17 +139,18 @@ class TrunkPasses(PromptEncoding):
                 cache.put(tuple(prompt), states)
         return [found[k] for k in keys]
 
-    def cached_trunk(self, key: tuple[int, ...]) -> TurnStates | None:
-        """The cached states of the prompt ``key`` if this policy can use them, else ``None``."""
-        hit = self._trunk().get(key)
+    def cached_trunk(self, key: tuple[int, ...], cache: TrunkCache) -> TurnStates | None:
+        """The states of the prompt ``key`` in ``cache`` (:meth:`_trunk`) if this policy can
+        use them, else ``None``."""
+        hit = cache.get(key)
         return hit if hit is not None and self._usable(key, hit) else None
 
-    def keep_trunk(self, key: tuple[int, ...], states: TurnStates) -> TurnStates:
+    def keep_trunk(self, key: tuple[int, ...], states: TurnStates, cache: TrunkCache) -> TurnStates:
         """Store a copy of ``states`` (computed by a whole-model pass) for the prompt ``key``;
         the copy owns its memory, so evicting it frees what it counted."""
         action = states.action.clone() if states.action is not None else None
         kept = TurnStates(states.prompt.clone(), states.offset, action)
-        self._trunk().put(key, kept)
+        cache.put(key, kept)
         return kept
 
     def _usable(self, key: tuple[int, ...], states: TurnStates) -> bool:
