@@ -74,6 +74,9 @@ def _worker(rank: int, world: int, init_file: str, model_dir: str, data_file: st
         weights = model.policy.trainable_state_dict()
         torch.save(weights, Path(data_file).with_name(f"rank{rank}.pt"))
     finally:
+        # Both processes done with every collective before either tears down: a gloo peer torn
+        # down while the other still completes a send aborts it (SIGABRT, seen once under load).
+        dist.barrier()
         dist.destroy_process_group()
 
 

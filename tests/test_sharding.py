@@ -189,6 +189,9 @@ def _sharded_helpers(rank: int, directory: str) -> None:
             torch.testing.assert_close(c, g / (whole.norm() + 1e-6))
         Path(directory, f"rank{rank}.ok").touch()
     finally:
+        # Both processes done with every collective before either tears down: a gloo peer torn
+        # down while the other still completes a send aborts it (SIGABRT, seen once under load).
+        dist.barrier()
         dist.destroy_process_group()
 
 
