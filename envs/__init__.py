@@ -22,6 +22,8 @@ _ENVS: dict[str, tuple[str, int | None]] = {
     "gym_llm/GuessNumber-v0": ("gym_llm.envs.guess_number:GuessNumberEnv", None),
     "gym_llm/TextMaze-v0": ("gym_llm.envs.text_maze:TextMazeEnv", 50),
     "gym_llm/HighLow-v0": ("gym_llm.envs.high_low:HighLowEnv", None),
+    # Its tasks cut their own episodes (``horizon``): gym.make(..., task="walk-p0-s0").
+    "gym_llm/Family-v0": ("gym_llm.envs.family:FamilyEnv", None),
 }
 
 # Guarded so that a second import (importlib.reload, a test re-importing) does not re-register.

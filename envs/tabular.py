@@ -63,7 +63,14 @@ class TabularModel:
 
     def optimum(self) -> float:
         """The best expected return within the horizon (finite-horizon value iteration)."""
+        return float(self.initial @ self.q_values().max(-1))
+
+    def q_values(self) -> np.ndarray:
+        """``Q*[s, a]`` with the whole horizon left: what each first action is worth when played
+        optimally after (the target of value learning, and which actions are right)."""
         v = np.zeros(len(self.reward))
+        q = self.reward.copy()
         for _ in range(self.horizon):
-            v = (self.reward + self.cont @ v).max(-1)
-        return float(self.initial @ v)
+            q = self.reward + self.cont @ v
+            v = q.max(-1)
+        return q

@@ -142,7 +142,11 @@ TABULAR_ENVS: tuple[str, ...] = ("FrozenLake-v1", "FrozenLake8x8-v1", "Taxi-v4",
 
 #: gym_llm's text-native envs with exact models in ``unwrapped.P`` (any constructor kwargs). Their
 #: state counts are larger (GuessNumber: 817), so a policy is only asked in the states it reaches.
-TEXT_TABULAR_ENVS: tuple[str, ...] = ("gym_llm/GuessNumber-v0", "gym_llm/TextMaze-v0")
+TEXT_TABULAR_ENVS: tuple[str, ...] = (
+    "gym_llm/GuessNumber-v0",
+    "gym_llm/TextMaze-v0",
+    "gym_llm/Family-v0",
+)
 #: Every env :class:`TabularModel` scores (one state per index of ``unwrapped.P``).
 ALL_TABULAR_ENVS: tuple[str, ...] = TABULAR_ENVS + TEXT_TABULAR_ENVS
 

@@ -47,6 +47,8 @@ class PromptEncoding(BasePolicy):
     lm: Any
     tokenizer: Any
     value_head: torch.nn.Linear
+    #: Choice mode's linear action head on centred features (``None``: off).
+    action_head: Any
     conversation: bool
     system_prompt: str | None
     max_prompt_tokens: int | None
@@ -348,9 +350,12 @@ class PromptEncoding(BasePolicy):
 
     def _prompt_pass(
         self, observations: Sequence[str], reserve: int | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, Any, torch.Tensor, list[TurnStates] | None]:
-        """Run the prompts once: next-token logits, values, KV cache, the full mask and (when
-        collected) each row's states for the update."""
+    ) -> tuple[
+        torch.Tensor, torch.Tensor, Any, torch.Tensor, list[TurnStates] | None, torch.Tensor
+    ]:
+        """Run the prompts once: next-token logits, values, KV cache, the full mask, (when
+        collected) each row's states for the update, and the last prompt token's final hidden
+        state (the critic's and the action head's features)."""
         ids, mask, positions, cache, _ = self._encode_prompts(observations, reserve=reserve)
         with self._capturing() as captured:
             out = self.lm(
@@ -372,4 +377,4 @@ class PromptEncoding(BasePolicy):
                 TurnStates(captured[0][i, width - length :], offset)
                 for i, length in enumerate(lengths)
             ]
-        return out.logits[:, -1], values, out.past_key_values, mask, states
+        return out.logits[:, -1], values, out.past_key_values, mask, states, last_hidden

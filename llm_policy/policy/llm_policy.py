@@ -32,6 +32,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from gym_llm.policy.action_head import ActionHead
 from gym_llm.policy.adapters import enable_gradient_checkpointing, make_trainable, name_or_path
 from gym_llm.policy.arguments import check_arguments, resolve_mode
 from gym_llm.policy.models import MODEL_REGISTRY, float32_logits, load_model
@@ -115,6 +116,11 @@ class LLMPolicy(UpdatePasses):
             not the LM's prior over the action strings (untrained SmolLM2 samples Blackjack's
             ``hit`` 0.4% of the time). Fixed at construction, part of the policy (log-probs stay
             exact), saved with the agent.
+        action_head: choice mode: add to the action logits a linear map of the last prompt
+            token's final hidden state, centred and scaled over the first rollout's distinct
+            observations (:mod:`gym_llm.policy.action_head`). Zero at the start (the policy
+            starts as the LM's prior); it learns what tells states apart, which the LoRA
+            weights' gradient barely does (their gradient is 99 % the same in every state).
         max_prompt_tokens: the most prompt tokens a turn may take (``None``: no limit). Longer
             prompts are fitted, the same way in rollouts and updates (a function of the
             observation): a conversation drops its oldest exchanges, keeping the first
@@ -159,6 +165,7 @@ class LLMPolicy(UpdatePasses):
         max_prompt_tokens: int | None = None,
         value_lr_scale: float = 1.0,
         choice_calibration: bool = False,
+        action_head: bool = False,
         device: torch.device | str = "auto",
         optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
         optimizer_kwargs: dict[str, Any] | None = None,
@@ -207,6 +214,14 @@ class LLMPolicy(UpdatePasses):
         self.value_head = nn.Linear(hidden, 1, device=lm.device, dtype=torch.float32)
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
+        if action_head and self.action_mode != "choice":
+            raise ValueError(
+                "action_head needs choice mode (the env must list its actions); in generate "
+                "mode replies are free text, with no fixed set of actions to add logits to."
+            )
+        self.action_head = (
+            ActionHead(hidden, len(self.actions_list), device=lm.device) if action_head else None
+        )
 
         self.stop_ids = self._stop_token_ids()
         self.gradient_checkpointing = gradient_checkpointing
@@ -280,6 +295,7 @@ class LLMPolicy(UpdatePasses):
             memoize_choice_scores=self.memoize_choice_scores,
             trunk_cache_mb=self.trunk_cache_mb,
             max_prompt_tokens=self.max_prompt_tokens,
+            action_head=self.action_head is not None,
         )
         return data
 
@@ -350,6 +366,21 @@ class LLMPolicy(UpdatePasses):
             step = self.act(batch, deterministic=deterministic)
         replies = np.array(step.replies, dtype=object)
         return (replies[0] if single else replies), state
+
+    def calibrate_action_head(self, observations: Sequence[str]) -> bool:
+        """Set the action head's centre and scale from these observations' features, once,
+        before its first step (no logit changes: its weights are still zero). Returns whether
+        it calibrated now (``False``: no head, or calibrated already)."""
+        head = self.action_head
+        if head is None or head.is_calibrated:
+            return False
+        distinct = list(dict.fromkeys(str(o) for o in observations))
+        with torch.no_grad(), self.rollout_kernels(), self._without_states():
+            features = torch.cat(
+                [self._prompt_pass(distinct[i : i + 32])[5] for i in range(0, len(distinct), 32)]
+            )
+        head.calibrate(features)
+        return True
 
     def predict_values(self, observations: Sequence[str]) -> torch.Tensor:
         """Critic values ``(n,)`` (no candidates, no generation: just the prompt pass)."""

@@ -68,7 +68,7 @@ class ActionScoring(TrunkPasses):
         """Choice scores from whole-model passes (prompt, then the candidates on its cache)."""
         assert self._candidates is not None
         cand_ids = self._candidates[0]
-        logits, values, cache, mask, states = self._prompt_pass(observations)
+        logits, values, cache, mask, states, features = self._prompt_pass(observations)
         n, k, width = mask.shape[0], cand_ids.shape[0], cand_ids.shape[1]
         first = torch.log_softmax(logits.float(), dim=-1)  # (n, V) next-token dist
         # First candidate token: from the shared prompt pass.
@@ -89,7 +89,7 @@ class ActionScoring(TrunkPasses):
                 follow = captured[0].view(n, k, width - 1, -1)
                 for i, turn in enumerate(states):
                     turn.action = follow[i]
-        return self._scores(token_lp), values, states
+        return self._scores(token_lp, features), values, states
 
     def _choice_scores_from_trunk(
         self, observations: Sequence[str]
@@ -150,7 +150,7 @@ class ActionScoring(TrunkPasses):
         token_lp = log_dist.gather(-1, cand_ids.repeat(n, 1).unsqueeze(-1)).squeeze(-1)
         last_prompt = out.hidden_states[-1][::k, ids.shape[1] - 1].float()
         values = self.value_head(last_prompt).squeeze(-1)
-        return self._scores(token_lp.view(n, k, width)), values
+        return self._scores(token_lp.view(n, k, width), last_prompt), values
 
     def _scores_version(self) -> tuple[tuple[int, float], int, float, str, float | None]:
         """Changes whenever the choice scores could: a trainable weight (:meth:`weights_version`),
@@ -230,7 +230,7 @@ class ActionScoring(TrunkPasses):
         """Sample replies for all envs at once; a row leaves the decode batch at its stop token,
         so short replies do not pay for the longest one."""
         reserve = self.max_new_tokens if self.reserve_kv_cache else None
-        logits, values, cache, mask, states = self._prompt_pass(observations, reserve)
+        logits, values, cache, mask, states, _ = self._prompt_pass(observations, reserve)
         n = mask.shape[0]
         next_logits = logits
         stop = torch.tensor(self.stop_ids, device=self.device)

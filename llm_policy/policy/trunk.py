@@ -279,7 +279,8 @@ class TrunkPasses(PromptEncoding):
             self._top_prefix_cache(n) if size else (top.new_cache() if multi_token else None)
         )
         final = top(hidden, mask, positions, cache)
-        values = self.value_head(final[:, width - 1].float()).squeeze(-1)
+        features = final[:, width - 1].float()
+        values = self.value_head(features).squeeze(-1)
         first = torch.log_softmax(top.logits(final[:, width - 1]).float(), dim=-1)
         token_lp = first[:, cand_ids[:, 0]].unsqueeze(-1)
         if multi_token:
@@ -290,7 +291,7 @@ class TrunkPasses(PromptEncoding):
             full_mask, follow_positions = self._follow_layout(mask)
             out = top(follow, full_mask, follow_positions, cache)
             token_lp = torch.cat([token_lp, self._follow_log_probs(top.logits(out), n)], dim=-1)
-        return self._scores(token_lp), values
+        return self._scores(token_lp, features), values
 
     def _follow_layout(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Attention mask and positions for feeding every candidate's tokens but its last after
@@ -313,8 +314,9 @@ class TrunkPasses(PromptEncoding):
         targets = cand_ids[:, 1:].repeat(n, 1).unsqueeze(-1)
         return log_dist.gather(-1, targets).squeeze(-1).view(n, k, width - 1)
 
-    def _scores(self, token_lp: torch.Tensor) -> torch.Tensor:
-        """``(n, K, width)`` candidate token log-probs -> ``(n, K)`` action logits."""
+    def _scores(self, token_lp: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """``(n, K, width)`` candidate token log-probs and ``(n, d)`` last-prompt-token final
+        hidden states -> ``(n, K)`` action logits (plus the action head's, when there is one)."""
         assert self._candidates is not None
         cand_mask = self._candidates[1]
         scores = (token_lp * cand_mask.unsqueeze(0)).sum(-1)
@@ -322,4 +324,7 @@ class TrunkPasses(PromptEncoding):
             scores = scores / cand_mask.sum(-1).unsqueeze(0)
         if self.choice_calibration is not None:
             scores = scores - self.choice_calibration.to(scores.device, scores.dtype)
-        return scores / self.temperature
+        scores = scores / self.temperature
+        if self.action_head is not None:
+            scores = scores + self.action_head(features)
+        return scores

@@ -232,9 +232,19 @@ class UpdatePasses(ActionScoring):
         return int((new_tokens * per_token_layer + per_layer) * layers * element + logits)
 
     def trainable_state_dict(self) -> dict[str, torch.Tensor]:
-        """Only what training changes (LoRA + value head, or everything without LoRA)."""
-        return {
+        """Only what training changes (LoRA + value head, or everything without LoRA), plus the
+        action head's centre and scale (set from the first rollout)."""
+        state = {
             name: p.detach().cpu().clone() for name, p in self.named_parameters() if p.requires_grad
+        }
+        state.update(self._head_buffers())
+        return state
+
+    def _head_buffers(self) -> dict[str, torch.Tensor]:
+        return {
+            name: b.detach().cpu().clone()
+            for name, b in self.named_buffers()
+            if name.startswith("action_head.")
         }
 
     def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
@@ -243,8 +253,10 @@ class UpdatePasses(ActionScoring):
                 "This policy's weights are sharded (FSDP, since its first learn()); load saved "
                 "weights into a freshly built agent (PPO.load) before learning."
             )
-        params = dict(self.named_parameters())
+        params: dict[str, torch.Tensor] = dict(self.named_parameters())
+        params.update((n, b) for n, b in self.named_buffers() if n.startswith("action_head."))
         missing = [name for name, p in params.items() if p.requires_grad and name not in state]
+        missing += [name for name in self._head_buffers() if name not in state]
         unknown = [name for name in state if name not in params]
         if missing or unknown:
             raise ValueError(

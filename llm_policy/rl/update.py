@@ -20,6 +20,7 @@ from gym_llm.rl.buffer import TextBatch, grouped_passes
 from gym_llm.rl.distributed import (
     any_process,
     average_gradients,
+    from_main_process,
     global_mean,
     global_moments,
     same_in_every_process,
@@ -76,8 +77,18 @@ class PPOUpdate(RolloutCollection):
         """Clipped-surrogate PPO over ``n_epochs`` of shuffled minibatches of turns (with
         gradients and optimizer sharded under FSDP: :mod:`gym_llm.rl.sharding`)."""
         lm = self.policy.lm
+        self._calibrate_action_head()
         with sharded_update(lm) if is_sharded(lm) else contextlib.nullcontext():
             self._train()
+
+    def _calibrate_action_head(self) -> None:
+        """Before the first step, the action head's centre and scale from this rollout's
+        distinct observations (the main process's, so that every process holds the same)."""
+        head = getattr(self.policy, "action_head", None)
+        if head is None or head.is_calibrated:
+            return
+        seen = dict.fromkeys(str(o) for o in self.rollout_buffer.observations_text.reshape(-1))
+        self.policy.calibrate_action_head(from_main_process(list(seen)))
 
     def _train(self) -> None:
         lockstep = is_sharded(self.policy.lm)

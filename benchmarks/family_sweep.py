@@ -1,0 +1,198 @@
+"""k of N seeds on the task family: PPO with one set of settings (an *arm*) on each task and seed.
+
+    python -m benchmarks.family_sweep run --split tuning --seeds 0-9 --arm head \\
+        --policy action_head=True --jsonl benchmarks/results/family/tuning.jsonl
+    python -m benchmarks.family_sweep summarize benchmarks/results/family/tuning.jsonl
+
+Each run is PPO as a user builds it (the library's defaults plus the arm's ``--policy`` and
+``--ppo`` settings) on one task of ``gym_llm/Family-v0``, with the exact value of the greedy
+policy every ``--every`` env steps, as a fraction of the gap from the random policy (0) to the
+optimum (1). A seed *reaches* the target when that fraction is at least ``--target`` (0.9); the
+headline is "k of N seeds reach it, by how many env steps". Rows are appended to ``--jsonl`` as
+each run ends, and runs already there (same task, seed and arm) are skipped: a sweep cut short
+keeps what it measured and the next call resumes it. Runs share one process (and the trunk
+cache: each distinct prompt's frozen layers once for the whole sweep).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.cli_args import new_parser
+from gym_llm.policy.models import DEFAULT_MODEL
+
+ENV_ID = "gym_llm/Family-v0"
+#: Env steps per run: one-step tasks, and the walking kinds (longer episodes, more states).
+STEPS = {"threshold": 1024, "range": 1024, "compare": 1024, "membership": 1024}
+WALK_STEPS = 2048
+DIAGNOSTICS = ("state_entropy", "mutual_information", "approx_kl", "clip_fraction")
+
+
+def _seeds(text: str) -> list[int]:
+    if "-" in text:
+        low, high = text.split("-", 1)
+        return list(range(int(low), int(high) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = new_parser("python -m benchmarks.family_sweep", __doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="train and evaluate; append rows to --jsonl")
+    add = run.add_argument
+    add("--split", choices=["tuning", "held-out"], default="tuning", help="the family's split")
+    add("--tasks", nargs="*", default=None, help="these tasks instead of a split's")
+    add("--seeds", type=_seeds, default=list(range(10)), help="e.g. 0-9 or 0,3,7")
+    add("--arm", default="defaults", help="a name for these settings (the rows' key)")
+    add("--policy", nargs="*", default=[], metavar="KEY=VALUE", help="LLMPolicy kwargs")
+    add("--ppo", nargs="*", default=[], metavar="KEY=VALUE", help="PPO kwargs")
+    add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
+    add("--n-envs", type=int, default=8, help="parallel envs")
+    add("--n-steps", type=int, default=8, help="PPO n_steps")
+    add("--batch-size", type=int, default=64, help="PPO minibatch size")
+    add("--steps", type=int, default=None, help="env steps per run (default: per kind)")
+    add("--every", type=int, default=128, help="env steps between exact evaluations")
+    add("--target", type=float, default=0.9, help="share of the random-to-optimum gap")
+    add("--jsonl", type=Path, required=True, help="append rows here (and resume from it)")
+    summary = commands.add_parser("summarize", help="k of N per task and arm")
+    summary.add_argument("jsonl", type=Path)
+    summary.add_argument("--target", type=float, default=0.9)
+    return parser
+
+
+def _done(path: Path) -> set[tuple[str, int, str]]:
+    if not path.exists():
+        return set()
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {(r["task"], r["seed"], r["arm"]) for r in rows}
+
+
+def _recorder(record: Any, figures: dict[str, float]) -> Any:
+    def wrapped(key: str, value: Any, exclude: Any = None) -> None:
+        if key.split("/")[-1] in DIAGNOSTICS:
+            figures[key.split("/")[-1]] = float(value)
+        record(key, value, exclude)
+
+    return wrapped
+
+
+def one_run(task: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Train one seed on one task; the exact gap fraction every ``args.every`` env steps."""
+    from stable_baselines3.common.logger import configure
+
+    from gym_llm import PPO, make_text_env
+    from gym_llm.envs.family import FamilyEnv
+    from gym_llm.evaluation.exact import exact_policy_value
+    from gym_llm.experiments.specs import parse_env_kwargs
+
+    kind = task.split("-")[0]
+    steps = args.steps or STEPS.get(kind, WALK_STEPS)
+    reference = FamilyEnv(task)
+    low, high = reference.random_return, reference.optimal_return
+    env = make_text_env(ENV_ID, args.n_envs, env_kwargs={"task": task}, seed=seed)
+    model = PPO(
+        "LLMPolicy", env, n_steps=args.n_steps, batch_size=args.batch_size, seed=seed,
+        policy_kwargs={"model": args.model, **parse_env_kwargs(args.policy)},
+        **parse_env_kwargs(args.ppo),
+    )  # fmt: skip
+    figures: dict[str, float] = {}
+    logger = configure(None, [])
+    logger.record = _recorder(logger.record, figures)
+    model.set_logger(logger)
+
+    def point(seconds: float) -> dict[str, Any]:
+        value = exact_policy_value(model, ENV_ID, {"task": task})
+        gap = (value - low) / (high - low)
+        row = {"env_steps": model.num_timesteps, "train_s": round(seconds, 2), "value": value}
+        row.update(gap=round(gap, 4), **{k: round(v, 5) for k, v in figures.items()})
+        return row
+
+    curve, train_s = [point(0.0)], 0.0
+    while model.num_timesteps < steps:
+        start = time.perf_counter()
+        model.learn(args.every, reset_num_timesteps=False)
+        train_s += time.perf_counter() - start
+        curve.append(point(train_s))
+    reached = next((p["env_steps"] for p in curve if p["gap"] >= args.target), None)
+    env.close()
+    return {
+        "task": task,
+        "seed": seed,
+        "arm": args.arm,
+        "settings": {"policy": args.policy, "ppo": args.ppo, "n_envs": args.n_envs,
+                     "n_steps": args.n_steps, "batch_size": args.batch_size, "steps": steps},
+        "start_gap": curve[0]["gap"],
+        "best_gap": max(p["gap"] for p in curve),
+        "final_gap": curve[-1]["gap"],
+        "reached_at": reached,
+        "train_s": round(train_s, 1),
+        "curve": curve,
+    }  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> None:
+    from gym_llm.cli.demo import quiet_progress_bar_warning
+    from gym_llm.envs.family import SPLITS
+
+    quiet_progress_bar_warning()
+    tasks = args.tasks or list(SPLITS[args.split])
+    done = _done(args.jsonl)
+    args.jsonl.parent.mkdir(parents=True, exist_ok=True)
+    for task in tasks:
+        for seed in args.seeds:
+            if (task, seed, args.arm) in done:
+                continue
+            row = one_run(task, seed, args)
+            with args.jsonl.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(
+                f"{task} seed {seed} {args.arm}: gap {row['start_gap']:.2f} -> "
+                f"{row['final_gap']:.2f} (best {row['best_gap']:.2f}, reached at "
+                f"{row['reached_at']}) in {row['train_s']:.0f} s",
+                flush=True,
+            )
+
+
+def summarize(path: Path, target: float = 0.9) -> list[dict[str, Any]]:
+    """Per task and arm: seeds, how many reached the target, median env steps to it."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[r["task"], r["arm"]].append(r)
+    table = []
+    for (task, arm), runs in sorted(groups.items()):
+        hits = [
+            next((p["env_steps"] for p in r["curve"] if p["gap"] >= target), None) for r in runs
+        ]
+        reached = sorted(h for h in hits if h is not None)
+        table.append({
+            "task": task, "arm": arm, "seeds": len(runs), "reached": len(reached),
+            "median_steps": reached[len(reached) // 2] if reached else None,
+            "mean_final_gap": round(sum(r["final_gap"] for r in runs) / len(runs), 3),
+            "mean_start_gap": round(sum(r["start_gap"] for r in runs) / len(runs), 3),
+        })  # fmt: skip
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        run(args)
+        return
+    for row in summarize(args.jsonl, args.target):
+        print(
+            f"{row['task']:<22} {row['arm']:<14} {row['reached']:>2} of {row['seeds']:<2} "
+            f"median steps {row['median_steps']}  gap {row['mean_start_gap']:.2f} -> "
+            f"{row['mean_final_gap']:.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

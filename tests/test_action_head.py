@@ -1,0 +1,107 @@
+"""The action head on centred features: zero at the start, calibrated once before its first step,
+the same logits on every scoring path, saved with the agent (tiny model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from gym_llm import PPO, LLMPolicy, make_text_env
+from gym_llm.policy.action_head import ActionHead, standardiser
+from gym_llm.testing import save_tiny_model
+
+WORDS = ["low", "high"]
+OBS = ["The number is 2.", "The number is 8.", "The number is 5."]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("head"), words=WORDS)
+
+
+def _ppo(model_dir: Path, head: bool, **policy: object) -> PPO:
+    env = make_text_env("gym_llm/HighLow-v0", n_envs=2, seed=0)
+    kwargs = {"model": str(model_dir), "lora": {"r": 4}, "action_head": head, **policy}
+    return PPO(
+        LLMPolicy, env, policy_kwargs=kwargs, n_steps=8, batch_size=16, n_epochs=2, seed=0,
+        device="cpu", learning_rate=1e-2,
+    )  # fmt: skip
+
+
+def _logits(model: PPO, observations: list[str] = OBS) -> torch.Tensor:
+    with torch.no_grad():
+        return model.policy._choice_scores(observations)[0]
+
+
+def test_standardiser_centres_and_floors_the_scale() -> None:
+    features = torch.tensor([[1.0, 5.0, 0.0], [3.0, 5.0, 0.0], [2.0, 5.0, 3.0]])
+    centre, scale = standardiser(features)
+    torch.testing.assert_close(centre, torch.tensor([2.0, 5.0, 1.0]))
+    var = torch.tensor([2 / 3, 0.0, 2.0])
+    torch.testing.assert_close(scale, (var + var.mean()).sqrt())
+    # one observation: nothing varies, the raw size is the scale (no division by zero)
+    centre, scale = standardiser(torch.tensor([[3.0, 4.0]]))
+    assert torch.isfinite(scale).all() and (scale > 0).all()
+    with pytest.raises(ValueError, match="features must be"):
+        standardiser(torch.zeros(3))
+
+
+def test_a_fresh_head_adds_nothing_and_calibrating_it_changes_no_logit() -> None:
+    head = ActionHead(4, 3)
+    features = torch.randn(5, 4) * 10 + 50
+    assert torch.equal(head(features), torch.zeros(5, 3))
+    head.calibrate(features)
+    assert head.is_calibrated and torch.equal(head(features), torch.zeros(5, 3))
+    with torch.no_grad():
+        head.linear.weight.fill_(1.0)
+    out = head(features)
+    expected = ((features - features.mean(0)) / head.scale).sum(-1, keepdim=True).expand(5, 3)
+    torch.testing.assert_close(out, expected)
+    with pytest.raises(RuntimeError, match="trained already"):
+        head.calibrate(features)
+
+
+def test_the_policy_starts_as_without_a_head(model_dir: Path) -> None:
+    torch.testing.assert_close(_logits(_ppo(model_dir, True)), _logits(_ppo(model_dir, False)))
+
+
+def test_learning_calibrates_then_moves_the_head_with_exact_ratios(model_dir: Path) -> None:
+    model = _ppo(model_dir, True)
+    head = model.policy.action_head
+    assert head is not None and not head.is_calibrated
+    model.learn(16)
+    assert head.is_calibrated
+    assert float(head.linear.weight.detach().abs().sum()) > 0  # it trained
+    assert model.first_ratio_error < 1e-5  # the rollout's log-probs are the update's (invariant 1)
+    centre = head.centre.clone()
+    model.learn(16, reset_num_timesteps=False)
+    assert torch.equal(head.centre, centre)  # fixed after the first update
+    # every scoring path agrees with the head in: trunk cache, whole model, no cache
+    cached = _logits(model)
+    model.policy.eval()
+    with torch.no_grad():
+        uncached = model.policy._choice_scores_uncached(OBS)[0]
+    torch.testing.assert_close(cached, uncached, atol=1e-4, rtol=1e-4)
+    fresh = _ppo(model_dir, True, trunk_cache_mb=0)
+    fresh.policy.load_trainable_state_dict(model.policy.trainable_state_dict())
+    torch.testing.assert_close(_logits(fresh), cached, atol=1e-4, rtol=1e-4)
+
+
+def test_the_head_and_its_calibration_are_saved(model_dir: Path, tmp_path: Path) -> None:
+    model = _ppo(model_dir, True)
+    model.learn(16)
+    model.save(tmp_path / "agent")
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    assert loaded.policy.action_head is not None and loaded.policy.action_head.is_calibrated
+    torch.testing.assert_close(_logits(loaded), _logits(model))
+    # a policy without a head cannot take these weights silently
+    plain = _ppo(model_dir, False)
+    with pytest.raises(ValueError, match="do not match"):
+        plain.policy.load_trainable_state_dict(model.policy.trainable_state_dict())
+
+
+def test_generate_mode_has_no_head(model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="action_head needs choice mode"):
+        _ppo(model_dir, True, action_mode="generate")

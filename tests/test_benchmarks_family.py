@@ -1,0 +1,68 @@
+"""The family sweep's bookkeeping and the diagnosis's pure measures (no model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.diagnose_learning import (
+    gradient_geometry,
+    head_gradients,
+    margin_step,
+    ridge_loo_accuracy,
+)
+from benchmarks.family_sweep import _done, summarize
+
+
+def _row(task: str, seed: int, arm: str, gaps: list[float]) -> dict[str, object]:
+    curve = [{"env_steps": 128 * i, "gap": g} for i, g in enumerate(gaps)]
+    return {"task": task, "seed": seed, "arm": arm, "curve": curve,
+            "start_gap": gaps[0], "final_gap": gaps[-1]}  # fmt: skip
+
+
+def test_summary_counts_seeds_that_reach_the_target(tmp_path: Path) -> None:
+    path = tmp_path / "sweep.jsonl"
+    rows = [
+        _row("compare-p0-s1", 0, "head", [0.0, 0.5, 0.95]),
+        _row("compare-p0-s1", 1, "head", [0.0, 0.92, 0.8]),  # reached, then fell back: counts
+        _row("compare-p0-s1", 2, "head", [0.0, 0.1, 0.2]),
+        _row("compare-p0-s1", 0, "defaults", [0.0, 0.0, 0.0]),
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = {(r["task"], r["arm"]): r for r in summarize(path)}
+    head = table["compare-p0-s1", "head"]
+    assert (head["seeds"], head["reached"], head["median_steps"]) == (3, 2, 256)
+    assert table["compare-p0-s1", "defaults"]["reached"] == 0
+    assert summarize(path, target=0.99)[1]["reached"] == 0
+    assert _done(path) == {("compare-p0-s1", s, "head") for s in range(3)} | {
+        ("compare-p0-s1", 0, "defaults")
+    }
+    assert _done(tmp_path / "absent.jsonl") == set()
+
+
+def test_geometry_tells_shared_from_opposite_gradients() -> None:
+    same = np.tile([1.0, 2.0, 3.0], (4, 1))
+    assert gradient_geometry(same) == pytest.approx(0.0)
+    assert gradient_geometry(np.array([[1.0, 0.0], [-1.0, 0.0]])) == pytest.approx(1.0)
+    # two states that need opposite actions with the same logit gradient cancel out
+    per_action = np.array([[[1.0, 0.0], [-1.0, 0.0]], [[1.0, 0.0], [-1.0, 0.0]]])
+    cancel = margin_step(per_action, right=np.array([0, 1]))
+    assert cancel["efficiency"] == pytest.approx(0.0, abs=1e-9)
+    apart = np.array([[[1.0, 0.0], [-1.0, 0.0]], [[0.0, -1.0], [0.0, 1.0]]])
+    moved = margin_step(apart, right=np.array([0, 1]))
+    assert moved["efficiency"] == pytest.approx(2**-0.5) and moved["min"] > 0
+
+
+def test_head_gradients_and_the_probe() -> None:
+    features = np.array([[2.0, 0.0], [0.0, 3.0]])
+    grads = head_gradients(features, 2)  # (state, action, 2 x 3)
+    np.testing.assert_allclose(grads[0, 0], [1.0, 0.0, 0.5, -1.0, 0.0, -0.5])
+    np.testing.assert_allclose(grads[0, 1], -grads[0, 0])
+    rng = np.random.default_rng(0)
+    labels = np.repeat([0, 1], 10)
+    separable = rng.normal(size=(20, 5)) + labels[:, None] * 4.0
+    assert ridge_loo_accuracy(separable, labels) == 1.0
+    assert ridge_loo_accuracy(rng.normal(size=(20, 5)), labels) < 0.8
