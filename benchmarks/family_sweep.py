@@ -1,17 +1,19 @@
 """k of N seeds on the task family: PPO with one set of settings (an *arm*) on each task and seed.
 
-    python -m benchmarks.family_sweep run --split tuning --seeds 0-9 --arm head \\
-        --policy action_head=True --jsonl benchmarks/results/family/tuning.jsonl
+    python -m benchmarks.family_sweep run --split tuning --seeds 0-9 \\
+        --arms defaults head:action_head=true --jsonl benchmarks/results/family/tuning.jsonl
     python -m benchmarks.family_sweep summarize benchmarks/results/family/tuning.jsonl
 
-Each run is PPO as a user builds it (the library's defaults plus the arm's ``--policy`` and
-``--ppo`` settings) on one task of ``gym_llm/Family-v0``, with the exact value of the greedy
+Each run is PPO as a user builds it (the library's defaults plus the arm's settings: an arm is
+``NAME`` or ``NAME:KEY=VALUE,...``, keys ``ppo_X`` for PPO's ``X`` and the others for ``LLMPolicy``) on
+one task of ``gym_llm/Family-v0``, with the exact value of the greedy
 policy every ``--every`` env steps, as a fraction of the gap from the random policy (0) to the
 optimum (1). A seed *reaches* the target when that fraction is at least ``--target`` (0.9); the
 headline is "k of N seeds reach it, by how many env steps". Rows are appended to ``--jsonl`` as
 each run ends, and runs already there (same task, seed and arm) are skipped: a sweep cut short
 keeps what it measured and the next call resumes it. Runs share one process (and the trunk
-cache: each distinct prompt's frozen layers once for the whole sweep).
+cache: each distinct prompt's frozen layers once for the whole sweep), seed by seed (every task
+and arm for seed 0, then seed 1, ...), so that a sweep cut short is balanced.
 """
 
 from __future__ import annotations
@@ -50,9 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     add("--split", choices=["tuning", "held-out"], default="tuning", help="the family's split")
     add("--tasks", nargs="*", default=None, help="these tasks instead of a split's")
     add("--seeds", type=_seeds, default=list(range(10)), help="e.g. 0-9 or 0,3,7")
-    add("--arm", default="defaults", help="a name for these settings (the rows' key)")
-    add("--policy", nargs="*", default=[], metavar="KEY=VALUE", help="LLMPolicy kwargs")
-    add("--ppo", nargs="*", default=[], metavar="KEY=VALUE", help="PPO kwargs")
+    add(
+        "--arms",
+        nargs="+",
+        default=["defaults"],
+        metavar="NAME[:KEY=VALUE,...]",
+        help="settings to compare (ppo_KEY for PPO, else LLMPolicy)",
+    )
     add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
     add("--n-envs", type=int, default=8, help="parallel envs")
     add("--n-steps", type=int, default=8, help="PPO n_steps")
@@ -83,15 +89,26 @@ def _recorder(record: Any, figures: dict[str, float]) -> Any:
     return wrapped
 
 
-def one_run(task: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+def parse_arm(text: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """``NAME:KEY=VALUE,...`` -> the name, the LLMPolicy kwargs and the PPO kwargs (``ppo_KEY``)."""
+    from gym_llm.experiments.specs import parse_env_kwargs
+
+    name, _, settings = text.partition(":")
+    kwargs = parse_env_kwargs(settings, flag=f"--arms {name}")
+    policy = {k: v for k, v in kwargs.items() if not k.startswith("ppo_")}
+    ppo = {k[len("ppo_") :]: v for k, v in kwargs.items() if k.startswith("ppo_")}
+    return name, policy, ppo
+
+
+def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[str, Any]:
     """Train one seed on one task; the exact gap fraction every ``args.every`` env steps."""
     from stable_baselines3.common.logger import configure
 
     from gym_llm import PPO, make_text_env
     from gym_llm.envs.family import FamilyEnv
     from gym_llm.evaluation.exact import exact_policy_value
-    from gym_llm.experiments.specs import parse_env_kwargs
 
+    name, policy, ppo = parse_arm(arm)
     kind = task.split("-")[0]
     steps = args.steps or STEPS.get(kind, WALK_STEPS)
     reference = FamilyEnv(task)
@@ -99,8 +116,7 @@ def one_run(task: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     env = make_text_env(ENV_ID, args.n_envs, env_kwargs={"task": task}, seed=seed)
     model = PPO(
         "LLMPolicy", env, n_steps=args.n_steps, batch_size=args.batch_size, seed=seed,
-        policy_kwargs={"model": args.model, **parse_env_kwargs(args.policy)},
-        **parse_env_kwargs(args.ppo),
+        policy_kwargs={"model": args.model, **policy}, **ppo,
     )  # fmt: skip
     figures: dict[str, float] = {}
     logger = configure(None, [])
@@ -125,8 +141,8 @@ def one_run(task: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "task": task,
         "seed": seed,
-        "arm": args.arm,
-        "settings": {"policy": args.policy, "ppo": args.ppo, "n_envs": args.n_envs,
+        "arm": name,
+        "settings": {"policy": policy, "ppo": ppo, "n_envs": args.n_envs,
                      "n_steps": args.n_steps, "batch_size": args.batch_size, "steps": steps},
         "start_gap": curve[0]["gap"],
         "best_gap": max(p["gap"] for p in curve),
@@ -145,19 +161,24 @@ def run(args: argparse.Namespace) -> None:
     tasks = args.tasks or list(SPLITS[args.split])
     done = _done(args.jsonl)
     args.jsonl.parent.mkdir(parents=True, exist_ok=True)
-    for task in tasks:
-        for seed in args.seeds:
-            if (task, seed, args.arm) in done:
-                continue
-            row = one_run(task, seed, args)
-            with args.jsonl.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            print(
-                f"{task} seed {seed} {args.arm}: gap {row['start_gap']:.2f} -> "
-                f"{row['final_gap']:.2f} (best {row['best_gap']:.2f}, reached at "
-                f"{row['reached_at']}) in {row['train_s']:.0f} s",
-                flush=True,
-            )
+    for seed in args.seeds:
+        for task in tasks:
+            for arm in args.arms:
+                if (task, seed, parse_arm(arm)[0]) in done:
+                    continue
+                row = one_run(task, seed, arm, args)
+                with args.jsonl.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+                _report(row)
+
+
+def _report(row: dict[str, Any]) -> None:
+    print(
+        f"{row['task']} seed {row['seed']} {row['arm']}: gap {row['start_gap']:.2f} -> "
+        f"{row['final_gap']:.2f} (best {row['best_gap']:.2f}, reached at "
+        f"{row['reached_at']}) in {row['train_s']:.0f} s",
+        flush=True,
+    )
 
 
 def summarize(path: Path, target: float = 0.9) -> list[dict[str, Any]]:

@@ -66,3 +66,13 @@ def test_head_gradients_and_the_probe() -> None:
     separable = rng.normal(size=(20, 5)) + labels[:, None] * 4.0
     assert ridge_loo_accuracy(separable, labels) == 1.0
     assert ridge_loo_accuracy(rng.normal(size=(20, 5)), labels) < 0.8
+
+
+def test_arms_split_policy_from_ppo_settings() -> None:
+    from benchmarks.family_sweep import parse_arm
+
+    assert parse_arm("defaults") == ("defaults", {}, {})
+    name, policy, ppo = parse_arm("head:action_head=true,ppo_ent_coef=0.05,ppo_n_epochs=4")
+    assert (name, policy, ppo) == ("head", {"action_head": True}, {"ent_coef": 0.05, "n_epochs": 4})
+    with pytest.raises(ValueError, match="--arms bad"):
+        parse_arm("bad:action_head")

@@ -45,6 +45,13 @@ def test_suite_and_agents() -> None:
     assert EnvSpec("Blackjack-v1", {"sab": False}) in suite
     assert EnvSpec("CliffWalking-v1", {"max_episode_steps": 100}) in suite
     assert len(parse_envs(["suite", "CartPole-v1"])) == len(suite) + 1
+    # the task family's splits are groups too, one spec per task
+    from gym_llm.envs.family import HELD_OUT
+
+    held = parse_envs(["family-held-out"])
+    assert [s.kwargs["task"] for s in held] == list(HELD_OUT)
+    assert {s.id for s in held} == {"gym_llm/Family-v0"}
+    assert parse_envs(["family-tuning"]) != held
     assert parse_agents("random, ppo") == ["random", "ppo"]
     with pytest.raises(ValueError, match="choose a comma-separated list"):
         parse_agents("random,a2c")

@@ -174,12 +174,26 @@ def parse_env_spec(text: str) -> EnvSpec:
     return EnvSpec(env_id, kwargs)
 
 
+def family_specs(split: str) -> list[EnvSpec]:
+    """The task family's ``tuning`` or ``held-out`` split as specs of ``gym_llm/Family-v0``."""
+    from gym_llm.envs.family import ENV_ID, SPLITS
+
+    return [EnvSpec(ENV_ID, {"task": task}) for task in SPLITS[split]]
+
+
+#: ``--envs`` groups besides ``suite``: the task family's two splits.
+GROUPS = ("family-tuning", "family-held-out")
+
+
 def parse_envs(items: Sequence[str]) -> list[EnvSpec]:
-    """``--envs`` items: ``suite`` (every env of :data:`SUITE` that is registered) or specs."""
+    """``--envs`` items: ``suite`` (every env of :data:`SUITE` that is registered),
+    ``family-tuning`` / ``family-held-out`` (the task family's splits) or specs."""
     specs: list[EnvSpec] = []
     for item in items:
         if item == "suite":
             specs.extend(s for s in SUITE if _registered(s.id))
+        elif item in GROUPS:
+            specs.extend(family_specs(item.removeprefix("family-")))
         else:
             specs.append(parse_env_spec(item))
     return specs

@@ -62,10 +62,14 @@ class ActionHead(nn.Module):
         self.register_buffer("scale", torch.ones(hidden, device=device))
         self.register_buffer("calibrated", torch.zeros((), dtype=torch.bool, device=device))
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
+    def standardise(self, features: torch.Tensor) -> torch.Tensor:
+        """``(features - centre) / scale``: what tells the states apart, at unit size."""
         centre, scale = self.centre, self.scale
         assert isinstance(centre, torch.Tensor) and isinstance(scale, torch.Tensor)
-        out: torch.Tensor = self.linear((features.float() - centre) / scale)
+        return (features.float() - centre) / scale
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.linear(self.standardise(features))
         return out
 
     @property

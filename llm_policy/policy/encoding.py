@@ -49,6 +49,8 @@ class PromptEncoding(BasePolicy):
     value_head: torch.nn.Linear
     #: Choice mode's linear action head on centred features (``None``: off).
     action_head: Any
+    #: Whether the critic reads the action head's centred features.
+    centred_critic: bool
     conversation: bool
     system_prompt: str | None
     max_prompt_tokens: int | None
@@ -348,6 +350,15 @@ class PromptEncoding(BasePolicy):
             self.top is not None and self.reuse_rollout_states and not self.gradient_checkpointing
         )
 
+    def _values(self, features: torch.Tensor) -> torch.Tensor:
+        """``(n,)`` critic values of ``(n, d)`` last-prompt-token final hidden states: read
+        centred and scaled like the action head's (``centred_critic``), else as they are."""
+        head = self.action_head
+        if self.centred_critic and head is not None:
+            features = head.standardise(features)
+        values: torch.Tensor = self.value_head(features.float()).squeeze(-1)
+        return values
+
     def _prompt_pass(
         self, observations: Sequence[str], reserve: int | None = None
     ) -> tuple[
@@ -368,7 +379,7 @@ class PromptEncoding(BasePolicy):
                 logits_to_keep=1,
             )
         last_hidden = out.hidden_states[-1][:, -1].float()
-        values = self.value_head(last_hidden).squeeze(-1)
+        values = self._values(last_hidden)
         states = None
         if captured:
             offset, width = mask.shape[1] - ids.shape[1], ids.shape[1]

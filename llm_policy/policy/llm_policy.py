@@ -121,6 +121,9 @@ class LLMPolicy(UpdatePasses):
             observations (:mod:`gym_llm.policy.action_head`). Zero at the start (the policy
             starts as the LM's prior); it learns what tells states apart, which the LoRA
             weights' gradient barely does (their gradient is 99 % the same in every state).
+        centred_critic: the critic reads the same centred features as the action head (its
+            raw input is 99.9 % the same in every state too, so it learns one value for all of
+            them at first); ``None``: on with ``action_head``.
         max_prompt_tokens: the most prompt tokens a turn may take (``None``: no limit). Longer
             prompts are fitted, the same way in rollouts and updates (a function of the
             observation): a conversation drops its oldest exchanges, keeping the first
@@ -166,6 +169,7 @@ class LLMPolicy(UpdatePasses):
         value_lr_scale: float = 1.0,
         choice_calibration: bool = False,
         action_head: bool = False,
+        centred_critic: bool | None = None,
         device: torch.device | str = "auto",
         optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
         optimizer_kwargs: dict[str, Any] | None = None,
@@ -222,6 +226,11 @@ class LLMPolicy(UpdatePasses):
         self.action_head = (
             ActionHead(hidden, len(self.actions_list), device=lm.device) if action_head else None
         )
+        self.centred_critic = action_head if centred_critic is None else bool(centred_critic)
+        if self.centred_critic and not action_head:
+            raise ValueError(
+                "centred_critic reads the action head's centred features: pass action_head=True."
+            )
 
         self.stop_ids = self._stop_token_ids()
         self.gradient_checkpointing = gradient_checkpointing
@@ -296,6 +305,7 @@ class LLMPolicy(UpdatePasses):
             trunk_cache_mb=self.trunk_cache_mb,
             max_prompt_tokens=self.max_prompt_tokens,
             action_head=self.action_head is not None,
+            centred_critic=self.centred_critic,
         )
         return data
 
@@ -374,6 +384,11 @@ class LLMPolicy(UpdatePasses):
         head = self.action_head
         if head is None or head.is_calibrated:
             return False
+        if self.centred_critic and bool(self.value_head.weight.detach().any()):
+            raise RuntimeError(
+                "The critic has trained already on uncentred features: centring them now would "
+                "change its values. Calibrate before the first update (PPO does)."
+            )
         distinct = list(dict.fromkeys(str(o) for o in observations))
         with torch.no_grad(), self.rollout_kernels(), self._without_states():
             features = torch.cat(

@@ -149,7 +149,7 @@ class ActionScoring(TrunkPasses):
         log_dist = torch.log_softmax(out.logits[:, :-1].float(), dim=-1)
         token_lp = log_dist.gather(-1, cand_ids.repeat(n, 1).unsqueeze(-1)).squeeze(-1)
         last_prompt = out.hidden_states[-1][::k, ids.shape[1] - 1].float()
-        values = self.value_head(last_prompt).squeeze(-1)
+        values = self._values(last_prompt)
         return self._scores(token_lp.view(n, k, width), last_prompt), values
 
     def _scores_version(self) -> tuple[tuple[int, float], int, float, str, float | None]:

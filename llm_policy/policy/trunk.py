@@ -280,7 +280,7 @@ class TrunkPasses(PromptEncoding):
         )
         final = top(hidden, mask, positions, cache)
         features = final[:, width - 1].float()
-        values = self.value_head(features).squeeze(-1)
+        values = self._values(features)
         first = torch.log_softmax(top.logits(final[:, width - 1]).float(), dim=-1)
         token_lp = first[:, cand_ids[:, 0]].unsqueeze(-1)
         if multi_token:

@@ -64,7 +64,7 @@ class UpdatePasses(ActionScoring):
             output_hidden_states=True,
             logits_to_keep=width + 1,
         )
-        values = self.value_head(out.hidden_states[-1][:, prompt_width - 1].float()).squeeze(-1)
+        values = self._values(out.hidden_states[-1][:, prompt_width - 1].float())
         return self._generation_evaluation(out.logits[:, :-1], values, actions)
 
     def _count_work(
@@ -139,7 +139,7 @@ class UpdatePasses(ActionScoring):
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, size:]
         cache = self._top_prefix_cache(n) if size else None
         final = top(hidden, mask, positions, cache)
-        values = self.value_head(final[:, width - 1].float()).squeeze(-1)
+        values = self._values(final[:, width - 1].float())
         return self._generation_evaluation(top.logits(final[:, width - 1 :]), values, actions)
 
     def _shared_prompt_replies(
@@ -162,7 +162,7 @@ class UpdatePasses(ActionScoring):
         cache = self._top_prefix_cache(d) if size else top.new_cache()
         final = top(hidden, mask, positions, cache)
         last = final[:, width - 1]
-        values = self.value_head(last.float()).squeeze(-1)[index]
+        values = self._values(last.float())[index]
         first_logits = top.logits(last)[index].unsqueeze(1)  # (n, 1, V): each reply's 1st token
         n = len(actions)
         cache.batch_select_indices(index)  # every turn's row of its prompt's keys and values
