@@ -11,6 +11,7 @@ from gym_llm.rl.diagnostics import (
     choice_diagnostics,
     distinct,
     entropy,
+    input_ignored,
     mutual_information,
     observation_key,
 )
@@ -49,3 +50,16 @@ def test_choice_diagnostics_tracks_greedy_changes_since_first_seen() -> None:
     assert out["distinct_observations"] == 3.0
     expected_h = (entropy(np.array([0.9, 0.1])) * 2 + entropy(np.array([0.3, 0.7]))) / 3
     assert out["state_entropy"] == pytest.approx(expected_h)
+
+
+def test_input_ignored_is_committed_and_uninformed_only() -> None:
+    def figures(probs: list[list[float]]) -> dict[str, float]:
+        return choice_diagnostics([f"s{i}" for i in range(len(probs))], np.array(probs), {})
+
+    collapsed = figures([[0.99, 0.01], [0.99, 0.01], [0.99, 0.01]])
+    assert input_ignored(collapsed, 2)
+    exploring = figures([[0.5, 0.5], [0.5, 0.5]])  # the same everywhere, but still exploring
+    assert not input_ignored(exploring, 2)
+    decided = figures([[0.99, 0.01], [0.01, 0.99]])  # committed, and the input decides
+    assert not input_ignored(decided, 2)
+    assert not input_ignored(figures([[0.99, 0.01]]), 2)  # one observation says nothing

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -336,3 +337,38 @@ def test_passes_split_by_memory_give_the_one_pass_update(
     for name, param in whole.policy.named_parameters():
         if param.requires_grad:
             torch.testing.assert_close(param, params[name], atol=1e-5, rtol=0, msg=name)
+
+
+def test_a_policy_that_ignores_its_input_is_flagged_once(tmp_path: Path) -> None:
+    from stable_baselines3.common.logger import configure
+
+    model_dir = save_tiny_model(tmp_path / "m", words=["low", "high"])
+    env = make_text_env("gym_llm/HighLow-v0", 2, seed=0)
+
+    def run(temperature: float) -> tuple[list[str], list[float]]:
+        model = PPO(
+            "LLMPolicy", env, n_steps=8, batch_size=16, seed=0, device="cpu",
+            policy_kwargs={"model": str(model_dir), "temperature": temperature},
+        )  # fmt: skip
+        seen: list[float] = []
+        logger = configure(None, [])
+        record = logger.record
+
+        def keep(key: str, value: Any, exclude: Any = None) -> None:
+            if key == "rollout/input_ignored":
+                seen.append(float(value))
+            record(key, value, exclude)
+
+        logger.record = keep  # type: ignore[method-assign]
+        model.set_logger(logger)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.learn(32)
+        return [str(w.message) for w in caught if "ignores its input" in str(w.message)], seen
+
+    # An untrained tiny model at a very low temperature: the same near-certain action everywhere.
+    warned, seen = run(0.01)
+    assert len(warned) == 1 and "action_head" in warned[0]  # once per run, with what to try
+    assert seen == [1.0, 1.0]
+    warned, seen = run(1.0)  # exploring: not flagged
+    assert warned == [] and seen == [0.0, 0.0]

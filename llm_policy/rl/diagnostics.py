@@ -51,6 +51,35 @@ def mutual_information(probs: np.ndarray, weights: np.ndarray) -> float:
     return float(entropy(marginal) - (weights * entropy(probs)).sum())
 
 
+#: Below this share of ``log K`` the mutual information counts as zero, and below
+#: :data:`COMMITTED_ENTROPY` the per-state entropy as committed (see :func:`input_ignored`).
+IGNORED_INFORMATION, COMMITTED_ENTROPY = 0.01, 0.5
+
+
+def input_ignored(figures: dict[str, float], n_actions: int) -> bool:
+    """Whether a rollout's policy has committed to actions that do not depend on the input:
+    per-state entropy under half of ``log K`` (it no longer explores much) while the mutual
+    information is ~0 (every state gets the same distribution), over at least two distinct
+    observations. It is the collapse that entropy alone does not show (slippery FrozenLake's
+    input-independent policy); on a task whose best policy ignores the input it is a false
+    alarm.
+
+    >>> input_ignored({"state_entropy": 0.05, "mutual_information": 0.0,
+    ...                "distinct_observations": 16.0}, n_actions=4)
+    True
+    >>> input_ignored({"state_entropy": 0.05, "mutual_information": 0.4,
+    ...                "distinct_observations": 16.0}, n_actions=4)
+    False
+    """
+    if n_actions < 2 or figures.get("distinct_observations", 0.0) < 2:
+        return False
+    scale = float(np.log(n_actions))
+    return (
+        figures["mutual_information"] < IGNORED_INFORMATION * scale
+        and figures["state_entropy"] < COMMITTED_ENTROPY * scale
+    )
+
+
 def observation_key(observation: str) -> str:
     """A short stable digest of an observation: the memory of ``greedy_changed`` holds these,
     not the texts (conversations make long, never-repeated observations), and they are the

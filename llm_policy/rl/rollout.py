@@ -19,7 +19,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from gym_llm.policy.llm_policy import LLMPolicy
 from gym_llm.rl.advantages import Estimator, critic_free_advantages, dones_from_starts
 from gym_llm.rl.buffer import TextRolloutBuffer
-from gym_llm.rl.diagnostics import choice_diagnostics
+from gym_llm.rl.diagnostics import choice_diagnostics, input_ignored
 from gym_llm.rl.distributed import every_process, gather_objects, global_sums, rank, world_size
 
 
@@ -145,9 +145,24 @@ class RolloutCollection(OnPolicyAlgorithm):
         )
         self.invalid_action_rate = invalid / (n_steps * env.num_envs * processes)
         if probs:
-            figures = choice_diagnostics(seen, np.concatenate(probs), self._first_greedy)
+            all_probs = np.concatenate(probs)
+            figures = choice_diagnostics(seen, all_probs, self._first_greedy)
+            figures["input_ignored"] = float(input_ignored(figures, all_probs.shape[1]))
             for name, value in figures.items():
                 self.logger.record(f"rollout/{name}", value)
+            if figures["input_ignored"] and not getattr(self, "_warned_input_ignored", False):
+                self._warned_input_ignored = True
+                warnings.warn(
+                    f"At {self.num_timesteps} env steps the policy plays the same near-certain "
+                    f"action distribution in all {int(figures['distinct_observations'])} "
+                    "observations of the rollout (mutual information "
+                    f"{figures['mutual_information']:.4f} nats, per-state entropy "
+                    f"{figures['state_entropy']:.3f}): it ignores its input. Unless the task's "
+                    "best action is the same everywhere, it has collapsed: try "
+                    "policy_kwargs={'action_head': True}, choice_calibration=True or an entropy "
+                    "bonus (ent_coef). Logged as rollout/input_ignored.",
+                    stacklevel=2,
+                )
         self.logger.record("rollout/invalid_action_rate", self.invalid_action_rate)
         self.logger.record("rollout/nonfinite_rewards", nonfinite)
         self.logger.record("rollout/observations_truncated", cut_observations)
