@@ -359,7 +359,7 @@ def test_a_policy_that_ignores_its_input_is_flagged_once(tmp_path: Path) -> None
                 seen.append(float(value))
             record(key, value, exclude)
 
-        logger.record = keep  # type: ignore[method-assign]
+        logger.record = keep
         model.set_logger(logger)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
