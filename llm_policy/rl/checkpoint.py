@@ -67,6 +67,7 @@ SAVED_HYPERPARAMETERS = (
     "max_grad_norm",
     "target_kl",
     "kl_coef",
+    "target_entropy",
     "micro_batch_size",
     "n_logged_samples",
     "seed",
@@ -221,6 +222,14 @@ def regroup_optimizer_state(
 class PPOCheckpointing(TrainingState):
     """``save`` and loading the trained state into a built agent (``PPO.load`` builds it)."""
 
+    def _saved_hyperparameters(self) -> dict[str, Any]:
+        hyper = {
+            k: getattr(self, k) for k in SAVED_HYPERPARAMETERS if not callable(getattr(self, k))
+        }
+        if getattr(self, "ent_coef_auto", False):  # adaptive: it resumes from where it got to
+            hyper["ent_coef"] = f"auto_{self.ent_coef}"
+        return hyper
+
     def saved_config(self) -> SavedConfig:
         """What ``config.json`` records: hyper-parameters, the policy's settings in effect, the
         counters and the spaces."""
@@ -248,9 +257,7 @@ class PPOCheckpointing(TrainingState):
             policy_kwargs["optimizer_class"] = f"{cls.__module__}:{cls.__qualname__}"
         actions = getattr(act_space, "actions", None)
         return SavedConfig(
-            hyperparameters={
-                k: getattr(self, k) for k in SAVED_HYPERPARAMETERS if not callable(getattr(self, k))
-            },
+            hyperparameters=self._saved_hyperparameters(),
             policy_kwargs=policy_kwargs,
             num_timesteps=self.num_timesteps,
             n_updates=self._n_updates,

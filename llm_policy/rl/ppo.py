@@ -31,6 +31,7 @@ from gym_llm.rl.buffer import TextRolloutBuffer
 from gym_llm.rl.checkpoint import SavedConfig
 from gym_llm.rl.data_parallel import DataParallel
 from gym_llm.rl.distributed import init_from_launcher
+from gym_llm.rl.entropy_control import parse_ent_coef
 from gym_llm.rl.sharding import requested_by_launcher
 from gym_llm.rl.vec_env import TextVecEnv, check_text_env
 from gym_llm.spaces import TextActions, TextObservations
@@ -65,6 +66,11 @@ class PPO(DataParallel):
     Args:
         learning_rate: ``None`` (default): 5e-4 with LoRA, 1e-5 for full fine-tuning
             (:func:`default_learning_rate`, measured); a float or an SB3 schedule otherwise.
+        ent_coef: weight of the entropy bonus; ``"auto"`` (or ``"auto_0.05"``, its start) adapts
+            it after every optimizer step to hold the mean per-state entropy at
+            ``target_entropy`` (SAC-discrete's rule, :mod:`gym_llm.rl.entropy_control`; choice
+            mode). Logged as ``train/ent_coef``.
+        target_entropy: the entropy ``"auto"`` holds, in nats; ``None``: 0.3 of ``log K``.
         kl_coef: weight of the KL penalty to the reference model (adapter disabled); 0 = off.
         micro_batch_size: turns per forward/backward pass; gradients are accumulated over the
             minibatch (``batch_size``), so memory scales with this, not with ``batch_size``.
@@ -111,7 +117,8 @@ class PPO(DataParallel):
         gae_lambda: float = 0.95,
         clip_range: float = 0.2,
         normalize_advantage: bool = True,
-        ent_coef: float = 0.0,
+        ent_coef: float | str = 0.0,
+        target_entropy: float | None = None,
         vf_coef: float = 0.5,
         max_grad_norm: float = 1.0,
         target_kl: float | None = None,
@@ -144,7 +151,7 @@ class PPO(DataParallel):
             n_steps=n_steps,
             gamma=gamma,
             gae_lambda=gae_lambda,
-            ent_coef=ent_coef,
+            ent_coef=0.0,  # set below: a number, or adaptive ("auto")
             vf_coef=vf_coef,
             max_grad_norm=max_grad_norm,
             use_sde=False,
@@ -177,6 +184,10 @@ class PPO(DataParallel):
         if critic_warmup_steps < 0:
             raise ValueError(f"critic_warmup_steps must be >= 0, got {critic_warmup_steps}.")
         self.advantage_estimator = check_estimator(advantage_estimator)
+        self.ent_coef, self.ent_coef_auto = parse_ent_coef(ent_coef)
+        if target_entropy is not None and not target_entropy > 0:
+            raise ValueError(f"target_entropy must be > 0 nats (or None), got {target_entropy}.")
+        self.target_entropy = target_entropy
         self.clip_range_vf = clip_range_vf
         self.reward_scale = float(reward_scale)
         self.critic_warmup_steps = critic_warmup_steps
@@ -265,6 +276,11 @@ class PPO(DataParallel):
             device=self.device,
             **self.policy_kwargs,
         )
+        if self.ent_coef_auto and self.policy.action_mode != "choice":
+            raise ValueError(
+                'ent_coef="auto" needs choice mode (an entropy target over a listed set of '
+                "actions); in generate mode give ent_coef a number, e.g. 0.01."
+            )
         self._start_equal()
         self.rollout_buffer = TextRolloutBuffer(
             self.n_steps,

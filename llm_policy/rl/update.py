@@ -26,6 +26,7 @@ from gym_llm.rl.distributed import (
     same_in_every_process,
     world_size,
 )
+from gym_llm.rl.entropy_control import default_target, next_ent_coef
 from gym_llm.rl.losses import clipped_surrogate, entropy_bonus, k3_kl, value_loss
 from gym_llm.rl.rollout import RolloutCollection
 from gym_llm.rl.sharding import clip_grad_norm, is_sharded, lockstep_rows, refresh, sharded_update
@@ -54,6 +55,10 @@ class PPOUpdate(RolloutCollection):
     normalize_advantage: bool
     target_kl: float | None
     kl_coef: float
+    ent_coef: float
+    #: ``ent_coef="auto"``: the coefficient follows the entropy's gap to ``target_entropy``.
+    ent_coef_auto: bool
+    target_entropy: float | None
     micro_batch_size: int | None
     clip_range_vf: float | None
     critic_warmup_steps: int
@@ -80,6 +85,12 @@ class PPOUpdate(RolloutCollection):
         self._calibrate_action_head()
         with sharded_update(lm) if is_sharded(lm) else contextlib.nullcontext():
             self._train()
+
+    def _adapt_ent_coef(self, entropy: float) -> None:
+        """``ent_coef="auto"``: after a step whose minibatch had mean entropy ``entropy``."""
+        n_actions = len(self.policy.actions_list)
+        target = self.target_entropy or default_target(n_actions)
+        self.ent_coef = next_ent_coef(self.ent_coef, entropy, target, n_actions)
 
     def _calibrate_action_head(self) -> None:
         """Before the first step, the action head's centre and scale from this rollout's
@@ -132,6 +143,7 @@ class PPOUpdate(RolloutCollection):
                 self.policy.optimizer.zero_grad(set_to_none=True)
                 n = len(batch.observations)
                 batch_kl: list[float] = []
+                batch_entropy: list[float] = []
                 bad_cause: str | None = None
                 rows = self._rows_per_pass(batch.observations, batch.actions)
                 if lockstep:  # FSDP: as many passes in every process
@@ -175,6 +187,7 @@ class PPOUpdate(RolloutCollection):
                     stats["pg"].append(surrogate.loss.item())
                     stats["value"].append(critic.item())
                     stats["entropy"].append(entropy.item())
+                    batch_entropy.append(-entropy.item() * len(observations) / n)
                     stats["approx_kl"].append(surrogate.approx_kl)
                     stats["clip_fraction"].append(surrogate.clip_fraction)
                 if first:
@@ -205,6 +218,8 @@ class PPOUpdate(RolloutCollection):
                 self.policy.optimizer.step()
                 if lockstep:  # the whole weights from the stepped shards
                     refresh(self.policy.lm)
+                if self.ent_coef_auto:
+                    self._adapt_ent_coef(global_mean(float(np.sum(batch_entropy))))
                 self._n_updates += 1
             if not continue_training:
                 break
@@ -214,6 +229,7 @@ class PPOUpdate(RolloutCollection):
         self.logger.record("train/policy_gradient_loss", float(np.mean(stats["pg"])))
         self.logger.record("train/value_loss", float(np.mean(stats["value"])))
         self.logger.record("train/entropy_loss", float(np.mean(stats["entropy"])))
+        self.logger.record("train/ent_coef", self.ent_coef)
         self.logger.record("train/approx_kl", float(np.mean(stats["approx_kl"])))
         self.logger.record("train/clip_fraction", float(np.mean(stats["clip_fraction"])))
         if stats["kl_ref"]:

@@ -1,0 +1,68 @@
+"""``ent_coef="auto"``: an entropy coefficient that holds the policy's entropy at a target.
+
+A fixed entropy bonus is either too weak to stop a policy from committing early (a linear action
+head made states near-certain within four updates on the task family, some of them wrong, and
+the policy gradient cannot move a near-certain wrong action: its gradient is ``p (1 - p) A``) or
+too strong once the task is learned. SAC-discrete's temperature rule (SB3's ``ent_coef="auto"``)
+keeps the mean entropy near a target instead: the coefficient grows while the entropy is below
+it and shrinks while it is above. Here the coefficient is multiplied by
+``exp(rate * (target - H) / log K)`` after every optimizer step (a few dozen steps per thousand
+env steps, far fewer than SAC's one per env step, hence a direct multiplicative rule rather than
+a slow Adam step on ``log alpha``), within ``[MIN_COEF, MAX_COEF]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: Where ``"auto"`` starts, and the bounds of the coefficient.
+INITIAL_COEF, MIN_COEF, MAX_COEF = 0.01, 1e-4, 1.0
+#: The default target, as a share of ``log K`` (K listed actions): p(rarest) ~ 0.05 for K = 2.
+TARGET_SHARE = 0.3
+#: How fast the coefficient follows: ``exp(RATE * gap / log K)`` per optimizer step.
+RATE = 1.0
+
+
+def parse_ent_coef(value: float | str) -> tuple[float, bool]:
+    """``(initial coefficient, adaptive?)`` from ``ent_coef``: a number, ``"auto"`` or
+    ``"auto_0.05"`` (adaptive, starting at 0.05), as SB3's SAC reads it.
+
+    >>> parse_ent_coef(0.02), parse_ent_coef("auto"), parse_ent_coef("auto_0.1")
+    ((0.02, False), (0.01, True), (0.1, True))
+    """
+    if isinstance(value, str):
+        name, _, start = value.partition("_")
+        if name != "auto":
+            raise ValueError(f"ent_coef must be a number, 'auto' or 'auto_<start>', got {value!r}.")
+        try:
+            initial = float(start) if start else INITIAL_COEF
+        except ValueError:
+            raise ValueError(
+                f"ent_coef {value!r}: the start after 'auto_' must be a number."
+            ) from None
+        if not MIN_COEF <= initial <= MAX_COEF:
+            raise ValueError(f"ent_coef {value!r}: start in [{MIN_COEF}, {MAX_COEF}].")
+        return initial, True
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"ent_coef must be >= 0, 'auto' or 'auto_<start>', got {value!r}.")
+    return float(value), False
+
+
+def default_target(n_actions: int) -> float:
+    """:data:`TARGET_SHARE` of the largest entropy, ``log K`` nats."""
+    if n_actions < 2:
+        raise ValueError(f"an entropy target needs at least 2 actions, got {n_actions}.")
+    return TARGET_SHARE * math.log(n_actions)
+
+
+def next_ent_coef(coef: float, entropy: float, target: float, n_actions: int) -> float:
+    """The coefficient after one optimizer step whose batch had mean entropy ``entropy``.
+
+    >>> round(next_ent_coef(0.01, entropy=0.1, target=0.2, n_actions=2), 5)  # below: grows
+    0.01155
+    >>> next_ent_coef(0.01, entropy=0.3, target=0.2, n_actions=2) < 0.01  # above: shrinks
+    True
+    """
+    scale = math.log(max(n_actions, 2))
+    updated = coef * math.exp(RATE * (target - entropy) / scale)
+    return min(max(updated, MIN_COEF), MAX_COEF)

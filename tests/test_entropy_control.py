@@ -1,0 +1,82 @@
+"""``ent_coef="auto"``: the pure rule, and PPO holding the entropy at a target (tiny model)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from gym_llm import PPO, make_text_env
+from gym_llm.rl.entropy_control import (
+    MAX_COEF,
+    MIN_COEF,
+    default_target,
+    next_ent_coef,
+    parse_ent_coef,
+)
+from gym_llm.testing import save_tiny_model
+
+
+def test_parse_reads_sb3_spellings_and_names_the_fix() -> None:
+    assert parse_ent_coef(0) == (0.0, False)
+    assert parse_ent_coef("auto_0.2") == (0.2, True)
+    for bad in ("adaptive", "auto_x", "auto_5", -0.1, True):
+        with pytest.raises(ValueError, match="ent_coef"):
+            parse_ent_coef(bad)
+
+
+def test_the_rule_moves_toward_the_target_and_stays_bounded() -> None:
+    target = default_target(2)
+    assert target == pytest.approx(0.3 * math.log(2))
+    assert next_ent_coef(0.01, 0.0, target, 2) == pytest.approx(0.01 * math.exp(0.3))
+    assert next_ent_coef(0.01, target, target, 2) == pytest.approx(0.01)
+    assert next_ent_coef(MAX_COEF, 0.0, target, 2) == MAX_COEF
+    assert next_ent_coef(MIN_COEF, 5.0, target, 2) == MIN_COEF
+    with pytest.raises(ValueError, match="at least 2 actions"):
+        default_target(1)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("entropy"), words=["low", "high"])
+
+
+def _ppo(model_dir: Path, **kwargs: object) -> PPO:
+    env = make_text_env("gym_llm/HighLow-v0", 2, seed=0)
+    policy = {"model": str(model_dir), "lora": {"r": 4}}
+    policy.update(kwargs.pop("policy", {}))  # type: ignore[call-overload]
+    return PPO("LLMPolicy", env, n_steps=8, batch_size=16, seed=0, device="cpu",
+               policy_kwargs=policy, **kwargs)  # fmt: skip
+
+
+def test_auto_follows_the_rule_after_every_optimizer_step(model_dir: Path, tmp_path: Path) -> None:
+    # near-certain choices at first (temperature 0.01): entropy far below 0.3 log 2
+    model = _ppo(model_dir, ent_coef="auto", policy={"temperature": 0.01})
+    steps: list[tuple[float, float]] = []  # (coefficient before, minibatch entropy)
+    adapt = model._adapt_ent_coef
+
+    def spy(entropy: float) -> None:
+        steps.append((model.ent_coef, entropy))
+        adapt(entropy)
+
+    model._adapt_ent_coef = spy
+    model.learn(32)
+    assert len(steps) == 4  # 2 updates x 2 epochs x 1 minibatch
+    target = default_target(2)
+    assert steps[0][0] == 0.01 and steps[0][1] < target
+    assert steps[1][0] > 0.01  # below the target: it grew
+    for (coef, entropy), (after, _) in zip(steps, [*steps[1:], (model.ent_coef, 0.0)], strict=True):
+        assert after == pytest.approx(next_ent_coef(coef, entropy, target, 2))
+    assert model.logger.name_to_value["train/ent_coef"] == model.ent_coef
+    # saved as adaptive, resuming from where it got to
+    model.save(tmp_path / "agent")
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    assert loaded.ent_coef_auto and loaded.ent_coef == pytest.approx(model.ent_coef)
+
+
+def test_auto_needs_choice_mode(model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="needs choice mode"):
+        _ppo(model_dir, ent_coef="auto", policy={"action_mode": "generate"})
+    with pytest.raises(ValueError, match="target_entropy"):
+        _ppo(model_dir, ent_coef="auto", target_entropy=0.0)
