@@ -350,14 +350,23 @@ class PromptEncoding(BasePolicy):
             self.top is not None and self.reuse_rollout_states and not self.gradient_checkpointing
         )
 
-    def _values(self, features: torch.Tensor) -> torch.Tensor:
-        """``(n,)`` critic values of ``(n, d)`` last-prompt-token final hidden states: read
-        centred and scaled like the action head's (``centred_critic``), else as they are."""
+    def _values(self, final: torch.Tensor, head_input: torch.Tensor | None = None) -> torch.Tensor:
+        """``(n,)`` critic values from the last prompt token: its final hidden state ``final``,
+        or with ``centred_critic`` the action head's centred, scaled input ``head_input``."""
         head = self.action_head
         if self.centred_critic and head is not None:
-            features = head.standardise(features)
-        values: torch.Tensor = self.value_head(features.float()).squeeze(-1)
+            assert head_input is not None, "the centred critic reads the head's features"
+            final = head.standardise(head_input)
+        values: torch.Tensor = self.value_head(final.float()).squeeze(-1)
         return values
+
+    def _head_layer(self, n_hidden_states: int) -> int:
+        """Which of a pass's ``hidden_states`` the action head reads: the first trainable
+        layer's input (frozen, so the head's calibration never goes stale, and cached by the
+        trunk cache; a linear fit on it needs 2-6x fewer steps than on the final layer), or the
+        final layer when every layer trains."""
+        first = self.first_trainable_layer
+        return first if first else n_hidden_states - 1
 
     def _prompt_pass(
         self, observations: Sequence[str], reserve: int | None = None
@@ -365,8 +374,8 @@ class PromptEncoding(BasePolicy):
         torch.Tensor, torch.Tensor, Any, torch.Tensor, list[TurnStates] | None, torch.Tensor
     ]:
         """Run the prompts once: next-token logits, values, KV cache, the full mask, (when
-        collected) each row's states for the update, and the last prompt token's final hidden
-        state (the critic's and the action head's features)."""
+        collected) each row's states for the update, and the action head's input (the last
+        prompt token's hidden state at :meth:`_head_layer`)."""
         ids, mask, positions, cache, _ = self._encode_prompts(observations, reserve=reserve)
         with self._capturing() as captured:
             out = self.lm(
@@ -379,7 +388,8 @@ class PromptEncoding(BasePolicy):
                 logits_to_keep=1,
             )
         last_hidden = out.hidden_states[-1][:, -1].float()
-        values = self._values(last_hidden)
+        head_input = out.hidden_states[self._head_layer(len(out.hidden_states))][:, -1].float()
+        values = self._values(last_hidden, head_input)
         states = None
         if captured:
             offset, width = mask.shape[1] - ids.shape[1], ids.shape[1]
@@ -388,4 +398,4 @@ class PromptEncoding(BasePolicy):
                 TurnStates(captured[0][i, width - length :], offset)
                 for i, length in enumerate(lengths)
             ]
-        return out.logits[:, -1], values, out.past_key_values, mask, states, last_hidden
+        return out.logits[:, -1], values, out.past_key_values, mask, states, head_input

@@ -149,8 +149,10 @@ class ActionScoring(TrunkPasses):
         log_dist = torch.log_softmax(out.logits[:, :-1].float(), dim=-1)
         token_lp = log_dist.gather(-1, cand_ids.repeat(n, 1).unsqueeze(-1)).squeeze(-1)
         last_prompt = out.hidden_states[-1][::k, ids.shape[1] - 1].float()
-        values = self._values(last_prompt)
-        return self._scores(token_lp.view(n, k, width), last_prompt), values
+        layer = self._head_layer(len(out.hidden_states))
+        head_input = out.hidden_states[layer][::k, ids.shape[1] - 1].float()
+        values = self._values(last_prompt, head_input)
+        return self._scores(token_lp.view(n, k, width), head_input), values
 
     def _scores_version(self) -> tuple[tuple[int, float], int, float, str, float | None]:
         """Changes whenever the choice scores could: a trainable weight (:meth:`weights_version`),

@@ -279,8 +279,9 @@ class TrunkPasses(PromptEncoding):
             self._top_prefix_cache(n) if size else (top.new_cache() if multi_token else None)
         )
         final = top(hidden, mask, positions, cache)
-        features = final[:, width - 1].float()
-        values = self._values(features)
+        # the head reads the first trainable layer's input: the states the top layers start from
+        head_input = hidden[:, width - 1].float()
+        values = self._values(final[:, width - 1].float(), head_input)
         first = torch.log_softmax(top.logits(final[:, width - 1]).float(), dim=-1)
         token_lp = first[:, cand_ids[:, 0]].unsqueeze(-1)
         if multi_token:
@@ -291,7 +292,7 @@ class TrunkPasses(PromptEncoding):
             full_mask, follow_positions = self._follow_layout(mask)
             out = top(follow, full_mask, follow_positions, cache)
             token_lp = torch.cat([token_lp, self._follow_log_probs(top.logits(out), n)], dim=-1)
-        return self._scores(token_lp, features), values
+        return self._scores(token_lp, head_input), values
 
     def _follow_layout(self, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Attention mask and positions for feeding every candidate's tokens but its last after
@@ -315,8 +316,8 @@ class TrunkPasses(PromptEncoding):
         return log_dist.gather(-1, targets).squeeze(-1).view(n, k, width - 1)
 
     def _scores(self, token_lp: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-        """``(n, K, width)`` candidate token log-probs and ``(n, d)`` last-prompt-token final
-        hidden states -> ``(n, K)`` action logits (plus the action head's, when there is one)."""
+        """``(n, K, width)`` candidate token log-probs and ``(n, d)`` action-head inputs
+        (:meth:`_head_layer`) -> ``(n, K)`` action logits (plus the head's, when there is one)."""
         assert self._candidates is not None
         cand_mask = self._candidates[1]
         scores = (token_lp * cand_mask.unsqueeze(0)).sum(-1)
