@@ -15,6 +15,9 @@ For every state of a task (``gym_llm/Family-v0``), with the library's default po
 - ``features``: the same for the final hidden state of the last prompt token (what the value head
   and a linear action head read), and a ridge probe's leave-one-out accuracy of the right action
   from it (with shuffled labels for a floor).
+- ``layers`` (``--layers``): how many full-batch steps a linear head needs to get every state
+  right from the last prompt token's hidden state at each layer (centred and scaled), and the
+  ridge probe there: which layer a head should read.
 - ``rollout``: one PPO rollout of ``--n-envs`` x ``--n-steps`` turns: each state's advantage
   signal-to-noise (mean advantage of the right action minus the other's, over the advantages'
   spread) and per parameter group gradient norms of the clipped surrogate and of the value loss.
@@ -49,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--n-steps", type=int, default=8, help="PPO n_steps")
     add("--seed", type=int, default=0, help="seed")
     add("--policy", nargs="*", default=[], metavar="KEY=VALUE", help="more LLMPolicy kwargs")
+    add("--layers", action="store_true", help="also fit a head on each layer's features")
     add("--jsonl", type=Path, default=None, help="append one row per task here")
     return parser
 
@@ -117,6 +121,55 @@ def ridge_loo_accuracy(features: np.ndarray, labels: np.ndarray, alpha: float = 
         w = np.linalg.solve(xt @ xt.T + alpha * np.eye(len(xt)), yt - yt.mean(0))  # dual form
         hits += int(classes[(x[i] @ xt.T @ w + yt.mean(0)).argmax()] == labels[i])
     return hits / len(x)
+
+
+def steps_to_fit(
+    features: torch.Tensor, labels: np.ndarray, k: int, max_steps: int = 400
+) -> int | None:
+    """Full-batch Adam steps (lr 5e-4, the policy's) of a zero-initialised linear head on the
+    centred, scaled features until every state's right action is its argmax (``None``: not
+    within ``max_steps``): how fast a head *can* learn from these features, without RL noise."""
+    from gym_llm.policy.action_head import standardiser
+
+    centre, scale = standardiser(features.float())
+    x = (features.float() - centre) / scale
+    y = torch.as_tensor(labels)
+    head = torch.nn.Linear(x.shape[1], k)
+    torch.nn.init.zeros_(head.weight)
+    torch.nn.init.zeros_(head.bias)
+    optimizer = torch.optim.Adam(head.parameters(), lr=5e-4)
+    for step in range(max_steps):
+        logits = head(x)
+        if bool((logits.argmax(-1) == y).all()) and step > 0:
+            return step
+        loss = torch.nn.functional.cross_entropy(logits, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return None
+
+
+def layer_fits(model: Any, texts: list[str], right: np.ndarray, k: int) -> dict[str, Any]:
+    """:func:`steps_to_fit` and the ridge probe on the last prompt token at every fourth layer,
+    the first trainable layer's input and the final layer (untrained model)."""
+    policy = model.policy
+    with torch.no_grad():
+        states = []
+        for text in texts:
+            out = policy.lm(
+                input_ids=torch.tensor([policy.prompt_ids(text)]), output_hidden_states=True
+            )
+            states.append(torch.stack([h[0, -1].float() for h in out.hidden_states]))
+    hidden = torch.stack(states)  # (n, layers + 1, d)
+    last = hidden.shape[1] - 1
+    layers = sorted({*range(4, last, 4), policy.first_trainable_layer or last, last})
+    return {
+        str(layer): {
+            "steps_to_fit": steps_to_fit(hidden[:, layer], right, k),
+            "probe_loo": ridge_loo_accuracy(hidden[:, layer].double().numpy(), right),
+        }
+        for layer in layers
+    }
 
 
 def per_state_gradients(model: Any, texts: list[str]) -> dict[str, Any]:
@@ -260,6 +313,9 @@ def diagnose(task: str, args: argparse.Namespace) -> dict[str, Any]:
         },
         "gradient_s": round(time.perf_counter() - start, 2),
     }
+    if args.layers:
+        row["layers"] = layer_fits(model, texts, right, k)
+        row["first_trainable_layer"] = model.policy.first_trainable_layer
     right_by_text = dict(zip(texts, right.tolist(), strict=True))
     row["rollout"] = rollout_figures(model, right_by_text)
     return row

@@ -76,3 +76,16 @@ def test_arms_split_policy_from_ppo_settings() -> None:
     assert (name, policy, ppo) == ("head", {"action_head": True}, {"ent_coef": 0.05, "n_epochs": 4})
     with pytest.raises(ValueError, match="--arms bad"):
         parse_arm("bad:action_head")
+
+
+def test_steps_to_fit_counts_until_every_state_is_right() -> None:
+    import torch
+
+    from benchmarks.diagnose_learning import steps_to_fit
+
+    labels = np.array([0, 1, 0, 1])
+    easy = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]]) * 10
+    steps = steps_to_fit(easy, labels, 2)
+    assert steps is not None and steps >= 1
+    same = torch.ones(4, 2)  # nothing tells the states apart: never all right
+    assert steps_to_fit(same, labels, 2, max_steps=20) is None

@@ -51,6 +51,8 @@ class PromptEncoding(BasePolicy):
     action_head: Any
     #: Whether the critic reads the action head's centred features.
     centred_critic: bool
+    #: The first decoder layer that trains (0 or ``None``: all of them).
+    first_trainable_layer: int | None
     conversation: bool
     system_prompt: str | None
     max_prompt_tokens: int | None
