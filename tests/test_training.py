@@ -85,6 +85,8 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
         _config(tiny_model_dir, advantage_estimator="ppo")
     with pytest.raises(ValueError, match="choice_calibration"):
         _config(tiny_model_dir, mode="generate", choice_calibration=True)
+    with pytest.raises(ValueError, match="action_head needs mode='choice'"):
+        _config(tiny_model_dir, mode="generate", action_head=True)
     config = _config(
         tiny_model_dir,
         timesteps=32,
@@ -92,9 +94,11 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
         value_lr_scale=10.0,
         critic_warmup_steps=32,
         choice_calibration=True,
+        action_head=True,
     )
     run(config, tmp_path / "run")
     model = PPO.load(tmp_path / "run" / "agent", device="cpu")
     assert model.advantage_estimator == "rloo" and model.critic_warmup_steps == 32
     assert model.policy.value_lr_scale == 10.0
     assert model.policy.choice_calibration is not None
+    assert model.policy.action_head is not None and model.policy.action_head.is_calibrated

@@ -46,6 +46,9 @@ class TrainConfig:
     critic_warmup_steps: int = 0
     #: Choice mode: subtract each action's score under a content-free prompt.
     choice_calibration: bool = False
+    #: Choice mode: a linear action head on the centred hidden state of the first trainable
+    #: layer's input (the critic reads it too); see LLMPolicy's action_head.
+    action_head: bool = False
     #: Decoder layers that train, from the top: "auto" (a quarter with LoRA, all without),
     #: "all", a count ("8") or a share ("0.25"). The update starts from the hidden states the
     #: rollout computed below them, so fewer layers make it cheaper.
@@ -104,8 +107,9 @@ class TrainConfig:
             raise ValueError(f"sft_epochs must be > 0, got {self.sft_epochs}.")
         parse_trainable_layers(self.trainable_layers)  # a bad value fails here, not mid-run
         check_estimator(self.advantage_estimator)
-        if self.choice_calibration and self.mode != "choice":
-            raise ValueError("choice_calibration needs mode='choice'.")
+        for name in ("choice_calibration", "action_head"):
+            if getattr(self, name) and self.mode != "choice":
+                raise ValueError(f"{name} needs mode='choice'.")
         if self.checkpoint_every is not None and self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}.")
         if self.keep_checkpoints < 1:
@@ -127,6 +131,8 @@ class TrainConfig:
         }
         if self.choice_calibration:
             kwargs["choice_calibration"] = True
+        if self.action_head:
+            kwargs["action_head"] = True
         if self.max_new_tokens is not None:
             kwargs["max_new_tokens"] = self.max_new_tokens
         return kwargs
