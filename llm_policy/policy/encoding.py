@@ -49,10 +49,8 @@ class PromptEncoding(BasePolicy):
     value_head: torch.nn.Linear
     #: Choice mode's linear action head on centred features (``None``: off).
     action_head: Any
-    #: Whether the critic reads the action head's centred features.
-    centred_critic: bool
-    #: The first decoder layer that trains (0 or ``None``: all of them).
-    first_trainable_layer: int | None
+    centred_critic: bool  # the critic reads the action head's centred features
+    first_trainable_layer: int | None  # 0 or None: every layer trains
     conversation: bool
     system_prompt: str | None
     max_prompt_tokens: int | None
@@ -363,10 +361,8 @@ class PromptEncoding(BasePolicy):
         return values
 
     def _head_layer(self, n_hidden_states: int) -> int:
-        """Which of a pass's ``hidden_states`` the action head reads: the first trainable
-        layer's input (frozen, so the head's calibration never goes stale, and cached by the
-        trunk cache; a linear fit on it needs 2-6x fewer steps than on the final layer), or the
-        final layer when every layer trains."""
+        """The ``hidden_states`` index the action head reads: the first trainable layer's input
+        (frozen, cached, 2-6x fewer steps to fit than the final layer), else the final one."""
         first = self.first_trainable_layer
         return first if first else n_hidden_states - 1
 

@@ -116,14 +116,12 @@ class LLMPolicy(UpdatePasses):
             not the LM's prior over the action strings (untrained SmolLM2 samples Blackjack's
             ``hit`` 0.4% of the time). Fixed at construction, part of the policy (log-probs stay
             exact), saved with the agent.
-        action_head: choice mode: add to the action logits a linear map of the last prompt
-            token's final hidden state, centred and scaled over the first rollout's distinct
-            observations (:mod:`gym_llm.policy.action_head`). Zero at the start (the policy
-            starts as the LM's prior); it learns what tells states apart, which the LoRA
-            weights' gradient barely does (their gradient is 99 % the same in every state).
-        centred_critic: the critic reads the same centred features as the action head (its
-            raw input is 99.9 % the same in every state too, so it learns one value for all of
-            them at first); ``None``: on with ``action_head``.
+        action_head: choice mode: add to the action logits a zero-initialised linear map of the
+            last prompt token's hidden state at the first trainable layer's input, centred and
+            scaled over the first rollout's observations (:mod:`gym_llm.policy.action_head`):
+            what tells states apart, which the LoRA gradient barely moves (99 % shared).
+        centred_critic: the critic reads the head's centred features too (its raw input is
+            99.9 % the same in every state); ``None``: on with ``action_head``.
         max_prompt_tokens: the most prompt tokens a turn may take (``None``: no limit). Longer
             prompts are fitted, the same way in rollouts and updates (a function of the
             observation): a conversation drops its oldest exchanges, keeping the first
@@ -378,16 +376,14 @@ class LLMPolicy(UpdatePasses):
         return (replies[0] if single else replies), state
 
     def calibrate_action_head(self, observations: Sequence[str]) -> bool:
-        """Set the action head's centre and scale from these observations' features, once,
-        before its first step (no logit changes: its weights are still zero). Returns whether
-        it calibrated now (``False``: no head, or calibrated already)."""
+        """Set the action head's centre and scale from these observations, once, before its first
+        step (its weights are zero: no logit moves). Whether it calibrated now."""
         head = self.action_head
         if head is None or head.is_calibrated:
             return False
         if self.centred_critic and bool(self.value_head.weight.detach().any()):
-            raise RuntimeError(
-                "The critic has trained already on uncentred features: centring them now would "
-                "change its values. Calibrate before the first update (PPO does)."
+            raise RuntimeError(  # centring its input now would change its values
+                "The critic has trained already: calibrate before the first update (PPO does)."
             )
         distinct = list(dict.fromkeys(str(o) for o in observations))
         with torch.no_grad(), self.rollout_kernels(), self._without_states():
