@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     summary = commands.add_parser("summarize", help="k of N per task and arm")
     summary.add_argument("jsonl", type=Path)
     summary.add_argument("--target", type=float, default=0.9)
+    summary.add_argument("--markdown", action="store_true", help="a table for RESULTS.md")
     return parser
 
 
@@ -202,12 +203,41 @@ def summarize(path: Path, target: float = 0.9) -> list[dict[str, Any]]:
     return table
 
 
+def markdown(table: list[dict[str, Any]]) -> str:
+    """One row per task, one column per arm: "k of N (median steps)" and the mean gap closed."""
+    arms = list(dict.fromkeys(r["arm"] for r in table))
+    tasks = list(dict.fromkeys(r["task"] for r in table))
+    cell = {(r["task"], r["arm"]): r for r in table}
+    lines = [
+        "| task | " + " | ".join(arms) + " |",
+        "|---|" + "---|" * len(arms),
+    ]
+    for task in tasks:
+        cells = []
+        for arm in arms:
+            r = cell.get((task, arm))
+            if r is None:
+                cells.append("–")
+                continue
+            steps = f", median {r['median_steps']}" if r["median_steps"] is not None else ""
+            cells.append(
+                f"{r['reached']} of {r['seeds']}{steps}; gap {r['mean_start_gap']:.2f} → "
+                f"{r['mean_final_gap']:.2f}"
+            )
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command == "run":
         run(args)
         return
-    for row in summarize(args.jsonl, args.target):
+    table = summarize(args.jsonl, args.target)
+    if args.markdown:
+        print(markdown(table))
+        return
+    for row in table:
         print(
             f"{row['task']:<22} {row['arm']:<14} {row['reached']:>2} of {row['seeds']:<2} "
             f"median steps {row['median_steps']}  gap {row['mean_start_gap']:.2f} -> "

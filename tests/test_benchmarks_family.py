@@ -89,3 +89,17 @@ def test_steps_to_fit_counts_until_every_state_is_right() -> None:
     assert steps is not None and steps >= 1
     same = torch.ones(4, 2)  # nothing tells the states apart: never all right
     assert steps_to_fit(same, labels, 2, max_steps=20) is None
+
+
+def test_markdown_has_a_column_per_arm(tmp_path: Path) -> None:
+    from benchmarks.family_sweep import markdown
+
+    path = tmp_path / "sweep.jsonl"
+    rows = [
+        _row("walk-p0-s0", 0, "head", [0.0, 0.95]),
+        _row("walk-p0-s0", 0, "defaults", [0.0, 0.0]),
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = markdown(summarize(path))
+    assert text.splitlines()[0] == "| task | defaults | head |"
+    assert "1 of 1, median 128; gap 0.00 → 0.95" in text and "0 of 1; gap 0.00 → 0.00" in text
