@@ -37,7 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = new_parser("python -m benchmarks.learning_sweep", __doc__)
     add = parser.add_argument
     add("--seeds", type=_seeds, default=list(range(10)), help="e.g. 0-9 or 0,3,7")
-    add("--modes", nargs="+", default=["choice", "generate"], choices=["choice", "generate"])
+    add(
+        "--modes",
+        nargs="+",
+        default=["choice", "generate"],
+        choices=["choice", "generate", "head", "no-head"],
+        help="KeywordBandit's two modes; or HighLow with the action head (tests/test_learning_head)",
+    )
     add("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
     add("--json", type=Path, default=None, help="write the results here")
     return parser
@@ -50,14 +56,21 @@ def one_run(mode: str, seed: int) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        before, curve = train_keyword_bandit(Path(tmp), mode, seed)
+    if mode in ("head", "no-head"):
+        from tests import test_learning_head as head
+
+        with tempfile.TemporaryDirectory() as tmp:
+            before, curve = head.train_high_low(Path(tmp), seed, head=mode == "head")
+        check, steps = head.check, head.STEPS
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            before, curve = train_keyword_bandit(Path(tmp), mode, seed)
+        check, steps = _check, int(SETTINGS[mode]["steps"])
     try:
-        _check(before, curve)
+        check(before, curve)
         passed = True
     except AssertionError:
         passed = False
-    steps = int(SETTINGS[mode]["steps"])
     points = [steps * (i + 1) // len(curve) for i in range(len(curve))]
     reached = next((p for p, v in zip(points, curve, strict=True) if v >= 0.9), None)
     return {
