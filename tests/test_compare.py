@@ -229,3 +229,19 @@ def test_plan_runs_deterministic_agents_once_and_usual_budgets_on_the_first_seed
     cart = [(j.agent, j.seed, j.zero_shot) for j in plan([EnvSpec("CartPole-v1")], agents, args)]
     assert ("llm-choice", 2, True) in cart  # Monte-Carlo: zero-shot from every trained run
     assert all(agent != "llm-zero-shot" for agent, _, _ in cart)
+
+
+def test_the_action_head_flags_reach_choice_runs_only() -> None:
+    from gym_llm.experiments.suite_runs import llm_config
+
+    args = SuiteConfig.from_namespace(
+        build_parser().parse_args(["--llm-action-head", "--llm-choice-calibration"])
+    )
+    spec = EnvSpec("gym_llm/Family-v0", {"task": "compare-p0-s1"})
+    choice = llm_config(spec, "choice", 128, 0, args)
+    assert choice.action_head and choice.choice_calibration
+    assert choice.policy_kwargs()["action_head"] is True
+    generate = llm_config(spec, "generate", 128, 0, args)
+    assert not generate.action_head and not generate.choice_calibration
+    plain = SuiteConfig.from_namespace(build_parser().parse_args([]))
+    assert not llm_config(spec, "choice", 128, 0, plain).action_head

@@ -160,6 +160,18 @@ def build_parser(
         "within 2,048 env steps; benchmarks/RESULTS.md)",
     )
     add(
+        "--llm-action-head",
+        action="store_true",
+        help="LLM PPO, choice mode: a linear action head on centred features (policy_kwargs "
+        "action_head; it learned the task family's relational tasks, benchmarks/RESULTS.md)",
+    )
+    add(
+        "--llm-choice-calibration",
+        action="store_true",
+        help="LLM PPO, choice mode: subtract each action's content-free score (a near-certain "
+        "prior is a corner the policy cannot leave)",
+    )
+    add(
         "--max-new-tokens",
         type=int,
         default=defaults.max_new_tokens,
