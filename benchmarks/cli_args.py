@@ -27,3 +27,23 @@ def add_model_and_env(
     add("--env-kwargs", nargs="*", default=["sab=False"], metavar="KEY=VALUE", help="env kwargs")
     add("--mode", choices=["choice", "generate"], default=mode, help="action mode")
     add("--n-envs", type=int, default=8, help=n_envs_help)
+
+
+def seed_list(text: str) -> list[int]:
+    """``--seeds`` as written: ``0-9`` (a range, both ends included) or ``0,3,7``."""
+    if "-" in text:
+        low, high = text.split("-", 1)
+        return list(range(int(low), int(high) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def keeping(record: Callable[..., Any], names: tuple[str, ...], figures: dict[str, float]) -> Any:
+    """``logger.record`` that also keeps the last value of each logged key whose last part is
+    one of ``names`` (``rollout/state_entropy`` -> ``figures["state_entropy"]``)."""
+
+    def wrapped(key: str, value: Any, exclude: Any = None) -> None:
+        if key.split("/")[-1] in names:
+            figures[key.split("/")[-1]] = float(value)
+        record(key, value, exclude)
+
+    return wrapped

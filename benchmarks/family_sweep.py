@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli_args import new_parser
+from benchmarks.cli_args import keeping, new_parser, seed_list
 from gym_llm.policy.models import DEFAULT_MODEL
 
 ENV_ID = "gym_llm/Family-v0"
@@ -37,13 +37,6 @@ WALK_STEPS = 2048
 DIAGNOSTICS = ("state_entropy", "mutual_information", "approx_kl", "clip_fraction")
 
 
-def _seeds(text: str) -> list[int]:
-    if "-" in text:
-        low, high = text.split("-", 1)
-        return list(range(int(low), int(high) + 1))
-    return [int(s) for s in text.split(",")]
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser("python -m benchmarks.family_sweep", __doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -51,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     add = run.add_argument
     add("--split", choices=["tuning", "held-out"], default="tuning", help="the family's split")
     add("--tasks", nargs="*", default=None, help="these tasks instead of a split's")
-    add("--seeds", type=_seeds, default=list(range(10)), help="e.g. 0-9 or 0,3,7")
+    add("--seeds", type=seed_list, default=list(range(10)), help="e.g. 0-9 or 0,3,7")
     add(
         "--arms",
         nargs="+",
@@ -79,15 +72,6 @@ def _done(path: Path) -> set[tuple[str, int, str]]:
         return set()
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return {(r["task"], r["seed"], r["arm"]) for r in rows}
-
-
-def _recorder(record: Any, figures: dict[str, float]) -> Any:
-    def wrapped(key: str, value: Any, exclude: Any = None) -> None:
-        if key.split("/")[-1] in DIAGNOSTICS:
-            figures[key.split("/")[-1]] = float(value)
-        record(key, value, exclude)
-
-    return wrapped
 
 
 def parse_arm(text: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -121,7 +105,7 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
     )  # fmt: skip
     figures: dict[str, float] = {}
     logger = configure(None, [])
-    logger.record = _recorder(logger.record, figures)
+    logger.record = keeping(logger.record, DIAGNOSTICS, figures)
     model.set_logger(logger)
 
     def point(seconds: float) -> dict[str, Any]:

@@ -23,20 +23,13 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli_args import new_parser
-
-
-def _seeds(text: str) -> list[int]:
-    if "-" in text:
-        low, high = text.split("-", 1)
-        return list(range(int(low), int(high) + 1))
-    return [int(s) for s in text.split(",")]
+from benchmarks.cli_args import new_parser, seed_list
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser("python -m benchmarks.learning_sweep", __doc__)
     add = parser.add_argument
-    add("--seeds", type=_seeds, default=list(range(10)), help="e.g. 0-9 or 0,3,7")
+    add("--seeds", type=seed_list, default=list(range(10)), help="e.g. 0-9 or 0,3,7")
     add(
         "--modes",
         nargs="+",

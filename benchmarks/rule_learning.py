@@ -23,7 +23,7 @@ from typing import Any
 
 from stable_baselines3.common.logger import configure
 
-from benchmarks.cli_args import new_parser
+from benchmarks.cli_args import keeping, new_parser
 from gym_llm import PPO, make_text_env
 from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
 from gym_llm.envs.high_low import HighLowEnv, exact_success
@@ -62,7 +62,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     figures: dict[str, float] = {}
     logger = configure(None, [])  # no output: this script prints its own rows
-    logger.record = _recorder(logger.record, figures)
+    keep = ("state_entropy", "mutual_information", "greedy_changed", "explained_variance")
+    logger.record = keeping(logger.record, keep, figures)
     model.set_logger(logger)
 
     def point(seconds: float) -> dict[str, Any]:
@@ -87,18 +88,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2))
     return result
-
-
-def _recorder(record: Any, figures: dict[str, float]) -> Any:
-    """``logger.record`` that also keeps the rollout diagnostics and a few train figures."""
-    keep = ("state_entropy", "mutual_information", "greedy_changed", "explained_variance")
-
-    def wrapped(key: str, value: Any, exclude: Any = None) -> None:
-        if key.split("/")[-1] in keep:
-            figures[key.split("/")[-1]] = float(value)
-        record(key, value, exclude)
-
-    return wrapped
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ import numpy as np
 from gymnasium import spaces
 
 from gym_llm.envs.family_tasks import KINDS, PHRASINGS, Task
+from gym_llm.envs.tabular import TabularModel
 
 ENV_ID = "gym_llm/Family-v0"
 
@@ -129,17 +130,16 @@ class FamilyEnv(gym.Env[np.int64, np.int64]):
         }
 
     @cached_property
-    def optimal_return(self) -> float:
-        from gym_llm.envs.tabular import TabularModel
+    def _model(self) -> TabularModel:
+        return TabularModel.of(self)
 
-        return TabularModel.of(self).optimum()
+    @cached_property
+    def optimal_return(self) -> float:
+        return self._model.optimum()
 
     @cached_property
     def random_return(self) -> float:
-        from gym_llm.envs.tabular import TabularModel
-
-        model = TabularModel.of(self)
-        return model.value(np.full(model.reward.shape, 1.0 / self.n_actions))
+        return self._model.value(np.full(self._model.reward.shape, 1.0 / self.n_actions))
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -160,9 +160,7 @@ class FamilyEnv(gym.Env[np.int64, np.int64]):
         nxt, reward = self.task.moves[self._state][int(action)]
         self._moves += 1
         terminated = nxt is None
-        observation = np.int64(self._state if nxt is None else nxt)
-        self._state = None if terminated else int(observation)
         truncated = not terminated and self._moves >= self.horizon
-        if truncated:
-            self._state = None
+        observation = np.int64(self._state if nxt is None else nxt)
+        self._state = None if terminated or truncated else int(observation)
         return observation, float(reward), terminated, truncated, {}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from benchmarks.learning_sweep import _seeds, summarize
+from benchmarks.cli_args import seed_list as _seeds
+from benchmarks.learning_sweep import summarize
 
 
 def test_seed_lists() -> None:

@@ -35,6 +35,8 @@ class RolloutCollection(OnPolicyAlgorithm):
     invalid_action_rate: float
     #: Each observation's greedy action when a rollout first saw it (rollout/greedy_changed).
     _first_greedy: dict[str, int]
+    #: rollout/input_ignored has warned once in this process (it then only logs).
+    _warned_input_ignored: bool
     #: True while a rollout is being collected (a checkpoint then cannot resume exactly).
     _in_rollout: bool
 
@@ -150,7 +152,7 @@ class RolloutCollection(OnPolicyAlgorithm):
             figures["input_ignored"] = float(input_ignored(figures, all_probs.shape[1]))
             for name, value in figures.items():
                 self.logger.record(f"rollout/{name}", value)
-            if figures["input_ignored"] and not getattr(self, "_warned_input_ignored", False):
+            if figures["input_ignored"] and not self._warned_input_ignored:
                 self._warned_input_ignored = True
                 warnings.warn(
                     f"At {self.num_timesteps} env steps the policy plays the same near-certain "

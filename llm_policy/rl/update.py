@@ -95,7 +95,7 @@ class PPOUpdate(RolloutCollection):
     def _calibrate_action_head(self) -> None:
         """Before the first step, the action head's centre and scale from this rollout's
         distinct observations (the main process's, so that every process holds the same)."""
-        head = getattr(self.policy, "action_head", None)
+        head = self.policy.action_head
         if head is None or head.is_calibrated:
             return
         seen = dict.fromkeys(str(o) for o in self.rollout_buffer.observations_text.reshape(-1))
