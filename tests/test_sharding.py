@@ -17,6 +17,7 @@ from torch.distributed.tensor import DTensor, Shard, distribute_tensor, init_dev
 from gym_llm import PPO
 from gym_llm.rl import sharding
 from tests.test_data_parallel import HELPER, ROOT, _run, _torchrun
+from tests.test_distributed import leave_process_group
 
 ACCELERATE_FSDP = [
     sys.executable, "-m", "accelerate.commands.launch", "--config_file",
@@ -188,11 +189,10 @@ def _sharded_helpers(rank: int, directory: str) -> None:
         for c, g in zip(clipped, grads, strict=True):
             torch.testing.assert_close(c, g / (whole.norm() + 1e-6))
         Path(directory, f"rank{rank}.ok").touch()
-    finally:
-        # Both processes done with every collective before either tears down: a gloo peer torn
-        # down while the other still completes a send aborts it (SIGABRT, seen once under load).
-        dist.barrier()
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    leave_process_group()
 
 
 def test_sharded_helpers_in_two_processes(tmp_path: Path) -> None:
