@@ -1,7 +1,8 @@
 """k of N seeds on the task family: PPO with one set of settings (an *arm*) on each task and seed.
 
     python -m benchmarks.family_sweep run --split tuning --seeds 0-9 \\
-        --arms defaults head:action_head=true --jsonl benchmarks/results/family/tuning.jsonl
+        --arms defaults plain:action_head=false,choice_calibration=false \\
+        --jsonl benchmarks/results/family/tuning.jsonl
     python -m benchmarks.family_sweep summarize benchmarks/results/family/tuning.jsonl
 
 Each run is PPO as a user builds it (the library's defaults plus the arm's settings: an arm is

@@ -25,6 +25,9 @@ from typing import Any
 
 from benchmarks.cli_args import new_parser, seed_list
 
+#: learning_sweep mode -> tests.test_learning_corner arm.
+CORNER_MODES = {"corner": "defaults", "corner-plain": "plain", "corner-head": "head"}
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser("python -m benchmarks.learning_sweep", __doc__)
@@ -34,8 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--modes",
         nargs="+",
         default=["choice", "generate"],
-        choices=["choice", "generate", "head", "no-head"],
-        help="KeywordBandit's two modes; or HighLow with the action head (tests/test_learning_head)",
+        choices=["choice", "generate", "head", "no-head", *CORNER_MODES],
+        help="KeywordBandit's two modes; HighLow with and without the action head "
+        "(tests/test_learning_head); HighLow from a prior of 0.3 %% for the better arm "
+        "(tests/test_learning_corner: the defaults, neither head nor calibration, the head alone)",
     )
     add("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
     add("--json", type=Path, default=None, help="write the results here")
@@ -49,7 +54,14 @@ def one_run(mode: str, seed: int) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     start = time.perf_counter()
-    if mode in ("head", "no-head"):
+    if mode in CORNER_MODES:
+        from tests import test_learning_corner as corner
+        from tests import test_learning_head as head
+
+        with tempfile.TemporaryDirectory() as tmp:
+            before, curve = corner.train_corner(Path(tmp), seed, CORNER_MODES[mode])
+        check, steps = head.check, head.STEPS
+    elif mode in ("head", "no-head"):
         from tests import test_learning_head as head
 
         with tempfile.TemporaryDirectory() as tmp:

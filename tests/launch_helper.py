@@ -86,6 +86,9 @@ def main(mode: str, model_dir: str, out: str, env_kind: str = "choice") -> None:
         "held_elements": sum(
             local(p).numel() for p in model.policy.optimizer.param_groups[0]["params"]
         ),
+        "replicated_elements": sum(  # what every process holds whole (the action head)
+            p.numel() for p in model.policy.optimizer.param_groups[0]["params"] if local(p) is p
+        ),
     }
     (Path(out) / f"rank{rank()}.json").write_text(json.dumps(report))
     if full:  # loaded (weights and momentum) into a new agent, which trains on

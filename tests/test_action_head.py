@@ -3,13 +3,14 @@ the same logits on every scoring path, saved with the agent (tiny model)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from gym_llm import PPO, LLMPolicy, make_text_env
-from gym_llm.policy.action_head import ActionHead, standardiser
+from gym_llm.policy.action_head import ActionHead, choice_extras, standardiser
 from gym_llm.testing import save_tiny_model
 
 WORDS = ["low", "high"]
@@ -105,3 +106,40 @@ def test_the_head_and_its_calibration_are_saved(model_dir: Path, tmp_path: Path)
 def test_generate_mode_has_no_head(model_dir: Path) -> None:
     with pytest.raises(ValueError, match="action_head needs choice mode"):
         _ppo(model_dir, True, action_mode="generate")
+
+
+def test_on_by_default_in_choice_mode_only() -> None:
+    assert choice_extras("choice", None, None, None) == (True, True, True)
+    assert choice_extras("generate", None, None, None) == (False, False, False)
+    assert choice_extras("choice", False, None, None) == (False, True, False)
+    assert choice_extras("choice", True, False, False) == (True, False, False)
+    with pytest.raises(ValueError, match="choice_calibration needs choice mode"):
+        choice_extras("generate", None, True, None)
+    with pytest.raises(ValueError, match="pass action_head=True"):
+        choice_extras("choice", False, None, True)
+
+
+def test_the_defaults_are_saved_and_older_agents_load_without(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    env = make_text_env("gym_llm/HighLow-v0", n_envs=2, seed=0)
+    model = PPO(LLMPolicy, env, policy_kwargs={"model": str(model_dir), "lora": {"r": 4}},
+                n_steps=8, batch_size=16, seed=0, device="cpu")  # fmt: skip
+    assert model.policy.action_head is not None and model.policy.choice_calibration is not None
+    model.learn(16)
+    model.save(tmp_path / "new")
+    saved = json.loads((tmp_path / "new" / "config.json").read_text())["policy_kwargs"]
+    assert saved["action_head"] is True and saved["choice_calibration"] is True
+    loaded = PPO.load(tmp_path / "new", device="cpu")
+    torch.testing.assert_close(_logits(loaded), _logits(model))
+    # An agent saved before these defaults trained without either and wrote neither setting.
+    old = _ppo(model_dir, False, choice_calibration=False)
+    old.learn(16)
+    old.save(tmp_path / "old")
+    config = json.loads((tmp_path / "old" / "config.json").read_text())
+    for name in ("action_head", "choice_calibration", "centred_critic"):
+        config["policy_kwargs"].pop(name, None)
+    (tmp_path / "old" / "config.json").write_text(json.dumps(config))
+    reloaded = PPO.load(tmp_path / "old", device="cpu")
+    assert reloaded.policy.action_head is None and reloaded.policy.choice_calibration is None
+    torch.testing.assert_close(_logits(reloaded), _logits(old))

@@ -26,13 +26,26 @@ STEPS, EVERY = 4096, 512
 BEST_AT_LEAST, GAIN_AT_LEAST = 0.7, 0.1
 
 
-def train_high_low(tmp_path: Path, seed: int, head: bool = True) -> tuple[float, list[float]]:
-    """Exact success before training and every ``EVERY`` env steps (tiny model, 1 thread)."""
-    model_dir = save_tiny_model(tmp_path / "model", words=["low", "high"], seed=seed)
+def train_high_low(
+    tmp_path: Path,
+    seed: int,
+    head: bool = True,
+    calibration: bool | None = None,
+    words: tuple[str, ...] = ("low", "high"),
+) -> tuple[float, list[float]]:
+    """Exact success before training and every ``EVERY`` env steps (tiny model, 1 thread).
+
+    ``head=False``: the plain LoRA policy (neither the head nor, unless ``calibration`` says
+    otherwise, the calibration; both are on by default). ``words``: the tokenizer's whole words;
+    an action spelled from several tokens starts rare."""
+    model_dir = save_tiny_model(tmp_path / "model", words=list(words), seed=seed)
     env = make_text_env("gym_llm/HighLow-v0", n_envs=8, seed=seed)
-    policy: dict[str, Any] = {"model": str(model_dir), "lora": {"r": 4}}
-    if head:
-        policy.update(action_head=True, choice_calibration=True)
+    policy: dict[str, Any] = {
+        "model": str(model_dir),
+        "lora": {"r": 4},
+        "action_head": head,
+        "choice_calibration": head if calibration is None else calibration,
+    }
     model = PPO(LLMPolicy, env, policy_kwargs=policy, n_steps=8, batch_size=64, seed=seed,
                 device="cpu")  # fmt: skip
 

@@ -53,7 +53,7 @@ def test_stored_log_probs_equal_training_log_probs(kb_model_dir: Path, mode: str
 
 def test_choice_scores_with_shared_cache_match_full_sequences(kb_model_dir: Path) -> None:
     """Scoring candidates on the shared prompt KV cache equals scoring each full sequence."""
-    policy = _policy(kb_model_dir, action_mode="choice")
+    policy = _policy(kb_model_dir, action_mode="choice", choice_calibration=False)
     with torch.no_grad():
         scores, _, _ = policy._choice_scores(OBS)
         for b, obs in enumerate(OBS):
@@ -178,7 +178,7 @@ def test_gradients_through_the_shared_prefix_match(kb_model_dir: Path) -> None:
 
 
 def test_prefix_cache_is_invalidated_when_weights_change(kb_model_dir: Path) -> None:
-    policy = _policy(kb_model_dir, lora={"r": 4})
+    policy = _policy(kb_model_dir, lora={"r": 4}, action_head=False)  # critic on the LM's state
     with torch.no_grad():
         policy.value_head.weight.normal_()  # zero at init: make values depend on the prompt
     with torch.inference_mode():
@@ -195,7 +195,7 @@ def test_prefix_cache_is_invalidated_when_weights_change(kb_model_dir: Path) -> 
     policy.set_training_mode(False)
     with torch.inference_mode():
         after = policy.predict_values(OBS)
-    reference = _policy(kb_model_dir, lora={"r": 4}, share_prefix=False)
+    reference = _policy(kb_model_dir, lora={"r": 4}, share_prefix=False, action_head=False)
     reference.load_state_dict(policy.state_dict())
     with torch.inference_mode():
         np.testing.assert_allclose(after.numpy(), reference.predict_values(OBS).numpy(), atol=1e-5)

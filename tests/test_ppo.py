@@ -63,7 +63,8 @@ def test_learn_changes_only_lora_and_value_head(model_dir: Path, mode: str) -> N
     model.learn(16)
     changed = {n for n, p in model.policy.named_parameters() if not torch.equal(p, before[n])}
     assert changed, "nothing was trained"
-    assert all("lora_" in n or n.startswith("value_head") for n in changed), changed
+    heads = ("value_head", "action_head")  # the action head: choice mode's default
+    assert all("lora_" in n or n.startswith(heads) for n in changed), changed
     assert any(n.startswith("value_head") for n in changed)
     assert any("lora_B" in n for n in changed)
 
@@ -348,7 +349,9 @@ def test_a_policy_that_ignores_its_input_is_flagged_once(tmp_path: Path) -> None
     def run(temperature: float) -> tuple[list[str], list[float]]:
         model = PPO(
             "LLMPolicy", env, n_steps=8, batch_size=16, seed=0, device="cpu",
-            policy_kwargs={"model": str(model_dir), "temperature": temperature},
+            policy_kwargs={
+                "model": str(model_dir), "temperature": temperature, "choice_calibration": False
+            },
         )  # fmt: skip
         seen: list[float] = []
         logger = configure(None, [])
@@ -368,7 +371,8 @@ def test_a_policy_that_ignores_its_input_is_flagged_once(tmp_path: Path) -> None
 
     # An untrained tiny model at a very low temperature: the same near-certain action everywhere.
     warned, seen = run(0.01)
-    assert len(warned) == 1 and "action_head" in warned[0]  # once per run, with what to try
+    assert len(warned) == 1  # once per run, with what to try (not what is on already)
+    assert "'choice_calibration': True" in warned[0] and "action_head" not in warned[0]
     assert seen == [1.0, 1.0]
     warned, seen = run(1.0)  # exploring: not flagged
     assert warned == [] and seen == [0.0, 0.0]

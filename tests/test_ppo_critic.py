@@ -32,7 +32,7 @@ def _ppo(model_dir: Path, **kwargs: Any) -> PPO:
 
 def test_values_are_stored_with_the_observation_they_were_computed_on(model_dir: Path) -> None:
     """A known bug class: a value paired with the next (or previous) turn's observation."""
-    model = _ppo(model_dir)
+    model = _ppo(model_dir, policy_kwargs={"action_head": False})  # the critic on the LM's state
     with torch.no_grad():  # values that differ from observation to observation
         torch.nn.init.normal_(model.policy.value_head.weight, std=1.0)
     model.learn(16)  # then one more rollout, under the trained weights

@@ -23,6 +23,8 @@ from gym_llm.testing import make_tiny_model, make_tiny_tokenizer, save_tiny_mode
 
 WORDS = ["apple", "banana", "cherry", "grape"]
 OBS = [f"Options: apple, banana, cherry, grape. Target: {w}." for w in WORDS]
+#: What trains besides the top layers: the critic, and choice mode's default action head.
+HEADS = ("value_head", "action_head")
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +93,7 @@ def test_top_layers_run_what_the_whole_model_runs() -> None:
 def test_trainable_layers_choose_what_trains(deep_model_dir: Path) -> None:
     lora = _policy(deep_model_dir, lora={"r": 2}, trainable_layers=1)
     trained = [n for n, p in lora.named_parameters() if p.requires_grad]
-    assert trained and all(".layers.3." in n or n.startswith("value_head") for n in trained)
+    assert trained and all(".layers.3." in n or n.startswith(HEADS) for n in trained)
     assert any("lora_A" in n for n in trained)
     full = _policy(deep_model_dir, lora=None, trainable_layers=2)
     trained = {n for n, p in full.named_parameters() if p.requires_grad}
@@ -347,4 +349,4 @@ def test_ppo_trains_only_the_top_layers_from_states(
     changed = {
         n for n, p in model.policy.named_parameters() if not torch.equal(p.detach(), before[n])
     }
-    assert changed and all(".layers.3." in n or n.startswith("value_head") for n in changed)
+    assert changed and all(".layers.3." in n or n.startswith(HEADS) for n in changed)

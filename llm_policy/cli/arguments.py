@@ -154,7 +154,7 @@ def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type) -> list[str]
         default = _field_default(item)
         flag = "--" + item.name.replace("_", "-")
         help_text = docs.get(item.name, item.name.replace("_", " ").capitalize() + ".")
-        if default is not dataclasses.MISSING:
+        if default is not dataclasses.MISSING and "(default:" not in help_text:
             help_text += f" (default: {_show(default)})"
         help_text = help_text.replace("%", "%%")
         base, _ = _unwrap_optional(hint)

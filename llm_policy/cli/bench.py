@@ -161,15 +161,18 @@ def build_parser(
     )
     add(
         "--llm-action-head",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="LLM PPO, choice mode: a linear action head on centred features (policy_kwargs "
-        "action_head; it learned the task family's relational tasks, benchmarks/RESULTS.md)",
+        "action_head; default on: it learned the task family's relational tasks, "
+        "benchmarks/RESULTS.md)",
     )
     add(
         "--llm-choice-calibration",
-        action="store_true",
-        help="LLM PPO, choice mode: subtract each action's content-free score (a near-certain "
-        "prior is a corner the policy cannot leave)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="LLM PPO, choice mode: subtract each action's content-free score (default on: a "
+        "near-certain prior is a corner the policy cannot leave)",
     )
     add(
         "--max-new-tokens",

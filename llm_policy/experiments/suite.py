@@ -77,9 +77,10 @@ class SuiteConfig:
     llm_lora_r: int = 16
     llm_estimator: str = "gae"
     llm_micro_batch_size: int | None = None
-    #: Choice mode: the action head and the content-free calibration (LLMPolicy's).
-    llm_action_head: bool = False
-    llm_choice_calibration: bool = False
+    #: Choice mode: the action head and the content-free calibration (LLMPolicy's; ``None``:
+    #: the policy's default, on in choice mode).
+    llm_action_head: bool | None = None
+    llm_choice_calibration: bool | None = None
     max_new_tokens: int | None = None
     #: Where LLM runs keep TensorBoard logs and agents (``None``: a temporary directory).
     run_dir: str | os.PathLike[str] | None = None

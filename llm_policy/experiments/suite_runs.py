@@ -151,8 +151,8 @@ def llm_config(
         advantage_estimator=config.llm_estimator,
         micro_batch_size=config.llm_micro_batch_size,
         max_new_tokens=config.max_new_tokens,
-        action_head=config.llm_action_head and mode == "choice",
-        choice_calibration=config.llm_choice_calibration and mode == "choice",
+        action_head=config.llm_action_head if mode == "choice" else None,
+        choice_calibration=config.llm_choice_calibration if mode == "choice" else None,
         eval_episodes=0
         if exact_evaluation_supported(spec.id, spec.kwargs)
         else config.eval_episodes,

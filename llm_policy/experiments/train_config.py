@@ -44,11 +44,13 @@ class TrainConfig:
     value_lr_scale: float = 1.0
     #: Env steps at the start during which only the value head trains.
     critic_warmup_steps: int = 0
-    #: Choice mode: subtract each action's score under a content-free prompt.
-    choice_calibration: bool = False
+    #: Choice mode: subtract each action's score under a content-free prompt (default: on in
+    #: choice mode).
+    choice_calibration: bool | None = None
     #: Choice mode: a linear action head on the centred hidden state of the first trainable
-    #: layer's input (the critic reads it too); see LLMPolicy's action_head.
-    action_head: bool = False
+    #: layer's input (the critic reads it too); see LLMPolicy's action_head (default: on in
+    #: choice mode).
+    action_head: bool | None = None
     #: Decoder layers that train, from the top: "auto" (a quarter with LoRA, all without),
     #: "all", a count ("8") or a share ("0.25"). The update starts from the hidden states the
     #: rollout computed below them, so fewer layers make it cheaper.
@@ -129,10 +131,9 @@ class TrainConfig:
             "trainable_layers": parse_trainable_layers(self.trainable_layers),
             "value_lr_scale": self.value_lr_scale,
         }
-        if self.choice_calibration:
-            kwargs["choice_calibration"] = True
-        if self.action_head:
-            kwargs["action_head"] = True
+        for name in ("choice_calibration", "action_head"):
+            if getattr(self, name) is not None:
+                kwargs[name] = getattr(self, name)
         if self.max_new_tokens is not None:
             kwargs["max_new_tokens"] = self.max_new_tokens
         return kwargs

@@ -44,6 +44,42 @@ def standardiser(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return centre.to(features.dtype), scale.to(features.dtype)
 
 
+def choice_extras(
+    action_mode: str,
+    action_head: bool | None,
+    choice_calibration: bool | None,
+    centred_critic: bool | None,
+) -> tuple[bool, bool, bool]:
+    """``(action_head, choice_calibration, centred_critic)`` as the policy uses them.
+
+    ``None`` means the default: the head and the calibration are on in choice mode and off in
+    generate mode, where replies are free text with no fixed actions to score. They became the
+    default because together they reached the target on the task family's tuning split where
+    the plain policy reached it on no task (``benchmarks/RESULTS.md``). Asking for either in
+    generate mode is an error, as is a centred critic without the head whose features it reads.
+
+    >>> choice_extras("choice", None, None, None)
+    (True, True, True)
+    >>> choice_extras("generate", None, None, None)
+    (False, False, False)
+    """
+    choice = action_mode == "choice"
+    head = choice if action_head is None else bool(action_head)
+    calibration = choice if choice_calibration is None else bool(choice_calibration)
+    for name, on in (("action_head", head), ("choice_calibration", calibration)):
+        if on and not choice:
+            raise ValueError(
+                f"{name} needs choice mode (the env must list its actions); in generate mode "
+                "replies are free text, with no fixed set of actions to score."
+            )
+    critic = head if centred_critic is None else bool(centred_critic)
+    if critic and not head:
+        raise ValueError(
+            "centred_critic reads the action head's centred features: pass action_head=True."
+        )
+    return head, calibration, critic
+
+
 class ActionHead(nn.Module):
     """``(n, d)`` final features -> ``(n, K)`` additions to the choice logits (zero at start).
 

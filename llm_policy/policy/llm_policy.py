@@ -32,7 +32,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from gym_llm.policy.action_head import ActionHead
+from gym_llm.policy.action_head import ActionHead, choice_extras
 from gym_llm.policy.adapters import enable_gradient_checkpointing, make_trainable, name_or_path
 from gym_llm.policy.arguments import check_arguments, resolve_mode
 from gym_llm.policy.models import MODEL_REGISTRY, float32_logits, load_model
@@ -115,11 +115,13 @@ class LLMPolicy(UpdatePasses):
             content-free observation ``"N/A"`` (Zhao et al. 2021), so that the start policy is
             not the LM's prior over the action strings (untrained SmolLM2 samples Blackjack's
             ``hit`` 0.4% of the time). Fixed at construction, part of the policy (log-probs stay
-            exact), saved with the agent.
+            exact), saved with the agent. ``None`` (default): on in choice mode.
         action_head: choice mode: add to the action logits a zero-initialised linear map of the
             last prompt token's hidden state at the first trainable layer's input, centred and
             scaled over the first rollout's observations (:mod:`gym_llm.policy.action_head`):
             what tells states apart, which the LoRA gradient barely moves (99 % shared).
+            ``None`` (default): on in choice mode (with the calibration, it learned the task
+            family's tuning split where the plain policy learned none of it).
         centred_critic: the critic reads the head's centred features too (its raw input is
             99.9 % the same in every state); ``None``: on with ``action_head``.
         max_prompt_tokens: the most prompt tokens a turn may take (``None``: no limit). Longer
@@ -165,8 +167,8 @@ class LLMPolicy(UpdatePasses):
         trunk_cache_mb: float = DEFAULT_TRUNK_CACHE_MB,
         max_prompt_tokens: int | None = None,
         value_lr_scale: float = 1.0,
-        choice_calibration: bool = False,
-        action_head: bool = False,
+        choice_calibration: bool | None = None,
+        action_head: bool | None = None,
         centred_critic: bool | None = None,
         device: torch.device | str = "auto",
         optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
@@ -216,19 +218,12 @@ class LLMPolicy(UpdatePasses):
         self.value_head = nn.Linear(hidden, 1, device=lm.device, dtype=torch.float32)
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
-        if action_head and self.action_mode != "choice":
-            raise ValueError(
-                "action_head needs choice mode (the env must list its actions); in generate "
-                "mode replies are free text, with no fixed set of actions to add logits to."
-            )
+        action_head, choice_calibration, self.centred_critic = choice_extras(
+            self.action_mode, action_head, choice_calibration, centred_critic
+        )
         self.action_head = (
             ActionHead(hidden, len(self.actions_list), device=lm.device) if action_head else None
         )
-        self.centred_critic = action_head if centred_critic is None else bool(centred_critic)
-        if self.centred_critic and not action_head:
-            raise ValueError(
-                "centred_critic reads the action head's centred features: pass action_head=True."
-            )
 
         self.stop_ids = self._stop_token_ids()
         self.gradient_checkpointing = gradient_checkpointing
@@ -264,12 +259,8 @@ class LLMPolicy(UpdatePasses):
         self.optimizer = self.optimizer_class(  # type: ignore[call-arg]
             self._param_groups(lr_schedule(1)), lr=lr_schedule(1), **self.optimizer_kwargs
         )
-        self.choice_calibration = None
+        self.choice_calibration = None  # content_free_scores scores without one
         if choice_calibration:
-            if self.action_mode != "choice":
-                raise ValueError(
-                    "choice_calibration needs choice mode (the env must list actions)."
-                )
             self.choice_calibration = self.content_free_scores()
 
     def _param_groups(self, lr: float) -> list[dict[str, Any]]:
@@ -304,6 +295,7 @@ class LLMPolicy(UpdatePasses):
             max_prompt_tokens=self.max_prompt_tokens,
             action_head=self.action_head is not None,
             centred_critic=self.centred_critic,
+            choice_calibration=self.choice_calibration is not None,
         )
         return data
 

@@ -168,8 +168,10 @@ class SavedConfig:
 
     def load_policy_kwargs(self) -> dict[str, Any]:
         """``policy_kwargs`` that rebuild the saved policy."""
-        # Agents saved before trainable_layers existed trained every layer.
-        kwargs = {"trainable_layers": None, **self.policy_kwargs}
+        # Agents saved before trainable_layers existed trained every layer; before the action
+        # head and the calibration were on by default, a policy saved without them had neither.
+        old = {"trainable_layers": None, "action_head": False, "choice_calibration": False}
+        kwargs = {**old, **self.policy_kwargs}
         if isinstance(kwargs.get("optimizer_class"), str):
             kwargs["optimizer_class"] = resolve_class(kwargs["optimizer_class"])
         return kwargs
@@ -252,6 +254,8 @@ class PPOCheckpointing(TrainingState):
         policy_kwargs["lora"] = self.policy.lora_settings
         policy_kwargs["trainable_layers"] = self.policy.trainable_layers
         policy_kwargs["conversation"] = self.policy.conversation
+        policy_kwargs["action_head"] = self.policy.action_head is not None
+        policy_kwargs["choice_calibration"] = self.policy.choice_calibration is not None
         if "optimizer_class" in policy_kwargs:  # a class: saved as its import path
             cls = policy_kwargs["optimizer_class"]
             policy_kwargs["optimizer_class"] = f"{cls.__module__}:{cls.__qualname__}"

@@ -160,9 +160,8 @@ class RolloutCollection(OnPolicyAlgorithm):
                     "observations of the rollout (mutual information "
                     f"{figures['mutual_information']:.4f} nats, per-state entropy "
                     f"{figures['state_entropy']:.3f}): it ignores its input. Unless the task's "
-                    "best action is the same everywhere, it has collapsed: try "
-                    "policy_kwargs={'action_head': True}, choice_calibration=True or an entropy "
-                    "bonus (ent_coef). Logged as rollout/input_ignored.",
+                    f"best action is the same everywhere, it has collapsed: try {self._remedies()}."
+                    " Logged as rollout/input_ignored.",
                     stacklevel=2,
                 )
         self.logger.record("rollout/invalid_action_rate", self.invalid_action_rate)
@@ -178,3 +177,15 @@ class RolloutCollection(OnPolicyAlgorithm):
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
+
+    def _remedies(self) -> str:
+        """What to try against an input-independent policy, leaving out what is already on."""
+        off = [
+            f"policy_kwargs={{'{name}': True}}"
+            for name, on in (
+                ("action_head", self.policy.action_head is not None),
+                ("choice_calibration", self.policy.choice_calibration is not None),
+            )
+            if not on
+        ]
+        return ", ".join([*off, "an entropy bonus (ent_coef, or ent_coef='auto')"])
