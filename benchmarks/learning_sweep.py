@@ -26,7 +26,12 @@ from typing import Any
 from benchmarks.cli_args import new_parser, seed_list
 
 #: learning_sweep mode -> tests.test_learning_corner arm.
-CORNER_MODES = {"corner": "defaults", "corner-plain": "plain", "corner-head": "head"}
+CORNER_MODES = {
+    "corner": "defaults",
+    "corner-plain": "plain",
+    "corner-head": "head",
+    "corner-target": "target",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["choice", "generate", "head", "no-head", *CORNER_MODES],
         help="KeywordBandit's two modes; HighLow with and without the action head "
         "(tests/test_learning_head); HighLow from a prior of 0.3 %% for the better arm "
-        "(tests/test_learning_corner: the defaults, neither head nor calibration, the head alone)",
+        "(tests/test_learning_corner: the defaults, neither head nor calibration, the head alone, "
+        "neither with policy_update='target')",
     )
     add("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
     add("--json", type=Path, default=None, help="write the results here")

@@ -115,6 +115,20 @@ def _cliff_policy(route: bool) -> np.ndarray:
     return policy
 
 
+def test_an_answer_that_ends_the_episode_in_place_can_succeed() -> None:
+    # The task family's one-step questions end where they start, paying 1 for the right answer:
+    # not the toy-text "already over" self-loop (same reward whatever the move).
+    env = gym.make("gym_llm/Family-v0", task="threshold-p0-s0")
+    unwrapped: Any = env.unwrapped
+    n, k = len(unwrapped.P), unwrapped.n_actions
+    right = np.zeros((n, k))
+    for s in range(n):
+        right[s, max(range(k), key=lambda a: unwrapped.P[s][a][0][2])] = 1.0
+    assert success_probability(env, right) == pytest.approx(1.0)
+    assert success_probability(env, np.full((n, k), 1 / k)) == pytest.approx(0.5)
+    assert success_probability(env, 1.0 - right) == pytest.approx(0.0)
+
+
 def test_success_probability_separates_reaching_the_goal_from_avoiding_the_cliff() -> None:
     env = gym.make("CliffWalking-v1", max_episode_steps=100)
     assert success_probability(env, _cliff_policy(route=True)) == pytest.approx(1.0)

@@ -32,12 +32,13 @@ def train_high_low(
     head: bool = True,
     calibration: bool | None = None,
     words: tuple[str, ...] = ("low", "high"),
+    **ppo: Any,
 ) -> tuple[float, list[float]]:
     """Exact success before training and every ``EVERY`` env steps (tiny model, 1 thread).
 
     ``head=False``: the plain LoRA policy (neither the head nor, unless ``calibration`` says
     otherwise, the calibration; both are on by default). ``words``: the tokenizer's whole words;
-    an action spelled from several tokens starts rare."""
+    an action spelled from several tokens starts rare. ``ppo``: more PPO arguments."""
     model_dir = save_tiny_model(tmp_path / "model", words=list(words), seed=seed)
     env = make_text_env("gym_llm/HighLow-v0", n_envs=8, seed=seed)
     policy: dict[str, Any] = {
@@ -47,7 +48,7 @@ def train_high_low(
         "choice_calibration": head if calibration is None else calibration,
     }
     model = PPO(LLMPolicy, env, policy_kwargs=policy, n_steps=8, batch_size=64, seed=seed,
-                device="cpu")  # fmt: skip
+                device="cpu", **ppo)  # fmt: skip
 
     def success() -> float:
         return exact_success(lambda obs: model.predict(obs, deterministic=True)[0])

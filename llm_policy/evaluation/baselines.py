@@ -75,14 +75,23 @@ def success_probability(env: gym.Env[Any, Any], policy: np.ndarray) -> float:
     within the step limit (FrozenLake: the goal, not a hole; CliffWalking/Taxi: the goal)."""
     model = TabularModel.of(env)
     unwrapped: Any = env.unwrapped
-    # Terminal self-loops are the toy-text convention for states already over (a hole, the
-    # goal, a wall cell): they never end a live episode, so they do not say what success is.
+    # A state whose every move is a terminal self-loop with one reward is the toy-text
+    # convention for a state already over (a hole, the goal, a wall cell): it never ends a live
+    # episode, so it does not say what success is. (A live state may end in place, its answers
+    # paying differently: the task family's one-step questions.)
+    over = {
+        state
+        for state, moves in unwrapped.P.items()
+        if all(done and nxt == state for out in moves.values() for _, nxt, _, done in out)
+        and len({float(rew) for out in moves.values() for _, _, rew, _ in out}) == 1
+    }
     terminal_rewards = [
         float(rew)
         for state, moves in unwrapped.P.items()
+        if state not in over
         for outcomes in moves.values()
         for _, nxt, rew, done in outcomes
-        if done and nxt != state
+        if done
     ]
     if not terminal_rewards:
         return 0.0
@@ -90,8 +99,8 @@ def success_probability(env: gym.Env[Any, Any], policy: np.ndarray) -> float:
     succeed = np.zeros_like(model.reward)
     for state, moves in unwrapped.P.items():
         for action, outcomes in moves.items():
-            for prob, nxt, rew, done in outcomes:
-                if done and nxt != state and float(rew) >= best - 1e-12:
+            for prob, _, rew, done in outcomes:
+                if done and state not in over and float(rew) >= best - 1e-12:
                     succeed[state, action] += prob
     p = np.zeros(len(model.reward))
     step_success = (policy * succeed).sum(-1)

@@ -55,3 +55,5 @@ class Evaluation:
     entropy: torch.Tensor
     #: ``(n,)`` critic values.
     values: torch.Tensor
+    #: Choice mode: ``(n, K)`` log-probs of every listed action (``None`` in generate mode).
+    choice_log_probs: torch.Tensor | None = None

@@ -98,7 +98,8 @@ class UpdatePasses(ActionScoring):
     ) -> Evaluation:
         index = torch.tensor([int(a[0]) for a in actions], device=self.device)
         lp, entropy = categorical_evaluation(logits, index)
-        return Evaluation(lp, torch.ones_like(lp, dtype=torch.bool), entropy, values)
+        everything = torch.log_softmax(logits, dim=-1)
+        return Evaluation(lp, torch.ones_like(lp, dtype=torch.bool), entropy, values, everything)
 
     def _evaluate_from_states(
         self,

@@ -68,6 +68,8 @@ SAVED_HYPERPARAMETERS = (
     "target_kl",
     "kl_coef",
     "target_entropy",
+    "policy_update",
+    "kl_step",
     "micro_batch_size",
     "n_logged_samples",
     "seed",

@@ -71,6 +71,12 @@ class PPO(DataParallel):
             ``target_entropy`` (SAC-discrete's rule, :mod:`gym_llm.rl.entropy_control`; choice
             mode). Logged as ``train/ent_coef``.
         target_entropy: the entropy ``"auto"`` holds, in nats; ``None``: 0.3 of ``log K``.
+        policy_update: ``"clip"`` (default): PPO's clipped surrogate. ``"target"`` (choice
+            mode): cross-entropy to the old policy tilted by each state's mean advantage per
+            action, ``pi_old · exp(A / eta)``, a step of ``kl_step`` nats
+            (:mod:`gym_llm.rl.target_update`): its logit gradient ``pi - target`` is not damped
+            for an action the policy has cornered at p ~ 0, where PPO's ``p (1 - p) A`` is.
+        kl_step: ``policy_update="target"``: the mean ``KL(target || pi_old)`` per update, nats.
         kl_coef: weight of the KL penalty to the reference model (adapter disabled); 0 = off.
         micro_batch_size: turns per forward/backward pass; gradients are accumulated over the
             minibatch (``batch_size``), so memory scales with this, not with ``batch_size``.
@@ -119,6 +125,8 @@ class PPO(DataParallel):
         normalize_advantage: bool = True,
         ent_coef: float | str = 0.0,
         target_entropy: float | None = None,
+        policy_update: str = "clip",
+        kl_step: float = 0.05,
         vf_coef: float = 0.5,
         max_grad_norm: float = 1.0,
         target_kl: float | None = None,
@@ -188,6 +196,11 @@ class PPO(DataParallel):
         if target_entropy is not None and not target_entropy > 0:
             raise ValueError(f"target_entropy must be > 0 nats (or None), got {target_entropy}.")
         self.target_entropy = target_entropy
+        if policy_update not in ("clip", "target"):
+            raise ValueError(f"policy_update must be 'clip' or 'target', got {policy_update!r}.")
+        if not kl_step > 0:
+            raise ValueError(f"kl_step must be > 0 nats, got {kl_step}.")
+        self.policy_update, self.kl_step = policy_update, float(kl_step)
         self.clip_range_vf = clip_range_vf
         self.reward_scale = float(reward_scale)
         self.critic_warmup_steps = critic_warmup_steps
@@ -277,6 +290,11 @@ class PPO(DataParallel):
             device=self.device,
             **self.policy_kwargs,
         )
+        if self.policy_update == "target" and self.policy.action_mode != "choice":
+            raise ValueError(
+                'policy_update="target" needs choice mode (a target over the listed actions); '
+                'in generate mode use policy_update="clip".'
+            )
         if self.ent_coef_auto and self.policy.action_mode != "choice":
             raise ValueError(
                 'ent_coef="auto" needs choice mode (an entropy target over a listed set of '

@@ -30,6 +30,11 @@ from gym_llm.rl.entropy_control import default_target, next_ent_coef
 from gym_llm.rl.losses import clipped_surrogate, entropy_bonus, k3_kl, value_loss
 from gym_llm.rl.rollout import RolloutCollection
 from gym_llm.rl.sharding import clip_grad_norm, is_sharded, lockstep_rows, refresh, sharded_update
+from gym_llm.rl.target_update import (
+    state_action_advantages,
+    target_cross_entropy,
+    target_distribution,
+)
 
 #: Memory (MB) the update's activations may take on the CPU when ``micro_batch_size=None``.
 UPDATE_MEMORY_BUDGET_MB = 1536
@@ -59,6 +64,8 @@ class PPOUpdate(RolloutCollection):
     #: ``ent_coef="auto"``: the coefficient follows the entropy's gap to ``target_entropy``.
     ent_coef_auto: bool
     target_entropy: float | None
+    policy_update: str
+    kl_step: float
     micro_batch_size: int | None
     clip_range_vf: float | None
     critic_warmup_steps: int
@@ -103,6 +110,8 @@ class PPOUpdate(RolloutCollection):
 
     def _train(self) -> None:
         lockstep = is_sharded(self.policy.lm)
+        centre, scale = self._advantage_normalisation()
+        targets = self._choice_targets(centre, scale) if self.policy_update == "target" else None
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         clip = self.clip_range(self._current_progress_remaining)
@@ -122,7 +131,6 @@ class PPOUpdate(RolloutCollection):
         epoch = 0
         finite = self.rollout_buffer.finite_turns()
         same_in_every_process(int(finite.sum()), "The number of finite turns")
-        centre, scale = self._advantage_normalisation()
         if not finite.any():  # nothing to learn from: one skip
             self.policy.set_training_mode(False)
             self._skip_step("advantage or return in every turn", [])
@@ -170,7 +178,11 @@ class PPOUpdate(RolloutCollection):
                         ev.values, batch.returns[part], batch.old_values[part], self.clip_range_vf
                     )
                     entropy = entropy_bonus(ev.entropy)
-                    loss = surrogate.loss + self.ent_coef * entropy + self.vf_coef * critic
+                    policy_loss = surrogate.loss
+                    if targets is not None and ev.choice_log_probs is not None:
+                        wanted = torch.stack([targets[str(o)] for o in observations])
+                        policy_loss = target_cross_entropy(ev.choice_log_probs, wanted)
+                    loss = policy_loss + self.ent_coef * entropy + self.vf_coef * critic
                     if self.kl_coef > 0:
                         ref = self.policy.reference_log_probs(observations, actions, states)
                         kl_ref = k3_kl(ev.token_log_probs, ref, mask)
@@ -184,7 +196,7 @@ class PPOUpdate(RolloutCollection):
                     if first:
                         first_error = max(first_error, surrogate.max_ratio_error)
                     batch_kl.append(surrogate.approx_kl)
-                    stats["pg"].append(surrogate.loss.item())
+                    stats["pg"].append(policy_loss.item())
                     stats["value"].append(critic.item())
                     stats["entropy"].append(entropy.item())
                     batch_entropy.append(-entropy.item() * len(observations) / n)
@@ -246,6 +258,29 @@ class PPOUpdate(RolloutCollection):
         self.turns_per_pass = float(np.mean(stats["rows_per_pass"]))
         self.logger.record("train/turns_per_pass", self.turns_per_pass)
         self.logger.record("train/learning_rate", self.policy.optimizer.param_groups[0]["lr"])
+
+    def _choice_targets(self, centre: float, scale: float) -> dict[str, torch.Tensor]:
+        """``policy_update="target"``: each observation's target distribution over the listed
+        actions, from the old policy (scored now, before any step) and the rollout's normalised
+        advantages per (observation, action) (:mod:`gym_llm.rl.target_update`)."""
+        buffer = self.rollout_buffer
+        finite = buffer.finite_turns()
+        observations = [str(o) for o in buffer.observations_text.reshape(-1)[finite]]
+        actions = [int(a[0]) for a in buffer.action_tokens.reshape(-1)[finite]]
+        advantages = (buffer.advantages.reshape(-1)[finite] - centre) / scale
+        n_actions = len(self.policy.actions_list)
+        states, adv, visits = state_action_advantages(observations, actions, advantages, n_actions)
+        if not states:
+            return {}
+        with torch.no_grad():
+            logits = self.policy._choice_scores(states)[0]
+        log_old = torch.log_softmax(logits.float(), dim=-1).cpu().double().numpy()
+        target, eta = target_distribution(log_old, adv, visits, self.kl_step)
+        self.logger.record("train/target_eta", eta)
+        rare = np.exp(log_old) < 0.05  # how much the target lifts what the policy has cornered
+        self.logger.record("train/target_lift_rare", float((target - np.exp(log_old))[rare].sum()))
+        as_tensor = torch.as_tensor(target, dtype=torch.float32, device=self.device)
+        return {state: as_tensor[i] for i, state in enumerate(states)}
 
     def _skip_step(self, cause: str, observations: Sequence[str]) -> None:
         """Count a skipped optimizer step, say which batch caused it, and stop the run after
