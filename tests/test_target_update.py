@@ -104,10 +104,10 @@ def test_ppo_steps_onto_the_target_and_saves_the_setting(model_dir: Path, tmp_pa
 
     def spy(key: str, value: object, exclude: object = None) -> None:
         if key.startswith("train/target"):
-            seen[key] = float(value)  # type: ignore[arg-type]
-        keep(key, value, exclude)  # type: ignore[arg-type]
+            seen[key] = float(value)
+        keep(key, value, exclude)
 
-    logger.record = spy  # type: ignore[method-assign]
+    logger.record = spy
     model.set_logger(logger)
     model.learn(32)
     assert model.first_ratio_error < 1e-5  # the rollout's log-probs are still the update's
