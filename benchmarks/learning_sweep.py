@@ -31,6 +31,7 @@ CORNER_MODES = {
     "corner-plain": "plain",
     "corner-head": "head",
     "corner-target": "target",
+    "corner-head-target": "head-target",
 }
 
 

@@ -112,6 +112,9 @@ def test_on_by_default_in_choice_mode_only() -> None:
     assert choice_extras("choice", None, None, None) == (True, True, True)
     assert choice_extras("generate", None, None, None) == (False, False, False)
     assert choice_extras("choice", False, None, None) == (False, True, False)
+    # every layer trains: the head would read moving features, so it waits to be asked
+    assert choice_extras("choice", None, None, None, frozen_below=False) == (False, True, False)
+    assert choice_extras("choice", True, None, None, frozen_below=False) == (True, True, True)
     assert choice_extras("choice", True, False, False) == (True, False, False)
     with pytest.raises(ValueError, match="choice_calibration needs choice mode"):
         choice_extras("generate", None, True, None)

@@ -26,9 +26,10 @@ CORNER_AT_MOST = 0.6
 
 def train_corner(tmp_path: Path, seed: int, arm: str = "defaults") -> tuple[float, list[float]]:
     """``arm``: ``defaults`` (head and calibration), ``plain`` (neither), ``head`` (the head
-    without the calibration) or ``target`` (neither, with ``policy_update="target"``)."""
-    head = arm in ("defaults", "head")
-    ppo = {"policy_update": "target"} if arm == "target" else {}
+    without the calibration), ``target`` (neither, with ``policy_update="target"``) or
+    ``head-target`` (the head, no calibration, ``policy_update="target"``)."""
+    head = arm in ("defaults", "head", "head-target")
+    ppo = {"policy_update": "target"} if arm.endswith("target") else {}
     return train_high_low(tmp_path, seed, head=head, calibration=arm == "defaults",
                           words=CORNER_WORDS, **ppo)  # fmt: skip
 

@@ -49,22 +49,30 @@ def choice_extras(
     action_head: bool | None,
     choice_calibration: bool | None,
     centred_critic: bool | None,
+    frozen_below: bool = True,
 ) -> tuple[bool, bool, bool]:
     """``(action_head, choice_calibration, centred_critic)`` as the policy uses them.
 
-    ``None`` means the default: the head and the calibration are on in choice mode and off in
-    generate mode, where replies are free text with no fixed actions to score. They became the
-    default because together they reached the target on the task family's tuning split where
-    the plain policy reached it on no task (``benchmarks/RESULTS.md``). Asking for either in
-    generate mode is an error, as is a centred critic without the head whose features it reads.
+    ``None`` means the default: the calibration is on in choice mode, and so is the head when
+    frozen layers lie below the trainable ones (``frozen_below``: the head reads their output,
+    which training leaves in place); both are off in generate mode, where replies are free text
+    with no fixed actions to score. They became the default because together they reached the
+    target on the task family's tuning split where the plain policy reached it on no task, and
+    the calibration alone takes the policy out of a near-certain prior (``benchmarks/
+    RESULTS.md``). When every layer trains, the head would read features that move under it: on
+    a tiny fully fine-tuned model that made 5 of 20 seeds fall back after learning, so it stays
+    off there unless asked for. Asking for either in generate mode is an error, as is a centred
+    critic without the head whose features it reads.
 
     >>> choice_extras("choice", None, None, None)
     (True, True, True)
+    >>> choice_extras("choice", None, None, None, frozen_below=False)
+    (False, True, False)
     >>> choice_extras("generate", None, None, None)
     (False, False, False)
     """
     choice = action_mode == "choice"
-    head = choice if action_head is None else bool(action_head)
+    head = choice and frozen_below if action_head is None else bool(action_head)
     calibration = choice if choice_calibration is None else bool(choice_calibration)
     for name, on in (("action_head", head), ("choice_calibration", calibration)):
         if on and not choice:

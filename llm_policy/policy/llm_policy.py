@@ -120,7 +120,8 @@ class LLMPolicy(UpdatePasses):
             last prompt token's hidden state at the first trainable layer's input, centred and
             scaled over the first rollout's observations (:mod:`gym_llm.policy.action_head`):
             what tells states apart, which the LoRA gradient barely moves (99 % shared).
-            ``None`` (default): on in choice mode (with the calibration, it learned the task
+            ``None`` (default): on in choice mode when layers below the trainable ones are
+            frozen (the default ``trainable_layers``; with the calibration, it learned the task
             family's tuning split where the plain policy learned none of it).
         centred_critic: the critic reads the head's centred features too (its raw input is
             99.9 % the same in every state); ``None``: on with ``action_head``.
@@ -219,7 +220,11 @@ class LLMPolicy(UpdatePasses):
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
         action_head, choice_calibration, self.centred_critic = choice_extras(
-            self.action_mode, action_head, choice_calibration, centred_critic
+            self.action_mode,
+            action_head,
+            choice_calibration,
+            centred_critic,
+            frozen_below=bool(self.first_trainable_layer),
         )
         self.action_head = (
             ActionHead(hidden, len(self.actions_list), device=lm.device) if action_head else None
