@@ -18,7 +18,10 @@ seeds 0-19 (model initialisation, envs and sampling all seeded; ``python -m
 benchmarks.learning_sweep``, table in benchmarks/RESULTS.md): all forty runs reached 0.9 by half
 the steps given here and ended at 1.0; one generate run dipped to 0.66 for one evaluation on the
 way, so the end is checked against 0.6 (far above chance), not 0.9. ``test_learning_sweep``
-re-runs seeds 0-9 (``make test-slow``).
+re-runs seeds 0-9 (``make test-slow``). Choice mode runs with the library's defaults as they
+are now (choice calibration on; every layer trains here, so no action head): re-checked over
+seeds 0-19, all 20 reached 1.0 by 1,000 env steps and ended at 1.0
+(``results/learning-sweep-cpu-defaults-calibrated.json``).
 """
 
 from __future__ import annotations
