@@ -11,7 +11,7 @@ def test_categorical_evaluation_matches_torch_distributions() -> None:
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(5, 4, generator=gen)
     index = torch.tensor([0, 3, 1, 2, 3])
-    log_prob, entropy = categorical_evaluation(logits, index)
+    log_prob, entropy, _ = categorical_evaluation(logits, index)
     dist = torch.distributions.Categorical(logits=logits)
     assert log_prob.shape == (5, 1)
     torch.testing.assert_close(log_prob.squeeze(-1), dist.log_prob(index))

@@ -13,6 +13,7 @@ import torch
 from stable_baselines3.common.logger import configure
 
 import gym_llm.rl.target_update as target_update
+from benchmarks.cli_args import keeping
 from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.rl.target_update import (
     state_action_advantages,
@@ -100,18 +101,11 @@ def test_ppo_steps_onto_the_target_and_saves_the_setting(model_dir: Path, tmp_pa
     seen: dict[str, float] = {}
     before = {n: p.detach().clone() for n, p in model.policy.named_parameters()}
     logger = configure(None, [])
-    keep = logger.record
-
-    def spy(key: str, value: object, exclude: object = None) -> None:
-        if key.startswith("train/target"):
-            seen[key] = float(value)
-        keep(key, value, exclude)
-
-    logger.record = spy
+    logger.record = keeping(logger.record, ("target_eta",), seen)
     model.set_logger(logger)
     model.learn(32)
     assert model.first_ratio_error < 1e-5  # the rollout's log-probs are still the update's
-    assert 0 < seen["train/target_eta"] < float("inf")
+    assert 0 < seen["target_eta"] < float("inf")
     changed = [n for n, p in model.policy.named_parameters() if not torch.equal(p, before[n])]
     assert any("lora_" in n or n.startswith("action_head") for n in changed)
     model.save(tmp_path / "agent")

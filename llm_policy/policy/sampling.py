@@ -28,13 +28,13 @@ def sample(log_probs: torch.Tensor) -> torch.Tensor:
 
 def categorical_evaluation(
     logits: torch.Tensor, index: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Choice mode: ``(n, 1)`` log-prob of action ``index[i]`` under ``softmax(logits[i])`` and
-    the ``(n,)`` entropy of each row's distribution."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Choice mode: ``(n, 1)`` log-prob of action ``index[i]`` under ``softmax(logits[i])``, the
+    ``(n,)`` entropy of each row's distribution and the ``(n, K)`` log-probs of every action."""
     log_dist = torch.log_softmax(logits, dim=-1)
     log_prob = log_dist.gather(-1, index.unsqueeze(-1))
     entropy = -(log_dist.exp() * log_dist).sum(-1)
-    return log_prob, entropy
+    return log_prob, entropy, log_dist
 
 
 def token_evaluation(

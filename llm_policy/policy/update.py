@@ -97,8 +97,7 @@ class UpdatePasses(ActionScoring):
         self, logits: torch.Tensor, values: torch.Tensor, actions: Sequence[np.ndarray]
     ) -> Evaluation:
         index = torch.tensor([int(a[0]) for a in actions], device=self.device)
-        lp, entropy = categorical_evaluation(logits, index)
-        everything = torch.log_softmax(logits, dim=-1)
+        lp, entropy, everything = categorical_evaluation(logits, index)
         return Evaluation(lp, torch.ones_like(lp, dtype=torch.bool), entropy, values, everything)
 
     def _evaluate_from_states(

@@ -225,6 +225,7 @@ class PPO(DataParallel):
         #: Each observation's greedy action when a rollout first saw it (rollout/greedy_changed).
         self._first_greedy: dict[str, int] = {}
         self._warned_input_ignored = False
+        self.rollout_action_probs: dict[str, np.ndarray] = {}
         # The NaN guard (gym_llm.rl.update) and resuming (gym_llm.rl.training_state).
         self.max_consecutive_skips = max_consecutive_skips
         self.fsdp = requested_by_launcher() if fsdp is None else bool(fsdp)

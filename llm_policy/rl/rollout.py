@@ -37,6 +37,9 @@ class RolloutCollection(OnPolicyAlgorithm):
     _first_greedy: dict[str, int]
     #: rollout/input_ignored has warned once in this process (it then only logs).
     _warned_input_ignored: bool
+    #: Choice mode: each observation's action probabilities in the last rollout (the policy
+    #: the update starts from; ``policy_update="target"`` tilts it).
+    rollout_action_probs: dict[str, np.ndarray]
     #: True while a rollout is being collected (a checkpoint then cannot resume exactly).
     _in_rollout: bool
 
@@ -148,6 +151,7 @@ class RolloutCollection(OnPolicyAlgorithm):
         self.invalid_action_rate = invalid / (n_steps * env.num_envs * processes)
         if probs:
             all_probs = np.concatenate(probs)
+            self.rollout_action_probs = dict(zip(seen, all_probs, strict=True))
             figures = choice_diagnostics(seen, all_probs, self._first_greedy)
             figures["input_ignored"] = float(input_ignored(figures, all_probs.shape[1]))
             for name, value in figures.items():

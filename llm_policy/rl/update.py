@@ -261,7 +261,7 @@ class PPOUpdate(RolloutCollection):
 
     def _choice_targets(self, centre: float, scale: float) -> dict[str, torch.Tensor]:
         """``policy_update="target"``: each observation's target distribution over the listed
-        actions, from the old policy (scored now, before any step) and the rollout's normalised
+        actions, from the old policy (the rollout's probabilities) and the rollout's normalised
         advantages per (observation, action) (:mod:`gym_llm.rl.target_update`)."""
         buffer = self.rollout_buffer
         finite = buffer.finite_turns()
@@ -272,9 +272,8 @@ class PPOUpdate(RolloutCollection):
         states, adv, visits = state_action_advantages(observations, actions, advantages, n_actions)
         if not states:
             return {}
-        with torch.no_grad():
-            logits = self.policy._choice_scores(states)[0]
-        log_old = torch.log_softmax(logits.float(), dim=-1).cpu().double().numpy()
+        old = np.stack([self.rollout_action_probs[state] for state in states]).astype(np.float64)
+        log_old = np.log(np.clip(old, 1e-300, None))
         target, eta = target_distribution(log_old, adv, visits, self.kl_step)
         self.logger.record("train/target_eta", eta)
         rare = np.exp(log_old) < 0.05  # how much the target lifts what the policy has cornered
