@@ -35,7 +35,13 @@ ENV_ID = "gym_llm/Family-v0"
 #: Env steps per run: one-step tasks, and the walking kinds (longer episodes, more states).
 STEPS = {"threshold": 1024, "range": 1024, "compare": 1024, "membership": 1024}
 WALK_STEPS = 2048
-DIAGNOSTICS = ("state_entropy", "mutual_information", "approx_kl", "clip_fraction")
+DIAGNOSTICS = (
+    "state_entropy",
+    "mutual_information",
+    "approx_kl",
+    "clip_fraction",
+    "invalid_action_rate",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,6 +16,7 @@ from gym_llm.evaluation.exact import (
     TabularModel,
     blackjack_chart,
     blackjack_optimum,
+    blackjack_q_values,
     blackjack_states,
     blackjack_value,
     exact_evaluation_supported,
@@ -68,6 +69,19 @@ def test_optimum_and_random_match_known_figures() -> None:
         flipped[state] = 1 - flipped[state]
         assert blackjack_value(flipped) <= optimum + 1e-12
     assert table[(11, 10, 0)] == HIT and table[(20, 10, 0)] == STICK  # basic strategy
+
+
+def test_blackjack_q_values_match_the_optimum_and_hand_computed_values() -> None:
+    q = blackjack_q_values()
+    _, table = blackjack_optimum()
+    assert set(q) == set(blackjack_states())
+    assert all((HIT if hit > stick else STICK) == table[s] for s, (stick, hit) in q.items())
+    # Hitting a hard 21 always busts; a hard 20 survives only an ace (to a hard 21, then stick).
+    assert q[(21, 5, 0)][HIT] == pytest.approx(-1.0)
+    stick_21 = q[(21, 5, 0)][STICK]
+    assert q[(20, 5, 0)][HIT] == pytest.approx(stick_21 / 13 - 12 / 13)
+    # Basic strategy: stick on 20 against a 10.
+    assert max(q[(20, 10, 0)]) == q[(20, 10, 0)][STICK]
 
 
 def test_states_cover_every_decision_state_seen_in_play() -> None:

@@ -116,6 +116,25 @@ def blackjack_optimum() -> tuple[float, dict[BlackjackState, int]]:
     return optimum, best
 
 
+def blackjack_q_values() -> dict[BlackjackState, tuple[float, float]]:
+    """``Q*(s, stick), Q*(s, hit)`` in every state of :func:`blackjack_states`: what each action is
+    worth when play is optimal after it (the target of value learning on Blackjack)."""
+
+    @cache
+    def value(hard: int, ace: bool, shown: int) -> float:
+        total, _ = _total(hard, ace)
+        return max(_stick_value(total, shown), _hit_value(hard, ace, shown, value))
+
+    q: dict[BlackjackState, tuple[float, float]] = {}
+    for total, shown, usable in blackjack_states():
+        hard, ace = (total - 10, True) if usable else (total, False)
+        q[(total, shown, usable)] = (
+            _stick_value(total, shown),
+            _hit_value(hard, ace, shown, value),
+        )
+    return q
+
+
 def _hit_value(hard: int, ace: bool, shown: int, value: Callable[[int, bool, int], float]) -> float:
     """Expected return of hitting once, then following ``value``: a bust loses 1."""
     expected = 0.0
