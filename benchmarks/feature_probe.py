@@ -107,7 +107,7 @@ def r2(target: np.ndarray, predicted: np.ndarray) -> float:
 
 
 def advantages(q: np.ndarray) -> np.ndarray:
-    return q - q.mean(1, keepdims=True)
+    return np.asarray(q - q.mean(1, keepdims=True))
 
 
 def agreement(q: np.ndarray, predicted: np.ndarray, tol: float = 1e-9) -> float:
@@ -144,7 +144,7 @@ def fit_ridge(
     x, test = _standardise(x, test)
     mean = y.mean(0)
     dual = np.linalg.solve(x @ x.T + alpha * np.eye(len(x)), y - mean)
-    return test @ (x.T @ dual) + mean
+    return np.asarray(test @ (x.T @ dual) + mean)
 
 
 def fit_mlp(
@@ -165,7 +165,7 @@ def fit_mlp(
         torch.nn.functional.mse_loss(net(inputs), targets).backward()
         optimizer.step()
     with torch.no_grad():
-        return net(torch.tensor(test, dtype=torch.float32)).double().numpy()
+        return np.asarray(net(torch.tensor(test, dtype=torch.float32)).double().numpy())
 
 
 REGRESSORS: dict[str, Regressor] = {"ridge": fit_ridge, "mlp": fit_mlp}

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from benchmarks.feature_probe import (
+    Regressor,
     advantages,
     agreement,
     decision_table,
@@ -37,22 +39,24 @@ def test_r2_and_agreement_on_hand_made_predictions() -> None:
 
 
 @pytest.mark.parametrize("fit", [fit_ridge, fit_mlp])
-def test_out_of_fold_predictions_recover_a_linear_target_on_unseen_rows(fit: object) -> None:
+def test_out_of_fold_predictions_recover_a_linear_target_on_unseen_rows(fit: Regressor) -> None:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(60, 5))
     y = x @ rng.normal(size=(5, 2))
-    predicted = out_of_fold(x, y, fit, folds=5, seed=0)  # type: ignore[arg-type]
+    predicted = out_of_fold(x, y, fit, folds=5, seed=0)
     assert r2(y, predicted) > 0.9
     # shuffled targets: nothing to learn about unseen rows
     shuffled = y[rng.permutation(60)]
-    assert r2(shuffled, out_of_fold(x, shuffled, fit, folds=5, seed=0)) < 0.3  # type: ignore[arg-type]
+    assert r2(shuffled, out_of_fold(x, shuffled, fit, folds=5, seed=0)) < 0.3
 
 
 @pytest.mark.parametrize(
     ("env_id", "kwargs", "n_states"),
     [("FrozenLake-v1", {"is_slippery": False}, 11), ("Blackjack-v1", {"sab": False}, 280)],
 )
-def test_acting_greedily_on_q_star_is_optimal(env_id: str, kwargs: dict, n_states: int) -> None:
+def test_acting_greedily_on_q_star_is_optimal(
+    env_id: str, kwargs: dict[str, Any], n_states: int
+) -> None:
     states, q = decision_table(env_id, kwargs)
     assert len(states) == n_states and q.shape == (n_states, 2 if "Black" in env_id else 4)
     best = greedy_return(env_id, kwargs, states, q.argmax(1))
