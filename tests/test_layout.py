@@ -73,8 +73,12 @@ def test_the_check_catches_a_backward_import(tmp_path: Path) -> None:
 
 def test_every_subpackage_is_packaged() -> None:
     listed = (ROOT / "setup.cfg").read_text()
-    for package in sorted(p.parent.name for p in ROOT.glob("llm_policy/*/__init__.py")):
-        assert f"gym_llm.{package}\n" in listed, f"add gym_llm.{package} to setup.cfg"
+    for init in sorted(ROOT.glob("llm_policy/**/__init__.py")):
+        parts = init.parent.relative_to(ROOT / "llm_policy").parts
+        if not parts:
+            continue
+        package = ".".join(("gym_llm", *parts))
+        assert f"{package}\n" in listed, f"add {package} to setup.cfg"
 
 
 def test_package_docstring_example_runs() -> None:
