@@ -38,6 +38,7 @@ class ActionScoring(TrunkPasses):
     reserve_kv_cache: bool
     stop_ids: list[int]
     memoize_choice_scores: bool
+    uses_lora: bool
     #: Choice mode: observation -> (action logits, value, states) under the current weights.
     _memo: dict[str, tuple[torch.Tensor, torch.Tensor, TurnStates | None]]
     _memo_version: tuple[tuple[int, float], int, float, str, float | None] | None
@@ -66,6 +67,39 @@ class ActionScoring(TrunkPasses):
         self, observations: Sequence[str]
     ) -> tuple[torch.Tensor, torch.Tensor, list[TurnStates] | None]:
         """Choice scores from whole-model passes (prompt, then the candidates on its cache)."""
+        token_lp, values, states, features = self._whole_choice_parts(observations)
+        return self._scores(token_lp, features), values, states
+
+    def prior_choice_scores(self, observations: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(n, K)`` log-probs of the listed actions as the policy starts (the LM with its
+        adapter off, the calibration as set, no action head) and ``(n, d)`` features: the last
+        prompt token's hidden state where the action head reads it, the first trainable layer's
+        input. Neither depends on anything training changes, so a caller may keep them per
+        observation for a whole run: off-policy value learning (``gym_llm.DQN``) acts on the
+        first and regresses action values from the second."""
+        if self._candidates is None:
+            raise ValueError(
+                "prior_choice_scores needs choice mode (action_mode='choice'): the env must list "
+                "its actions."
+            )
+        if not self.uses_lora:
+            raise ValueError(
+                "prior_choice_scores needs LoRA: the prior is the model with its adapter off, "
+                "and lora=None trains the base weights themselves."
+            )
+        self._reference_mode = True  # the cached prefix KV was computed with the adapter on
+        try:
+            with torch.no_grad(), self._without_states(), self.lm.disable_adapter():
+                token_lp, _, _, features = self._whole_choice_parts(list(observations))
+                logits = self._scores(token_lp, features, head=False)
+        finally:
+            self._reference_mode = False
+        return torch.log_softmax(logits.float(), dim=-1), features
+
+    def _whole_choice_parts(
+        self, observations: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[TurnStates] | None, torch.Tensor]:
+        """``(n, K, width)`` candidate token log-probs, values, states and head features."""
         assert self._candidates is not None
         cand_ids = self._candidates[0]
         logits, values, cache, mask, states, features = self._prompt_pass(observations)
@@ -89,7 +123,7 @@ class ActionScoring(TrunkPasses):
                 follow = captured[0].view(n, k, width - 1, -1)
                 for i, turn in enumerate(states):
                     turn.action = follow[i]
-        return self._scores(token_lp, features), values, states
+        return token_lp, values, states, features
 
     def _choice_scores_from_trunk(
         self, observations: Sequence[str]

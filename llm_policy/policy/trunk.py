@@ -315,9 +315,12 @@ class TrunkPasses(PromptEncoding):
         targets = cand_ids[:, 1:].repeat(n, 1).unsqueeze(-1)
         return log_dist.gather(-1, targets).squeeze(-1).view(n, k, width - 1)
 
-    def _scores(self, token_lp: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    def _scores(
+        self, token_lp: torch.Tensor, features: torch.Tensor, head: bool = True
+    ) -> torch.Tensor:
         """``(n, K, width)`` candidate token log-probs and ``(n, d)`` action-head inputs
-        (:meth:`_head_layer`) -> ``(n, K)`` action logits (plus the head's, when there is one)."""
+        (:meth:`_head_layer`) -> ``(n, K)`` action logits (plus the head's, when there is one
+        and ``head``)."""
         assert self._candidates is not None
         cand_mask = self._candidates[1]
         scores = (token_lp * cand_mask.unsqueeze(0)).sum(-1)
@@ -326,6 +329,6 @@ class TrunkPasses(PromptEncoding):
         if self.choice_calibration is not None:
             scores = scores - self.choice_calibration.to(scores.device, scores.dtype)
         scores = scores / self.temperature
-        if self.action_head is not None:
+        if self.action_head is not None and head:
             scores = scores + self.action_head(features)
         return scores
