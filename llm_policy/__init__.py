@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from gym_llm.policy.llm_policy import LLMPolicy
     from gym_llm.policy.models import MODEL_REGISTRY, ModelSpec, load_model
     from gym_llm.rl.agent import Agent
+    from gym_llm.rl.dqn.dqn import DQN
     from gym_llm.rl.ppo import PPO
     from gym_llm.rl.vec_env import TextVecEnv, make_text_env
 
@@ -43,6 +44,7 @@ _LAZY = {
     "load_model": "gym_llm.policy.models",
     "Agent": "gym_llm.rl.agent",
     "PPO": "gym_llm.rl.ppo",
+    "DQN": "gym_llm.rl.dqn.dqn",
     "TextVecEnv": "gym_llm.rl.vec_env",
     "make_text_env": "gym_llm.rl.vec_env",
 }
@@ -66,6 +68,7 @@ __version__ = "0.1.0"
 __all__ = [  # noqa: RUF022  (grouped by what the names do, as Gymnasium does)
     # Learning
     "PPO",
+    "DQN",
     "Agent",
     # Acting
     "LLMPolicy",

@@ -36,19 +36,26 @@ TRAINING_STATE = "training_state.json"
 FORMAT = "gym_llm.PPO/1"
 
 
-def check_format(found: str, config_file: Path) -> None:
+def check_format(found: str, config_file: Path, expected: str = FORMAT) -> None:
     """Refuse a config of another kind, or of a newer version of this format."""
     kind, _, version = found.rpartition("/")
-    own_kind, _, own_version = FORMAT.rpartition("/")
+    own_kind, _, own_version = expected.rpartition("/")
     if kind != own_kind:
+        algo = own_kind.rpartition(".")[2]
+        other = kind.rpartition(".")[2]
+        hint = (
+            f" but a {other} agent: load it with gym_llm.{other}"
+            if kind.startswith("gym_llm.")
+            else ""
+        )
         raise CheckpointError(
-            f"{config_file} has format {found!r}, not {FORMAT!r}: it is not a saved gym_llm PPO "
-            "agent."
+            f"{config_file} has format {found!r}, not {expected!r}: it is not a saved gym_llm "
+            f"{algo} agent{hint}."
         )
     if not version.isdigit() or int(version) > int(own_version):
         raise CheckpointError(
             f"{config_file} was written in format {found!r} by a newer gym_llm; this one reads "
-            f"{FORMAT!r}. Upgrade gym_llm (pip install -U gym_llm) to load it."
+            f"{expected!r}. Upgrade gym_llm (pip install -U gym_llm) to load it."
         )
 
 
@@ -119,7 +126,12 @@ class SavedConfig:
     format: str = FORMAT
 
     @classmethod
-    def read(cls, directory: str | os.PathLike[str]) -> SavedConfig:
+    def read(
+        cls,
+        directory: str | os.PathLike[str],
+        expected_format: str = FORMAT,
+        known_hyperparameters: tuple[str, ...] = SAVED_HYPERPARAMETERS,
+    ) -> SavedConfig:
         """The config of a saved agent directory, with an error that says what to do if it is
         not one, is damaged, or was written by a newer gym_llm."""
         config_file = Path(directory) / "config.json"
@@ -137,12 +149,12 @@ class SavedConfig:
             ) from None
         if not isinstance(data, dict):
             raise CheckpointError(f"{config_file} holds {type(data).__name__}, not a JSON object.")
-        check_format(str(data.get("format", FORMAT)), config_file)
+        check_format(str(data.get("format", FORMAT)), config_file, expected_format)
         unknown = sorted(set(data) - set(cls.__dataclass_fields__))
         unknown += sorted(
             f"hyperparameters.{k}"
             for k in data.get("hyperparameters", {})
-            if k not in SAVED_HYPERPARAMETERS
+            if k not in known_hyperparameters
         )
         if unknown:
             raise CheckpointError(
@@ -187,6 +199,47 @@ class SavedConfig:
                 act["actions"], description=act["description"], max_length=act["max_length"]
             ),
         )
+
+
+def space_records(obs_space: Any, act_space: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The text spaces as ``config.json`` records them (:meth:`SavedConfig.spaces` rebuilds)."""
+    actions = getattr(act_space, "actions", None)
+    return (
+        {
+            "max_length": getattr(obs_space, "max_length", None),
+            "instruction": getattr(obs_space, "instruction", None),
+        },
+        {
+            "actions": list(actions) if actions else None,
+            "description": getattr(act_space, "description", None),
+            "max_length": getattr(act_space, "max_length", None),
+        },
+    )
+
+
+def recorded_policy_kwargs(policy: Any, policy_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``LLMPolicy`` keyword arguments a saved agent records: the settings in effect (the
+    default LoRA included), so a later change of a default cannot change what it rebuilds."""
+    recorded = {k: v for k, v in policy_kwargs.items() if k not in ("lora", "tokenizer")}
+    if not isinstance(recorded.get("model", ""), str):
+        # Built from a model object: record where it came from, so load() can rebuild it.
+        if not policy.model_name:
+            raise ValueError(
+                "This agent's policy was built from a model object with no name_or_path, so "
+                "a saved agent could not be rebuilt. Save the model first with "
+                "model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR), then build "
+                "the agent with model=DIR."
+            )
+        recorded["model"] = policy.model_name
+    recorded["lora"] = policy.lora_settings
+    recorded["trainable_layers"] = policy.trainable_layers
+    recorded["conversation"] = policy.conversation
+    recorded["action_head"] = policy.action_head is not None
+    recorded["choice_calibration"] = policy.choice_calibration is not None
+    if "optimizer_class" in recorded:  # a class: saved as its import path
+        cls = recorded["optimizer_class"]
+        recorded["optimizer_class"] = f"{cls.__module__}:{cls.__qualname__}"
+    return recorded
 
 
 def regroup_optimizer_state(
@@ -237,45 +290,14 @@ class PPOCheckpointing(TrainingState):
     def saved_config(self) -> SavedConfig:
         """What ``config.json`` records: hyper-parameters, the policy's settings in effect, the
         counters and the spaces."""
-        obs_space, act_space = self.observation_space, self.action_space
-        policy_kwargs = {
-            k: v for k, v in self.policy_kwargs.items() if k not in ("lora", "tokenizer")
-        }
-        if not isinstance(policy_kwargs.get("model", ""), str):
-            # Built from a model object: record where it came from, so load() can rebuild it.
-            if not self.policy.model_name:
-                raise ValueError(
-                    "This agent's policy was built from a model object with no name_or_path, so "
-                    "a saved agent could not be rebuilt. Save the model first with "
-                    "model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR), then build "
-                    "the agent with model=DIR."
-                )
-            policy_kwargs["model"] = self.policy.model_name
-        # The settings in effect (the default LoRA included), so a later change of a default
-        # cannot change what a saved agent rebuilds.
-        policy_kwargs["lora"] = self.policy.lora_settings
-        policy_kwargs["trainable_layers"] = self.policy.trainable_layers
-        policy_kwargs["conversation"] = self.policy.conversation
-        policy_kwargs["action_head"] = self.policy.action_head is not None
-        policy_kwargs["choice_calibration"] = self.policy.choice_calibration is not None
-        if "optimizer_class" in policy_kwargs:  # a class: saved as its import path
-            cls = policy_kwargs["optimizer_class"]
-            policy_kwargs["optimizer_class"] = f"{cls.__module__}:{cls.__qualname__}"
-        actions = getattr(act_space, "actions", None)
+        observation_space, action_space = space_records(self.observation_space, self.action_space)
         return SavedConfig(
             hyperparameters=self._saved_hyperparameters(),
-            policy_kwargs=policy_kwargs,
+            policy_kwargs=recorded_policy_kwargs(self.policy, self.policy_kwargs),
             num_timesteps=self.num_timesteps,
             n_updates=self._n_updates,
-            observation_space={
-                "max_length": getattr(obs_space, "max_length", None),
-                "instruction": getattr(obs_space, "instruction", None),
-            },
-            action_space={
-                "actions": list(actions) if actions else None,
-                "description": getattr(act_space, "description", None),
-                "max_length": getattr(act_space, "max_length", None),
-            },
+            observation_space=observation_space,
+            action_space=action_space,
         )
 
     def _optimizer_state(self) -> dict[str, Any]:

@@ -1,0 +1,313 @@
+"""``DQN``: SB3's off-policy algorithm, learning action values on the language model's features.
+
+Every env step is replayed many times (SB3 DQN's defaults replay each one ~8 times), and
+``Q(s, a)`` of every listed action is regressed however rarely the policy picks it: what PPO
+cannot do for an action the LM's prior has cornered at p ~ 0. The values are an MLP
+(:class:`~gym_llm.policy.q_head.QHead`) on the frozen features of the prompt's last token, and the
+agent acts with the posterior ``p_LM(a | s)^beta · exp(Q(s, a) / alpha)`` mixed with ε-uniform
+exploration (:mod:`gym_llm.rl.dqn.targets`). Features and prior come from the model with its
+adapter off, so each distinct observation costs one model pass for the whole run.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.common.utils import LinearSchedule, polyak_update
+
+from gym_llm.policy.llm_policy import LLMPolicy
+from gym_llm.policy.q_head import QHead
+from gym_llm.rl.dqn.replay import TextReplayBuffer
+from gym_llm.rl.dqn.saving import DQNSaving
+from gym_llm.rl.dqn.targets import double_q_target, posterior_logits
+from gym_llm.rl.ppo import PPO
+
+#: Distinct observations whose features and prior are kept (~2.5 KB each for SmolLM2-135M).
+FEATURE_CACHE_LIMIT = 200_000
+
+
+class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
+    """Deep Q-learning for :class:`LLMPolicy` on text envs in choice mode.
+
+    SB3's DQN arguments keep their meaning and defaults (``learning_starts``, ``train_freq``,
+    ``gradient_steps``, ``target_update_interval``, ``tau``, the exploration schedule,
+    ``n_steps``), with double Q-learning and the Huber loss. The rest:
+
+    Args:
+        alpha: the posterior's temperature, in reward units: how much a difference in ``Q``
+            outweighs the prior. Small ``alpha`` acts (nearly) greedily on ``Q``.
+        beta: the prior's weight: 0 is DQN on the LM's features, 1 keeps the LM's choice
+            distribution as the reference the values tilt.
+        q_width: hidden units of the Q head's two layers.
+        policy_kwargs: :class:`LLMPolicy`'s (``model``, ``lora``, ...). The LoRA adapter does not
+            act here; the model with the adapter off gives the features and the prior.
+    """
+
+    policy_aliases: ClassVar[dict[str, type[Any]]] = {"LLMPolicy": LLMPolicy}
+    policy: LLMPolicy
+    replay_buffer: TextReplayBuffer  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        policy: str | type[LLMPolicy],
+        env: GymEnv | str | None,
+        learning_rate: float | Schedule = 1e-4,
+        buffer_size: int = 1_000_000,
+        learning_starts: int = 100,
+        batch_size: int = 32,
+        tau: float = 1.0,
+        gamma: float = 0.99,
+        train_freq: int | tuple[int, str] = 4,
+        gradient_steps: int = 1,
+        n_steps: int = 1,
+        target_update_interval: int = 10_000,
+        exploration_fraction: float = 0.1,
+        exploration_initial_eps: float = 1.0,
+        exploration_final_eps: float = 0.05,
+        max_grad_norm: float = 10.0,
+        alpha: float = 0.01,
+        beta: float = 0.0,
+        q_width: int = 256,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: torch.device | str = "auto",
+        _init_setup_model: bool = True,
+    ) -> None:
+        super().__init__(
+            policy,
+            env,  # type: ignore[arg-type]
+            learning_rate,
+            buffer_size=buffer_size,
+            learning_starts=learning_starts,
+            batch_size=batch_size,
+            tau=tau,
+            gamma=gamma,
+            train_freq=train_freq,
+            gradient_steps=gradient_steps,
+            policy_kwargs=policy_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            verbose=verbose,
+            device=device,
+            seed=seed,
+            sde_support=False,
+            support_multi_env=True,
+        )
+        for name, value in (("n_steps", n_steps), ("batch_size", batch_size), ("q_width", q_width)):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}.")
+        if not alpha > 0:
+            raise ValueError(f"alpha (the posterior's temperature) must be > 0, got {alpha}.")
+        if beta < 0:
+            raise ValueError(f"beta (the prior's weight) must be >= 0, got {beta}.")
+        if not 0 <= exploration_final_eps <= exploration_initial_eps <= 1:
+            raise ValueError(
+                "Need 0 <= exploration_final_eps <= exploration_initial_eps <= 1, got "
+                f"{exploration_final_eps} and {exploration_initial_eps}."
+            )
+        self.n_steps, self.alpha, self.beta, self.q_width = n_steps, alpha, beta, q_width
+        self.target_update_interval = target_update_interval
+        self.exploration_fraction = exploration_fraction
+        self.exploration_initial_eps = exploration_initial_eps
+        self.exploration_final_eps = exploration_final_eps
+        self.exploration_rate = exploration_initial_eps
+        self.max_grad_norm = max_grad_norm
+        self._n_calls = 0
+        self._features: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._behaviour_probs: np.ndarray | None = None
+        self._sample_rng = np.random.default_rng(seed)
+        #: TD steps whose loss was not finite and so never reached the weights.
+        self.skipped_steps = 0
+        if _init_setup_model:
+            self._setup_model()
+
+    _wrap_env = staticmethod(PPO._wrap_env)
+
+    def _setup_model(self) -> None:
+        self._setup_lr_schedule()
+        self.set_random_seed(self.seed)
+        kwargs = {"action_head": False, **self.policy_kwargs}
+        self.policy = LLMPolicy(
+            self.observation_space, self.action_space, self.lr_schedule, device=self.device,
+            **kwargs,
+        )  # fmt: skip
+        if self.policy.action_mode != "choice":
+            raise ValueError(
+                "DQN needs choice mode (action_mode='choice'): it learns a value for each listed "
+                "action."
+            )
+        #: The listed actions, in the order of the values and the replay's action indices.
+        self.action_names: list[str] = list(getattr(self.policy.action_space, "actions", []))
+        n_actions = len(self.action_names)
+        hidden = int(self.policy.lm.config.get_text_config().hidden_size)
+        self.q_net = QHead(hidden, n_actions, width=self.q_width, device=self.device)
+        self.q_net_target = copy.deepcopy(self.q_net).requires_grad_(False)
+        self.q_optimizer = torch.optim.Adam(self.q_net.parameters(), lr=self.lr_schedule(1.0))
+        self.replay_buffer = TextReplayBuffer(self.buffer_size, self.n_envs, n_actions)
+        self.exploration_schedule = LinearSchedule(
+            self.exploration_initial_eps, self.exploration_final_eps, self.exploration_fraction
+        )
+        self._convert_train_freq()
+
+    # --- features, values and the acting distribution ------------------------------------------
+
+    def prior_and_features(self, observations: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(n, K)`` prior log-probs and ``(n, d)`` features, each distinct observation computed
+        once per run (they do not change: the model's adapter is off for both)."""
+        keys = [str(o) for o in observations]
+        todo = list(dict.fromkeys(k for k in keys if k not in self._features))
+        if len(self._features) + len(todo) > FEATURE_CACHE_LIMIT:
+            self._features.clear()
+            todo = list(dict.fromkeys(keys))
+        for start in range(0, len(todo), 32):
+            batch = todo[start : start + 32]
+            log_prior, features = self.policy.prior_choice_scores(batch)
+            for i, key in enumerate(batch):
+                self._features[key] = (log_prior[i], features[i])
+        rows = [self._features[k] for k in keys]
+        return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
+
+    def action_logits(self, observations: Sequence[str]) -> torch.Tensor:
+        """``(n, K)`` logits of the posterior ``beta · log p_LM + Q / alpha``."""
+        log_prior, features = self.prior_and_features(observations)
+        with torch.no_grad():
+            q = self.q_net(features)
+        return posterior_logits(q, log_prior, self.alpha, self.beta)
+
+    def behaviour_probs(self, observations: Sequence[str]) -> np.ndarray:
+        """What the agent samples from while learning: ε uniform, else the posterior (uniform
+        alone before ``learning_starts``, as SB3's DQN)."""
+        n_actions = self.replay_buffer.n_actions
+        uniform = np.full((len(observations), n_actions), 1.0 / n_actions)
+        if self.num_timesteps < self.learning_starts:
+            return uniform
+        posterior = torch.softmax(self.action_logits(observations).double(), -1).cpu().numpy()
+        eps = self.exploration_rate
+        return eps * uniform + (1.0 - eps) * posterior
+
+    def _replies(self, indices: np.ndarray) -> np.ndarray:
+        return np.array([self.action_names[int(i)] for i in indices], dtype=object)
+
+    def predict(  # type: ignore[override]
+        self,
+        observation: str | Sequence[str] | np.ndarray,
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = False,
+    ) -> tuple[Any, tuple[np.ndarray, ...] | None]:
+        """Replies (action names) for one observation string or a batch: the posterior's greedy
+        action with ``deterministic``, else a sample from the posterior."""
+        single = isinstance(observation, str)
+        batch = [str(observation)] if single else [str(o) for o in np.asarray(observation).ravel()]
+        logits = self.action_logits(batch)
+        if deterministic:
+            chosen = logits.argmax(-1).cpu().numpy()
+        else:
+            chosen = torch.distributions.Categorical(logits=logits).sample().cpu().numpy()
+        replies = self._replies(chosen)
+        return (replies[0] if single else replies), state
+
+    # --- collecting ----------------------------------------------------------------------------
+
+    def _sample_action(
+        self, learning_starts: int, action_noise: Any = None, n_envs: int = 1
+    ) -> tuple[np.ndarray, np.ndarray]:
+        assert self._last_obs is not None
+        observations = [str(o) for o in np.asarray(self._last_obs, dtype=object).ravel()]
+        probs = self.behaviour_probs(observations)
+        cumulative = probs.cumsum(-1)
+        draws = self._sample_rng.random((len(observations), 1))
+        chosen = np.minimum((draws > cumulative).sum(-1), probs.shape[1] - 1)
+        self._behaviour_probs = probs.astype(np.float32)
+        return self._replies(chosen), chosen.astype(np.int64)
+
+    def _store_transition(  # type: ignore[override]
+        self,
+        replay_buffer: TextReplayBuffer,
+        buffer_action: np.ndarray,
+        new_obs: Any,
+        reward: np.ndarray,
+        dones: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> None:
+        next_obs = [str(o) for o in np.asarray(new_obs, dtype=object).ravel()]
+        truncated = np.array([bool(i.get("TimeLimit.truncated", False)) for i in infos])
+        for i, done in enumerate(dones):
+            if done and infos[i].get("terminal_observation") is not None:
+                next_obs[i] = str(infos[i]["terminal_observation"])
+        assert self._last_obs is not None and self._behaviour_probs is not None
+        replay_buffer.add(
+            np.asarray(self._last_obs, dtype=object).ravel(), next_obs, buffer_action, reward,
+            np.asarray(dones, dtype=bool) & ~truncated, truncated, self._behaviour_probs,
+        )  # fmt: skip
+        self._last_obs = new_obs
+
+    def _on_step(self) -> None:
+        """SB3's DQN: the target network every ``target_update_interval`` env steps, and the
+        exploration rate on its schedule."""
+        self._n_calls += 1
+        if self._n_calls % max(self.target_update_interval // self.n_envs, 1) == 0:
+            polyak_update(self.q_net.parameters(), self.q_net_target.parameters(), self.tau)
+        self.exploration_rate = self.exploration_schedule(self._current_progress_remaining)
+        self.logger.record("rollout/exploration_rate", self.exploration_rate)
+
+    # --- learning ------------------------------------------------------------------------------
+
+    def _calibrate_q_net(self) -> None:
+        """Fix the Q head's input scale from the distinct observations collected so far."""
+        held = self.replay_buffer.observations[: len(self.replay_buffer) // self.n_envs]
+        distinct = list(dict.fromkeys(str(o) for o in held.ravel()))
+        self.q_net.calibrate(self.prior_and_features(distinct)[1])
+        self.q_net_target.load_state_dict(self.q_net.state_dict())
+
+    def train(self, gradient_steps: int, batch_size: int = 32) -> None:
+        if len(self.replay_buffer) < self.learning_starts:  # a loaded agent refilling its replay
+            return
+        if not self.q_net.is_calibrated:
+            self._calibrate_q_net()
+        self._update_learning_rate(self.q_optimizer)
+        losses, q_means = [], []
+        for _ in range(gradient_steps):
+            sample = self.replay_buffer.sample(
+                batch_size, self.n_steps, self.gamma, self._sample_rng
+            )
+            _, features = self.prior_and_features(sample.observations)
+            next_prior, next_features = self.prior_and_features(sample.next_observations)
+            with torch.no_grad():
+                target = double_q_target(
+                    sample.returns.to(self.device), sample.discounts.to(self.device),
+                    self.q_net(next_features), self.q_net_target(next_features), next_prior,
+                    self.alpha, self.beta,
+                )  # fmt: skip
+            q = self.q_net(features).gather(-1, sample.actions.to(self.device)[:, None])[:, 0]
+            loss = torch.nn.functional.smooth_l1_loss(q, target)
+            if not torch.isfinite(loss):  # a non-finite reward or value never reaches the weights
+                self.skipped_steps += 1
+                continue
+            self.q_optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.q_net.parameters(), self.max_grad_norm)
+            self.q_optimizer.step()
+            losses.append(loss.item())
+            q_means.append(q.mean().item())
+        self._n_updates += gradient_steps
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/skipped_steps", self.skipped_steps)
+        if losses:
+            self.logger.record("train/loss", float(np.mean(losses)))
+            self.logger.record("train/q_mean", float(np.mean(q_means)))
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "q_net", "q_net_target", "_features"]
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        return ["q_net", "q_net_target", "q_optimizer"], []

@@ -1,0 +1,119 @@
+"""Replay of text transitions, with n-step returns read off each env's own sequence of steps.
+
+Steps are stored as SB3's ``ReplayBuffer`` stores them, ``[time, env]``, so the ``n`` steps that
+follow a sampled step of one env are the next rows of its column. Observations are kept as
+strings (the features are a per-prompt cache away, :class:`gym_llm.rl.dqn.DQN`), with the action
+each turn took, its reward, whether the episode terminated or was cut there, and the behaviour
+probabilities of every action at the moment it was sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from gym_llm.rl.dqn.targets import n_step_returns
+
+
+@dataclass
+class ReplaySample:
+    """``B`` sampled steps: what the TD loss needs."""
+
+    observations: list[str]
+    actions: torch.Tensor  # (B,) long
+    returns: torch.Tensor  # (B,) discounted sum of up to n rewards
+    discounts: torch.Tensor  # (B,) gamma^m, 0 after a true end
+    next_observations: list[str]  # the observation bootstrapped from
+    behaviour_probs: torch.Tensor  # (B, K) what the action was sampled with
+
+
+class TextReplayBuffer:
+    """A ring of ``buffer_size`` env steps (``buffer_size // n_envs`` rows of ``n_envs``).
+
+    Args:
+        buffer_size: the env steps it holds, over all envs (SB3's meaning).
+        n_envs: envs stepped together.
+        n_actions: the number of listed actions.
+    """
+
+    def __init__(self, buffer_size: int, n_envs: int, n_actions: int) -> None:
+        if buffer_size < n_envs:
+            raise ValueError(
+                f"buffer_size ({buffer_size}) must hold at least one step of each of the "
+                f"{n_envs} envs."
+            )
+        self.rows, self.n_envs, self.n_actions = buffer_size // n_envs, n_envs, n_actions
+        shape = (self.rows, n_envs)
+        self.observations = np.empty(shape, dtype=object)
+        self.next_observations = np.empty(shape, dtype=object)
+        self.actions = np.zeros(shape, dtype=np.int64)
+        self.rewards = np.zeros(shape, dtype=np.float32)
+        self.terminated = np.zeros(shape, dtype=bool)
+        self.ended = np.zeros(shape, dtype=bool)
+        self.behaviour_probs = np.zeros((*shape, n_actions), dtype=np.float32)
+        self.pos, self.full = 0, False
+
+    def __len__(self) -> int:
+        """Env steps held."""
+        return (self.rows if self.full else self.pos) * self.n_envs
+
+    def add(
+        self,
+        observations: Any,
+        next_observations: Any,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        behaviour_probs: np.ndarray,
+    ) -> None:
+        """One step of every env. ``next_observations`` are the observations the actions led to
+        (the final one where an episode ended, not the next episode's first)."""
+        row = self.pos
+        self.observations[row] = [str(o) for o in observations]
+        self.next_observations[row] = [str(o) for o in next_observations]
+        self.actions[row] = np.asarray(actions).reshape(self.n_envs)
+        self.rewards[row] = np.asarray(rewards, dtype=np.float32).reshape(self.n_envs)
+        self.terminated[row] = np.asarray(terminated, dtype=bool).reshape(self.n_envs)
+        self.ended[row] = self.terminated[row] | np.asarray(truncated, dtype=bool).reshape(
+            self.n_envs
+        )
+        self.behaviour_probs[row] = np.asarray(behaviour_probs, dtype=np.float32)
+        self.pos = (self.pos + 1) % self.rows
+        self.full = self.full or self.pos == 0
+
+    def sample(
+        self, batch_size: int, n_steps: int, gamma: float, rng: np.random.Generator
+    ) -> ReplaySample:
+        """``batch_size`` steps drawn uniformly with their ``n_steps`` returns. Near the newest
+        row the look-ahead is cut where the data ends and bootstraps from there."""
+        held = self.rows if self.full else self.pos
+        if held == 0:
+            raise ValueError("The replay buffer is empty: collect steps before sampling.")
+        rows = rng.integers(held, size=batch_size)
+        if self.full:  # row indices counted from the oldest row
+            rows = (self.pos + rows) % self.rows
+        envs = rng.integers(self.n_envs, size=batch_size)
+        ahead = (rows[:, None] + np.arange(n_steps)[None, :]) % self.rows  # (B, n)
+        written = (self.pos - 1 - rows) % self.rows + 1  # rows from each up to the newest
+        available = np.arange(n_steps)[None, :] < written[:, None]
+        rewards = self.rewards[ahead, envs[:, None]] * available
+        terminated = self.terminated[ahead, envs[:, None]] & available
+        ended = self.ended[ahead, envs[:, None]] & available
+        last_available = np.minimum(written, n_steps) - 1
+        ended[np.arange(batch_size), last_available] = True  # the data ends: cut, bootstrap
+        returns, discounts, last = n_step_returns(
+            torch.as_tensor(rewards), torch.as_tensor(terminated), torch.as_tensor(ended), gamma
+        )
+        bootstrap_rows = ahead[np.arange(batch_size), last.numpy()]
+        return ReplaySample(
+            observations=list(self.observations[rows, envs]),
+            actions=torch.as_tensor(self.actions[rows, envs]),
+            returns=returns,
+            discounts=discounts,
+            next_observations=list(self.next_observations[bootstrap_rows, envs]),
+            behaviour_probs=torch.as_tensor(self.behaviour_probs[rows, envs]),
+        )

@@ -1,0 +1,69 @@
+"""The text replay buffer: n-step returns along each env's own steps, cut where data ends."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gym_llm.rl.dqn.replay import TextReplayBuffer
+
+
+def _filled(rows: int, buffer_rows: int | None = None) -> TextReplayBuffer:
+    """Two envs; env 0 steps s0 -> s1 -> ... with reward t, its episode terminating at t = 2;
+    env 1 gets reward 10 + t and is cut (truncated) at t = 1."""
+    buffer = TextReplayBuffer((buffer_rows or rows) * 2, n_envs=2, n_actions=3)
+    for t in range(rows):
+        buffer.add(
+            [f"a{t}", f"b{t}"],
+            [f"a{t + 1}", f"b{t + 1}"],
+            np.array([t % 3, 1]),
+            np.array([t, 10 + t]),
+            np.array([t == 2, False]),
+            np.array([False, t == 1]),
+            np.full((2, 3), 1 / 3),
+        )
+    return buffer
+
+
+def _sample_all(
+    buffer: TextReplayBuffer, n: int, gamma: float
+) -> dict[tuple[str, int], tuple[float, float, str]]:
+    out = {}
+    sample = buffer.sample(4000, n, gamma, np.random.default_rng(0))
+    for i, obs in enumerate(sample.observations):
+        out[(obs, int(sample.actions[i]))] = (
+            float(sample.returns[i]),
+            float(sample.discounts[i]),
+            sample.next_observations[i],
+        )
+    return out
+
+
+def test_n_step_returns_follow_each_env_and_stop_at_episode_ends() -> None:
+    g = 0.5
+    seen = _sample_all(_filled(5), n=3, gamma=g)
+    # env 0 from t=0: rewards 0, 1, 2 and the episode terminates at t=2: no bootstrap
+    assert seen[("a0", 0)] == (0 + 1 * g + 2 * g * g, 0.0, "a3")
+    # env 0 from t=3: rewards 3, 4, then the data ends: cut after 2 steps, bootstrap from a5
+    assert seen[("a3", 0)] == (pytest.approx(3 + 4 * g), pytest.approx(g * g), "a5")
+    # env 1 from t=0: rewards 10, 11, truncated at t=1: bootstrap from its cut observation
+    assert seen[("b0", 1)] == (pytest.approx(10 + 11 * g), pytest.approx(g * g), "b2")
+    # env 1 from t=2: three whole steps, no end: gamma^3
+    assert seen[("b2", 1)] == (pytest.approx(12 + 13 * g + 14 * g * g), pytest.approx(g**3), "b5")
+    assert len(_filled(5)) == 10
+
+
+def test_a_full_ring_drops_the_oldest_rows_and_never_reads_across_the_seam() -> None:
+    buffer = _filled(7, buffer_rows=4)  # rows t = 3..6 remain
+    seen = _sample_all(buffer, n=3, gamma=1.0)
+    assert {obs for obs, _ in seen} == {"a3", "a4", "a5", "a6", "b3", "b4", "b5", "b6"}
+    assert seen[("a5", 2)] == (5 + 6, 1.0, "a7")  # the newest row ends the look-ahead
+    assert seen[("a6", 0)] == (6, 1.0, "a7")
+    assert len(buffer) == 8
+
+
+def test_errors_name_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match="at least one step"):
+        TextReplayBuffer(1, n_envs=2, n_actions=2)
+    with pytest.raises(ValueError, match="empty"):
+        TextReplayBuffer(8, n_envs=2, n_actions=2).sample(4, 1, 0.9, np.random.default_rng(0))
