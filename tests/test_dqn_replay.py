@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -27,7 +29,7 @@ def _filled(rows: int, buffer_rows: int | None = None) -> TextReplayBuffer:
 
 def _sample_all(
     buffer: TextReplayBuffer, n: int, gamma: float
-) -> dict[tuple[str, int], tuple[float, float, str]]:
+) -> dict[tuple[str, int], tuple[Any, ...]]:
     out = {}
     sample = buffer.sample(4000, n, gamma, np.random.default_rng(0))
     for i, obs in enumerate(sample.observations):
