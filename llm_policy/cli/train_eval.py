@@ -212,14 +212,15 @@ def _eval(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else int(settings.get("seed", 0)) + 20_000
     out = Path(args.out) if args.out is not None else config_path.parent / "eval.json"
 
-    from gym_llm import PPO, make_text_env
+    from gym_llm import make_text_env
     from gym_llm.evaluation.exact import exact_evaluation_supported, exact_policy_value
     from gym_llm.evaluation.monte_carlo import evaluate, reference_returns
+    from gym_llm.experiments.agents import load_agent
     from gym_llm.experiments.run import device_name, versions
 
     print(f"Evaluating {agent_dir} on {env_id} {env_kwargs or ''}")
     start = time.perf_counter()
-    model = PPO.load(agent_dir, device=args.device)
+    model = load_agent(agent_dir, device=args.device)
     env = make_text_env(env_id, n_envs, env_kwargs=env_kwargs, seed=seed)
     stats = evaluate(model, env, args.episodes, deterministic=not args.stochastic)
     env.close()

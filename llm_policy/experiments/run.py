@@ -23,13 +23,13 @@ from gym_llm.evaluation.curve import CurvePoint, CurveRecorder, no_score
 from gym_llm.evaluation.exact import exact_evaluation_supported, exact_policy_value
 from gym_llm.evaluation.monte_carlo import EvalStats, evaluate
 from gym_llm.evaluation.scores import Score
+from gym_llm.experiments.agents import build_agent
 from gym_llm.experiments.checkpoints import (
     CheckpointCallback,
     read_run_state,
     resumable_checkpoint,
 )
 from gym_llm.experiments.train_config import TrainConfig
-from gym_llm.policy.models import resolve_device
 from gym_llm.rl.distributed import (
     from_main_process,
     init_from_launcher,
@@ -37,6 +37,7 @@ from gym_llm.rl.distributed import (
     rank,
     world_size,
 )
+from gym_llm.rl.dqn.dqn import DQN
 from gym_llm.rl.ppo import PPO
 from gym_llm.rl.sharding import check_can_shard, requested_by_launcher
 from gym_llm.rl.vec_env import make_text_env
@@ -58,7 +59,7 @@ class TrainResult:
     run_dir: Path
     versions: dict[str, str]
     #: The trained agent, as saved to ``agent_path`` (not part of the JSON).
-    model: PPO
+    model: PPO | DQN
     #: Evaluation right after the SFT warm start (``None`` without ``sft_demos``).
     after_sft: CurvePoint | None = None
     #: The warm start's statistics (gym_llm.sft.warm_start), ``None`` without ``sft_demos``.
@@ -153,28 +154,10 @@ def run(
     eval_env = make_text_env(
         config.env, config.n_envs, env_kwargs=config.env_kwargs, seed=config.seed + 10_000
     )
-    model = PPO(
-        "LLMPolicy",
-        env,
-        learning_rate=config.learning_rate,
-        n_steps=config.n_steps,
-        batch_size=config.batch_size,
-        n_epochs=config.n_epochs,
-        gamma=config.gamma,
-        ent_coef=config.ent_coef,
-        kl_coef=config.kl_coef,
-        target_kl=config.target_kl,
-        micro_batch_size=config.micro_batch_size,
-        advantage_estimator=config.advantage_estimator,
-        critic_warmup_steps=config.critic_warmup_steps,
-        fsdp=True if config.fsdp else None,  # None: as accelerate launch says
-        policy_kwargs=config.policy_kwargs(),
-        tensorboard_log=str(run_dir / "tensorboard"),
-        seed=config.seed,
-        device=str(resolve_device(config.device)),
-        verbose=verbose,
-    )
-    rollout = config.n_steps * config.n_envs * world_size()  # env steps, every process's
+    model = build_agent(config, env, run_dir, verbose)
+    # env steps between the points where the policy can change, every process's
+    chunk = config.train_freq if config.algo == "dqn" else config.n_steps
+    rollout = chunk * config.n_envs * world_size()
     iterations = max(1, -(-config.timesteps // rollout))
     every = rollout * max(1, iterations // (config.eval_points + 1)) if config.eval_points else 0
     exact = None
@@ -232,7 +215,7 @@ def run(
             remaining,
             callback=callbacks,
             progress_bar=progress_bar,
-            tb_log_name="ppo",
+            tb_log_name=config.algo,
             reset_num_timesteps=checkpoint is None,
         )
     after = no_point()
@@ -274,6 +257,11 @@ def check_processes(config: TrainConfig, resume: bool) -> bool:
     if config.fsdp or requested_by_launcher():
         check_can_shard(uses_lora=config.lora_r > 0)
     processes = world_size()
+    if processes > 1 and config.algo == "dqn":
+        raise ValueError(
+            f"algo='dqn' trains in one process (its replay buffer is one process's), and this "
+            f"is one of {processes} processes: start it without the launcher."
+        )
     if processes > 1:
         refused = "--resume" if resume else "--sft-demos" if config.sft_demos else None
         if refused is not None:
@@ -303,7 +291,8 @@ def plot_result(
         references = reference_returns(config.env, config.env_kwargs, measure_random=False)
     exact = result.curve[0].exact is not None
     series = Series(
-        f"gym_llm PPO ({config.mode}, {config.model})" + (" - exact" if exact else ""),
+        f"gym_llm {config.algo.upper()} ({config.mode}, {config.model})"
+        + (" - exact" if exact else ""),
         [p.timesteps for p in result.curve],
         [p.value for p in result.curve],
         None if exact else [p.eval.sem if p.eval is not None else 0.0 for p in result.curve],

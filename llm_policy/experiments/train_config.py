@@ -18,6 +18,9 @@ class TrainConfig:
 
     #: Gymnasium env id (any registered id; gym_llm/<Name>-v0 after ``import gym_llm``).
     env: str = "Blackjack-v1"
+    #: "ppo" (on-policy, the LM itself learns) or "dqn" (off-policy action values on the LM's
+    #: frozen features with its prior; choice mode, LoRA).
+    algo: str = "ppo"
     #: Keyword arguments for ``gym.make`` (e.g. ``{"sab": False}``).
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     #: Registry name (see ``gym-llm models``), local directory or hub id.
@@ -34,7 +37,8 @@ class TrainConfig:
     batch_size: int = 64
     #: Passes over each rollout.
     n_epochs: int = 2
-    #: Adam learning rate (default: PPO's, 5e-4 with LoRA and 1e-5 without; measured).
+    #: Adam learning rate (default: PPO's, 5e-4 with LoRA and 1e-5 without, measured; DQN's
+    #: 1e-4, SB3's).
     learning_rate: float | None = None
     #: LoRA rank; 0 fine-tunes all weights.
     lora_r: int = 16
@@ -89,6 +93,27 @@ class TrainConfig:
     #: optimizer steps, gradients, moments) over them with FSDP; each keeps one whole copy of
     #: the weights. ``accelerate launch --use_fsdp`` turns it on too.
     fsdp: bool = False
+    #: DQN: env steps held in the replay buffer.
+    buffer_size: int = 1_000_000
+    #: DQN: env steps of uniform exploration before the first update.
+    learning_starts: int = 100
+    #: DQN: env steps per env between updates.
+    train_freq: int = 4
+    #: DQN: gradient steps per update.
+    gradient_steps: int = 1
+    #: DQN: env steps between target-network copies.
+    target_update_interval: int = 10_000
+    #: DQN: share of the run over which epsilon falls from 1 to exploration_final_eps.
+    exploration_fraction: float = 0.1
+    #: DQN: the final epsilon of epsilon-uniform exploration.
+    exploration_final_eps: float = 0.05
+    #: DQN: rewards summed before bootstrapping (n-step returns; SB3 DQN's n_steps).
+    dqn_n_steps: int = 1
+    #: DQN: the posterior's temperature p_LM^beta exp(Q/alpha), in reward units.
+    dqn_alpha: float = 0.01
+    #: DQN: the prior's weight in the posterior (0: DQN on the LM's features; 1: the LM's
+    #: choice distribution as the reference).
+    dqn_beta: float = 0.0
     #: Chat-messages JSONL of demonstrations (``gym-llm demos``, gym_llm.experiments.demos.make_demos) to
     #: fine-tune on with SFT after the "before" evaluation and before PPO (None: no warm start).
     sft_demos: str | None = None
@@ -100,6 +125,15 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.mode not in ("choice", "generate"):
             raise ValueError(f"mode must be 'choice' or 'generate', got {self.mode!r}.")
+        if self.algo not in ("ppo", "dqn"):
+            raise ValueError(f"algo must be 'ppo' or 'dqn', got {self.algo!r}.")
+        if self.algo == "dqn" and (self.mode != "choice" or self.lora_r == 0):
+            raise ValueError(
+                "algo='dqn' learns a value per listed action on the frozen model: it needs "
+                "mode='choice' and LoRA (lora_r > 0)."
+            )
+        if self.algo == "dqn" and self.sft_demos is not None:
+            raise ValueError("sft_demos warms up PPO's policy; algo='dqn' does not use it.")
         for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")

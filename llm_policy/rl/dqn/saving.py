@@ -10,7 +10,9 @@ without training, acting with the saved values (not uniformly: the counters are 
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -88,10 +90,21 @@ class DQNSaving:
             format=DQN_FORMAT,
         )
 
-    def save(self, path: str | os.PathLike[str], *args: Any, **kwargs: Any) -> None:
-        """Write ``config.json`` + ``policy.pt`` (never the base weights, never a pickled object).
-        A failed save leaves the previous checkpoint at ``path`` intact."""
-        config = self.saved_config().to_json()
+    def save(
+        self,
+        path: str | os.PathLike[str],
+        exclude: Any = None,
+        include: Any = None,
+        *,
+        extra_json: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Write ``config.json`` + ``policy.pt`` (never the base weights, never a pickled object),
+        plus a JSON file for each ``extra_json`` entry. A failed save leaves the previous
+        checkpoint at ``path`` intact."""
+        texts = {"config.json": self.saved_config().to_json()}
+        texts.update(
+            {name: json.dumps(data, indent=2) for name, data in (extra_json or {}).items()}
+        )
         tensors: dict[str, Any] = {
             "q_net": self.q_net.state_dict(),
             "q_net_target": self.q_net_target.state_dict(),
@@ -106,9 +119,9 @@ class DQNSaving:
             if file.name == "policy.pt":
                 torch.save(tensors, file)
             else:
-                file.write_text(config)
+                file.write_text(texts[file.name])
 
-        write_directory(path, {"config.json": write, "policy.pt": write})
+        write_directory(path, dict.fromkeys([*texts, "policy.pt"], write))
         self.last_checkpoint = Path(path)
 
     @classmethod
@@ -144,11 +157,13 @@ class DQNSaving:
                     f"{saved.action_space['actions']}."
                 )
             model = cls(LLMPolicy, env, policy_kwargs=policy_kwargs, device=device, **hyper)  # type: ignore[call-arg]
-        model._load_tensors(path)
-        model.num_timesteps, model._n_updates = int(saved.num_timesteps), int(saved.n_updates)
+        model.load_policy_state(path)
         return model
 
-    def _load_tensors(self, path: str | os.PathLike[str]) -> None:
+    def load_policy_state(self, path: str | os.PathLike[str]) -> None:
+        """Load what a :meth:`save` directory holds (values, target values, optimizers, adapter,
+        counters) into this already-built agent; its replay buffer starts empty (module doc)."""
+        saved = SavedConfig.read(path, DQN_FORMAT, DQN_HYPERPARAMETERS)
         state = read_tensors(path, self.device)
         try:
             self.q_net.load_state_dict(state["q_net"])
@@ -163,3 +178,4 @@ class DQNSaving:
             ) from None
         if "choice_calibration" in state:
             self.policy.choice_calibration = state["choice_calibration"].to(self.device)
+        self.num_timesteps, self._n_updates = int(saved.num_timesteps), int(saved.n_updates)
