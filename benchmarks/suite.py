@@ -77,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--lr", type=float, default=None, help="learning rate (default: PPO's)")
     add("--ent-coef", type=float, default=0.01, help="entropy bonus")
     add("--device", default="auto", help="auto, cpu, cuda or mps")
+    add("--algo", choices=["ppo", "dqn"], default="ppo", help="gym_llm.PPO or gym_llm.DQN")
+    add("--dqn", nargs="*", default=[], metavar="KEY=VALUE",
+        help="DQN settings (TrainConfig's names, e.g. dqn_beta=1 gradient_steps=8); unset ones "
+        "are SB3 DQN's as gym-llm bench scales them to --timesteps (gym_llm.evaluation."
+        "baselines.build_sb3), with gradient_steps = --n-envs so each env step is replayed as "
+        "often as SB3's one-env DQN replays it")  # fmt: skip
     add("--jsonl", type=Path, required=True, help="append the points here")
     add("--run-dir", type=Path, required=True, help="the run's directory (agent, TensorBoard)")
     summarize = commands.add_parser("summarize", help="a markdown table from JSONL files")
@@ -103,14 +109,35 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return totals
 
 
+def dqn_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """TrainConfig's DQN fields: SB3 DQN's settings as the baselines scale them to the budget,
+    then ``--dqn`` on top."""
+    from gym_llm.evaluation.baselines import DQN_TRAIN_FREQ
+
+    budget = args.timesteps
+    settings: dict[str, Any] = {
+        "buffer_size": min(1_000_000, budget),
+        "learning_starts": min(100, budget // 10),
+        "target_update_interval": int(min(max(budget // 100, 1), 10_000)),
+        "exploration_fraction": 0.2,
+        "train_freq": DQN_TRAIN_FREQ,
+        "gradient_steps": args.n_envs,
+    }
+    settings.update(parse_env_kwargs(args.dqn))
+    return settings
+
+
 def run_seed(args: argparse.Namespace) -> dict[str, Any]:
     from gym_llm.experiments.run import TrainConfig
     from gym_llm.experiments.run import run as train
 
-    rollout = args.n_envs * args.n_steps
+    dqn = dqn_settings(args) if args.algo == "dqn" else {}
+    rollout = args.n_envs * (dqn["train_freq"] if dqn else args.n_steps)
     iterations = max(1, -(-args.timesteps // rollout))
     every_rollouts = max(1, -(-args.every // rollout))
     config = TrainConfig(
+        algo=args.algo,
+        **dqn,
         env=args.env,
         env_kwargs=parse_env_kwargs(args.env_kwargs),
         model=args.model,
@@ -137,6 +164,8 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "n_steps": args.n_steps,
     }
+    if dqn:
+        base.update(algo="dqn", dqn=dqn)
     args.jsonl.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
 
