@@ -23,10 +23,11 @@ from stable_baselines3.common.utils import LinearSchedule, polyak_update
 
 from gym_llm.policy.llm_policy import LLMPolicy
 from gym_llm.policy.q_head import QHead
+from gym_llm.rl.dqn.distill import distill_steps
 from gym_llm.rl.dqn.replay import TextReplayBuffer
 from gym_llm.rl.dqn.saving import DQNSaving
 from gym_llm.rl.dqn.targets import double_q_target, posterior_logits
-from gym_llm.rl.ppo import PPO
+from gym_llm.rl.ppo import LORA_LEARNING_RATE, PPO
 
 #: Distinct observations whose features and prior are kept (~2.5 KB each for SmolLM2-135M).
 FEATURE_CACHE_LIMIT = 200_000
@@ -45,6 +46,12 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
         beta: the prior's weight: 0 is DQN on the LM's features, 1 keeps the LM's choice
             distribution as the reference the values tilt.
         q_width: hidden units of the Q head's two layers.
+        distill_interval: env steps between distillation rounds of the posterior into the
+            LoRA policy (:mod:`gym_llm.rl.dqn.distill`); 0: none while learning (call
+            :meth:`distill` yourself). The distilled LM plays alone: ``model.policy.predict``.
+        distill_steps: optimizer steps of the LM per round.
+        distill_batch_size: distinct replayed observations per step.
+        distill_learning_rate: the LM's learning rate (PPO's LoRA default).
         policy_kwargs: :class:`LLMPolicy`'s (``model``, ``lora``, ...). The LoRA adapter does not
             act here; the model with the adapter off gives the features and the prior.
     """
@@ -74,6 +81,10 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
         alpha: float = 0.01,
         beta: float = 0.0,
         q_width: int = 256,
+        distill_interval: int = 0,
+        distill_steps: int = 4,
+        distill_batch_size: int = 32,
+        distill_learning_rate: float = LORA_LEARNING_RATE,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -114,7 +125,18 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
                 "Need 0 <= exploration_final_eps <= exploration_initial_eps <= 1, got "
                 f"{exploration_final_eps} and {exploration_initial_eps}."
             )
+        if distill_interval < 0 or distill_steps < 1 or distill_batch_size < 1:
+            raise ValueError(
+                "Need distill_interval >= 0 and distill_steps, distill_batch_size >= 1, got "
+                f"{distill_interval}, {distill_steps} and {distill_batch_size}."
+            )
         self.n_steps, self.alpha, self.beta, self.q_width = n_steps, alpha, beta, q_width
+        self.distill_interval, self.distill_steps = distill_interval, distill_steps
+        self.distill_batch_size, self.distill_learning_rate = (
+            distill_batch_size,
+            distill_learning_rate,
+        )
+        self._next_distill = distill_interval
         self.target_update_interval = target_update_interval
         self.exploration_fraction = exploration_fraction
         self.exploration_initial_eps = exploration_initial_eps
@@ -135,10 +157,9 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
     def _setup_model(self) -> None:
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
-        kwargs = {"action_head": False, **self.policy_kwargs}
         self.policy = LLMPolicy(
             self.observation_space, self.action_space, self.lr_schedule, device=self.device,
-            **kwargs,
+            **self.policy_kwargs,
         )  # fmt: skip
         if self.policy.action_mode != "choice":
             raise ValueError(
@@ -152,6 +173,8 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
         self.q_net = QHead(hidden, n_actions, width=self.q_width, device=self.device)
         self.q_net_target = copy.deepcopy(self.q_net).requires_grad_(False)
         self.q_optimizer = torch.optim.Adam(self.q_net.parameters(), lr=self.lr_schedule(1.0))
+        for group in self.policy.optimizer.param_groups:  # the LM's, for distillation only
+            group["lr"] = self.distill_learning_rate * group.get("lr_scale", 1.0)
         self.replay_buffer = TextReplayBuffer(self.buffer_size, self.n_envs, n_actions)
         self.exploration_schedule = LinearSchedule(
             self.exploration_initial_eps, self.exploration_final_eps, self.exploration_fraction
@@ -300,11 +323,23 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
             losses.append(loss.item())
             q_means.append(q.mean().item())
         self._n_updates += gradient_steps
+        if self.distill_interval and self.num_timesteps >= self._next_distill:
+            while self._next_distill <= self.num_timesteps:
+                self._next_distill += self.distill_interval
+            self.logger.record("train/distill_loss", self.distill())
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         self.logger.record("train/skipped_steps", self.skipped_steps)
         if losses:
             self.logger.record("train/loss", float(np.mean(losses)))
             self.logger.record("train/q_mean", float(np.mean(q_means)))
+
+    def distill(self, steps: int | None = None, batch_size: int | None = None) -> float:
+        """Move the LoRA policy towards the values' posterior on replayed observations
+        (:mod:`gym_llm.rl.dqn.distill`); the last step's cross-entropy."""
+        return distill_steps(
+            self, steps or self.distill_steps, batch_size or self.distill_batch_size,
+            self._sample_rng,
+        )  # fmt: skip
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "q_net", "q_net_target", "_features"]

@@ -49,6 +49,10 @@ DQN_HYPERPARAMETERS = (
     "alpha",
     "beta",
     "q_width",
+    "distill_interval",
+    "distill_steps",
+    "distill_batch_size",
+    "distill_learning_rate",
 )
 
 SelfDQN = TypeVar("SelfDQN", bound="DQNSaving")
