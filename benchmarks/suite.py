@@ -111,18 +111,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def dqn_settings(args: argparse.Namespace) -> dict[str, Any]:
     """TrainConfig's DQN fields: SB3 DQN's settings as the baselines scale them to the budget,
-    then ``--dqn`` on top."""
-    from gym_llm.evaluation.baselines import DQN_TRAIN_FREQ
+    replayed as often as SB3's one-env DQN replays each step, then ``--dqn`` on top."""
+    from gym_llm.evaluation.baselines import dqn_budget_settings
 
-    budget = args.timesteps
-    settings: dict[str, Any] = {
-        "buffer_size": min(1_000_000, budget),
-        "learning_starts": min(100, budget // 10),
-        "target_update_interval": int(min(max(budget // 100, 1), 10_000)),
-        "exploration_fraction": 0.2,
-        "train_freq": DQN_TRAIN_FREQ,
-        "gradient_steps": args.n_envs,
-    }
+    settings = {**dqn_budget_settings(args.timesteps), "gradient_steps": args.n_envs}
     settings.update(parse_env_kwargs(args.dqn))
     return settings
 

@@ -143,6 +143,22 @@ def test_llm_agents_through_training_run(tiny_model_dir: Path, tmp_path: Path) -
     assert sorted(p.suffix for p in out.iterdir()) == [".csv", ".md", ".png"]  # no weights
 
 
+def test_llm_dqn_through_training_run(tiny_model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    status = main(
+        [
+            "--envs", "FrozenLake-v1:is_slippery=False", "--agents", "llm-dqn",
+            "--model", str(tiny_model_dir), "--budget", "32", "--llm-n-envs", "2",
+            "--llm-dqn-beta", "1", "--seeds", "0", "--out", str(out), "--no-progress",
+        ]
+    )  # fmt: skip
+    assert status == 0
+    (row,) = _read(out / "results.csv")
+    assert row["agent"] == "llm-dqn" and int(row["env_steps"]) == 32
+    assert row["eval_kind"] == "exact" and 0.0 <= float(row["value"]) <= 1.0
+    assert "LLM features + gym_llm DQN" in (out / "summary.md").read_text()
+
+
 def _row(agent: str, value: float, success: float | None, seed: int = 0, wall: float = 1.0) -> Row:
     return Row(
         "CliffWalking-v1", "{}", agent, 128, seed, 128, value, 0.0, "exact", 0, success, wall,

@@ -175,6 +175,14 @@ def build_parser(
         "near-certain prior is a corner the policy cannot leave)",
     )
     add(
+        "--llm-dqn-beta",
+        type=float,
+        default=defaults.llm_dqn_beta,
+        help="llm-dqn: the prior's weight in the acting posterior p_LM^beta exp(Q/alpha) (0: DQN "
+        "on the LM's features; 1: the LM's choice distribution as the reference). Its other "
+        "settings are SB3 DQN's, scaled to --budget as for the dqn agent",
+    )
+    add(
         "--max-new-tokens",
         type=int,
         default=defaults.max_new_tokens,

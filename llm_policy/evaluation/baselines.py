@@ -259,16 +259,29 @@ def ppo_rollout(budget: int) -> tuple[int, int]:
     return n_steps, n_steps * rollouts
 
 
+def dqn_budget_settings(budget: int) -> dict[str, Any]:
+    """SB3 DQN's settings where its defaults assume a budget far above ``budget``: replay buffer
+    ``min(1e6, budget)``, ``learning_starts = min(100, budget // 10)``, the target network
+    copied every ``clip(budget // 100, 1, 10000)`` steps and exploration decaying over the first
+    20% (SB3's 10000-step target interval would never fire within 128 steps). gym_llm's
+    ``DQN`` in the suite takes the same ones."""
+    return {
+        "buffer_size": min(1_000_000, budget),
+        "learning_starts": min(100, budget // 10),
+        "target_update_interval": int(np.clip(budget // 100, 1, 10_000)),
+        "exploration_fraction": 0.2,
+        "train_freq": DQN_TRAIN_FREQ,
+    }
+
+
 def build_sb3(
     algo: ClassicAlgo, env: gym.Env[Any, Any], budget: int, seed: int
 ) -> tuple[BaseAlgorithm, int]:
     """The SB3 agent with ``MlpPolicy`` and SB3's defaults, except where a default assumes a
     budget far above ``budget``; returns it with the steps to pass to ``learn``.
 
-    PPO: ``n_steps`` capped by :func:`ppo_rollout` (``batch_size`` ≤ ``n_steps``). DQN: replay
-    buffer ``min(1e6, budget)``, ``learning_starts = min(100, budget // 10)``, target network
-    updated every ``clip(budget // 100, 1, 10000)`` steps and exploration decaying over the
-    first 20% of the budget (SB3's 10000-step target interval would never fire within 128 steps).
+    PPO: ``n_steps`` capped by :func:`ppo_rollout` (``batch_size`` ≤ ``n_steps``). DQN:
+    :func:`dqn_budget_settings`.
     """
     if algo == "ppo":
         n_steps, total = ppo_rollout(budget)
@@ -285,17 +298,7 @@ def build_sb3(
         )
     if algo == "dqn":
         return (
-            DQN(
-                "MlpPolicy",
-                env,
-                buffer_size=min(1_000_000, budget),
-                learning_starts=min(100, budget // 10),
-                target_update_interval=int(np.clip(budget // 100, 1, 10_000)),
-                exploration_fraction=0.2,
-                train_freq=DQN_TRAIN_FREQ,
-                seed=seed,
-                device="cpu",
-            ),
+            DQN("MlpPolicy", env, **dqn_budget_settings(budget), seed=seed, device="cpu"),
             budget - budget % DQN_TRAIN_FREQ,  # SB3 collects whole train_freq chunks
         )
     raise ValueError(f"Unknown classic algorithm {algo!r}; choose 'ppo' or 'dqn'.")

@@ -19,7 +19,9 @@ from gym_llm.experiments.specs import EnvSpec
 from gym_llm.policy.models import DEFAULT_MODEL
 
 #: Every agent ``--agents`` can select.
-AGENTS: tuple[str, ...] = ("random", "ppo", "dqn", "llm-zero-shot", "llm-choice", "llm-generate")
+AGENTS: tuple[str, ...] = (
+    "random", "ppo", "dqn", "llm-zero-shot", "llm-choice", "llm-generate", "llm-dqn",
+)  # fmt: skip
 
 
 DEFAULT_AGENTS: tuple[str, ...] = ("random", "ppo", "dqn", "llm-zero-shot", "llm-choice")
@@ -32,6 +34,7 @@ AGENT_LABELS: dict[str, str] = {
     "llm-zero-shot": "LLM zero-shot",
     "llm-choice": "LLM + gym_llm PPO (choice)",
     "llm-generate": "LLM + gym_llm PPO (generate)",
+    "llm-dqn": "LLM features + gym_llm DQN",
 }
 
 
@@ -81,6 +84,8 @@ class SuiteConfig:
     #: the policy's default, on in choice mode).
     llm_action_head: bool | None = None
     llm_choice_calibration: bool | None = None
+    #: gym_llm DQN: the prior's weight in its posterior (0: DQN on the LM's features).
+    llm_dqn_beta: float = 0.0
     max_new_tokens: int | None = None
     #: Where LLM runs keep TensorBoard logs and agents (``None``: a temporary directory).
     run_dir: str | os.PathLike[str] | None = None
@@ -238,7 +243,7 @@ def plan(specs: Sequence[EnvSpec], agents: Sequence[str], config: SuiteConfig) -
                     usual = seeds[: config.classic_seeds] if config.classic_seeds else seeds
                     jobs.extend(Job(spec, agent, config.classic_budget, s) for s in usual)
                 continue
-            elif agent in ("llm-choice", "llm-generate"):
+            elif agent in ("llm-choice", "llm-generate", "llm-dqn"):
                 budgets = [config.budget]
             else:
                 budgets = [0]

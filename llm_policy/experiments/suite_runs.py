@@ -4,6 +4,7 @@ env, the LLM zero-shot and the LLM trained with gym_llm's PPO; each returns its 
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from collections.abc import Iterator
@@ -188,7 +189,16 @@ def run_llm_trained(
     of evaluating the same policy twice."""
     from gym_llm.experiments.run import run
 
-    train_config = llm_config(spec, mode, budget, seed, config)
+    if mode == "dqn":  # SB3 DQN's settings for this budget, each step replayed as often
+        from gym_llm.evaluation.baselines import dqn_budget_settings
+
+        choice = llm_config(spec, "choice", budget, seed, config)
+        train_config = dataclasses.replace(
+            choice, algo="dqn", learning_rate=None, dqn_beta=config.llm_dqn_beta,
+            gradient_steps=choice.n_envs, **dqn_budget_settings(budget),
+        )  # fmt: skip
+    else:
+        train_config = llm_config(spec, mode, budget, seed, config)
     with _run_dir(config, f"{spec.slug}-llm-{mode}-seed{seed}") as run_dir:
         result = run(train_config, run_dir, progress_bar=False)
         curve = [(p.timesteps, p.value, p.wall_s) for p in result.curve]
