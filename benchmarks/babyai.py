@@ -57,7 +57,7 @@ def run_env(env_id: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     from stable_baselines3 import PPO as SB3PPO
 
     from gym_llm import PPO
-    from gym_llm.rl.vec_env import make_text_env
+    from gym_llm.rl.common.vec_env import make_text_env
     from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 
     rows: list[dict[str, Any]] = []

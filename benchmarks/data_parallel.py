@@ -37,7 +37,7 @@ def timed_agent(args: argparse.Namespace, **ppo_kwargs: Any) -> Any:
 
     from gym_llm import PPO, LLMPolicy, make_text_env
     from gym_llm.cli.demo import parse_env_kwargs
-    from gym_llm.rl.distributed import world_size
+    from gym_llm.rl.common.distributed import world_size
 
     torch.set_num_threads(1)
     env = make_text_env(
@@ -69,7 +69,7 @@ def timed_learn(model: Any, timesteps: int) -> tuple[int, float]:
 
 def worker(args: argparse.Namespace) -> None:
     """One process of a job: warm up, time ``learn``, the main process writes the figures."""
-    from gym_llm.rl.distributed import is_main_process, world_size
+    from gym_llm.rl.common.distributed import is_main_process, world_size
 
     model = timed_agent(args)
     rollout = args.n_steps * args.n_envs * world_size()

@@ -1,5 +1,5 @@
 """Memory and speed of full fine-tuning in two processes: whole weights in each (plain data
-parallelism) against FSDP-sharded (``PPO(fsdp=True)``, :mod:`gym_llm.rl.sharding`).
+parallelism) against FSDP-sharded (``PPO(fsdp=True)``, :mod:`gym_llm.rl.common.sharding`).
 
 Two ``torchrun`` jobs, one after the other in one invocation, one torch thread per process. Each
 trains one rollout untimed, then times ``learn`` for ``--timesteps`` env steps (over both
@@ -39,7 +39,7 @@ MB = 2**20
 def held_bytes(model: Any) -> dict[str, float]:
     """MB of this process's training state (its parts of the trainable weights, their gradients
     and the optimizer's tensors) and of the weights its rollouts run on."""
-    from gym_llm.rl.sharding import local
+    from gym_llm.rl.common.sharding import local
 
     optimizer = model.policy.optimizer
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -93,7 +93,7 @@ def phase_peaks(model: Any) -> dict[str, list[float]]:
 
 
 def worker(args: argparse.Namespace) -> None:
-    from gym_llm.rl.distributed import gather_objects, is_main_process, rank, world_size
+    from gym_llm.rl.common.distributed import gather_objects, is_main_process, rank, world_size
 
     model = timed_agent(args, fsdp=args.fsdp, policy_kwargs={"lora": None})
     peaks = phase_peaks(model)

@@ -298,7 +298,7 @@ def plot(files: Sequence[Path], directory: Path) -> list[Path]:
     return paths
 
 
-#: The TensorBoard figures that say why a run learned or not (see gym_llm.rl.diagnostics).
+#: The TensorBoard figures that say why a run learned or not (see gym_llm.rl.common.diagnostics).
 DIAGNOSTICS = (
     "rollout/ep_rew_mean",
     "rollout/state_entropy",

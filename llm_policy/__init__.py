@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     from gym_llm.policy.llm_policy import LLMPolicy
     from gym_llm.policy.models import MODEL_REGISTRY, ModelSpec, load_model
     from gym_llm.rl.agent import Agent
+    from gym_llm.rl.common.vec_env import TextVecEnv, make_text_env
     from gym_llm.rl.dqn.dqn import DQN
     from gym_llm.rl.ppo import PPO
-    from gym_llm.rl.vec_env import TextVecEnv, make_text_env
 
 #: Where each name lives; loaded on first use, so that ``import gym_llm.wrappers`` or
 #: ``import gym_llm.envs`` does not pull in torch, transformers and SB3.
@@ -45,8 +45,8 @@ _LAZY = {
     "Agent": "gym_llm.rl.agent",
     "PPO": "gym_llm.rl.ppo",
     "DQN": "gym_llm.rl.dqn.dqn",
-    "TextVecEnv": "gym_llm.rl.vec_env",
-    "make_text_env": "gym_llm.rl.vec_env",
+    "TextVecEnv": "gym_llm.rl.common.vec_env",
+    "make_text_env": "gym_llm.rl.common.vec_env",
 }
 
 

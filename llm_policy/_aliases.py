@@ -1,5 +1,5 @@
-"""The module paths from before the subpackages (``gym_llm.exact``, ``gym_llm.sft``, ...) as
-aliases of the moved modules, so user code, saved runs and ``python -m gym_llm.demo`` keep working.
+"""The module paths from before the subpackages (``gym_llm.exact``, ``gym_llm.sft``, ...,
+``gym_llm.rl.update``) as aliases of the moved modules, so user code, saved runs and ``python -m gym_llm.demo`` keep working.
 
 An alias is the moved module itself (one object under two names), not a copy: patching
 ``gym_llm.exact.X`` patches what the library uses. No file per old name, so the folder tree shows
@@ -22,14 +22,14 @@ MOVED: dict[str, str] = {
     "kv_cache": "policy.kv_cache",
     "packed_linear": "policy.packed_linear",
     "top_layers": "policy.top_layers",
-    "vec_env": "rl.vec_env",
-    "buffer": "rl.buffer",
-    "advantages": "rl.advantages",
-    "losses": "rl.losses",
+    "vec_env": "rl.common.vec_env",
+    "buffer": "rl.ppo.buffer",
+    "advantages": "rl.ppo.advantages",
+    "losses": "rl.ppo.losses",
     "ppo": "rl.ppo",
     "agent": "rl.agent",
     "sft": "rl.sft",
-    "diagnostics": "rl.diagnostics",
+    "diagnostics": "rl.common.diagnostics",
     "exact": "evaluation.exact",
     "baselines": "evaluation.baselines",
     "training": "experiments.run",
@@ -37,6 +37,23 @@ MOVED: dict[str, str] = {
     "curves": "experiments.curves",
     "compare": "cli.bench",
     "demo": "cli.demo",
+    # PPO's modules and the shared ones moved into rl/ppo/ and rl/common/ (SB3's layout)
+    "rl.update": "rl.ppo.update",
+    "rl.rollout": "rl.ppo.rollout",
+    "rl.buffer": "rl.ppo.buffer",
+    "rl.advantages": "rl.ppo.advantages",
+    "rl.losses": "rl.ppo.losses",
+    "rl.target_update": "rl.ppo.target_update",
+    "rl.entropy_control": "rl.ppo.entropy_control",
+    "rl.training_state": "rl.ppo.training_state",
+    "rl.data_parallel": "rl.ppo.data_parallel",
+    "rl.vec_env": "rl.common.vec_env",
+    "rl.checkpoint": "rl.common.checkpoint",
+    "rl.checkpoint_files": "rl.common.checkpoint_files",
+    "rl.distributed": "rl.common.distributed",
+    "rl.sharding": "rl.common.sharding",
+    "rl.run_state": "rl.common.run_state",
+    "rl.diagnostics": "rl.common.diagnostics",
 }
 
 

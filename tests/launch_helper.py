@@ -27,8 +27,8 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from gym_llm import PPO, LLMPolicy, make_text_env
-from gym_llm.rl.distributed import barrier, rank, world_size
-from gym_llm.rl.sharding import local
+from gym_llm.rl.common.distributed import barrier, rank, world_size
+from gym_llm.rl.common.sharding import local
 
 PLANTED = "planted failure in process 1"
 

@@ -7,7 +7,7 @@ import pytest
 from gymnasium import spaces
 from stable_baselines3.common.buffers import RolloutBuffer
 
-from gym_llm.rl.advantages import (
+from gym_llm.rl.ppo.advantages import (
     check_estimator,
     critic_free_advantages,
     dones_from_starts,

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from gym_llm import Agent
-from gym_llm.rl.run_state import global_rng_state, restore_global_rng_state
+from gym_llm.rl.common.run_state import global_rng_state, restore_global_rng_state
 from gym_llm.testing import make_tiny_model, make_tiny_tokenizer, save_tiny_model
 
 FAST = {"max_new_tokens": 4}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gym_llm.rl.buffer import TextBatch, TextRolloutBuffer, grouped_passes
+from gym_llm.rl.ppo.buffer import TextBatch, TextRolloutBuffer, grouped_passes
 
 
 def reference_gae(rewards, values, starts, last_values, last_dones, gamma, lam):

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gym_llm import PPO, LLMPolicy, make_text_env
-from gym_llm.rl.checkpoint_files import (
+from gym_llm.rl.common.checkpoint_files import (
     CheckpointError,
     CheckpointWriteError,
     latest_checkpoint,

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from gym_llm.rl.diagnostics import (
+from gym_llm.rl.common.diagnostics import (
     choice_diagnostics,
     distinct,
     entropy,

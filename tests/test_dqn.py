@@ -13,7 +13,7 @@ import torch
 from stable_baselines3.common.evaluation import evaluate_policy
 
 from gym_llm import DQN, make_text_env
-from gym_llm.rl.checkpoint_files import CheckpointError
+from gym_llm.rl.common.checkpoint_files import CheckpointError
 from gym_llm.testing import save_tiny_model
 
 HIGH_LOW = "gym_llm/HighLow-v0"

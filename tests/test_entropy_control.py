@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gym_llm import PPO, make_text_env
-from gym_llm.rl.entropy_control import (
+from gym_llm.rl.ppo.entropy_control import (
     MAX_COEF,
     MIN_COEF,
     default_target,

@@ -102,3 +102,30 @@ def test_wrappers_and_envs_import_without_torch_transformers_or_sb3() -> None:
         "assert 'torch' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_old_module_paths_are_the_moved_modules() -> None:
+    import importlib
+
+    from gym_llm._aliases import MOVED
+
+    for old, new in MOVED.items():
+        assert importlib.import_module(f"gym_llm.{old}") is importlib.import_module(
+            f"gym_llm.{new}"
+        )
+
+
+def test_algorithms_follow_sb3s_layout() -> None:
+    rl = ROOT / "llm_policy" / "rl"
+    for package, modules in {
+        "ppo": ("ppo", "rollout", "update", "buffer", "advantages", "losses", "checkpointing"),
+        "dqn": ("dqn", "replay", "targets", "distill", "saving"),
+        "common": ("vec_env", "checkpoint", "checkpoint_files", "distributed", "sharding"),
+    }.items():
+        for module in modules:
+            assert (rl / package / f"{module}.py").is_file(), f"rl/{package}/{module}.py"
+    # nothing of PPO's is left beside the packages (only the Agent, SFT and their files)
+    loose = sorted(p.stem for p in rl.glob("*.py"))
+    assert loose == [
+        "__init__", "agent", "agent_config", "agent_saving", "demo_records", "episodes", "sft",
+    ]  # fmt: skip

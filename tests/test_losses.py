@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from gym_llm.rl.losses import clipped_surrogate, entropy_bonus, k3_kl, masked_mean, value_loss
+from gym_llm.rl.ppo.losses import clipped_surrogate, entropy_bonus, k3_kl, masked_mean, value_loss
 
 
 def test_masked_mean_ignores_padding_and_handles_empty() -> None:

@@ -35,7 +35,8 @@ def test_wheel_has_the_single_top_level_name_gym_llm(tmp_path: Path) -> None:
     assert "gym_llm/py.typed" in names
     assert "gym_llm/wrappers/action_parser.py" in names
     assert "gym_llm/envs/__init__.py" in names
-    for module in ("policy/llm_policy.py", "rl/ppo.py", "rl/dqn/targets.py", "evaluation/exact.py",
+    for module in ("policy/llm_policy.py", "rl/ppo/ppo.py", "rl/dqn/targets.py", "rl/common/vec_env.py",
+                   "evaluation/exact.py",
                    "experiments/run.py", "cli/bench.py", "envs/tabular.py"):  # fmt: skip
         assert f"gym_llm/{module}" in names, f"{module} missing from the wheel"
     assert not any(

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gym_llm import PPO, LLMPolicy, make_text_env
-from gym_llm.rl.advantages import critic_free_advantages, dones_from_starts
+from gym_llm.rl.ppo.advantages import critic_free_advantages, dones_from_starts
 from gym_llm.testing import save_tiny_model
 
 WORDS = ["apple", "banana", "cherry"]

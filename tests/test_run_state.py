@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from gym_llm.rl.run_state import (
+from gym_llm.rl.common.run_state import (
     env_rng_states,
     generator_from_state,
     generator_state,
@@ -17,7 +17,7 @@ from gym_llm.rl.run_state import (
     restore_env_rng_states,
     restore_global_rng_state,
 )
-from gym_llm.rl.vec_env import make_text_env
+from gym_llm.rl.common.vec_env import make_text_env
 
 
 def _draws() -> tuple[float, float, float]:

@@ -12,10 +12,10 @@ import pytest
 import torch
 from stable_baselines3.common.logger import configure
 
-import gym_llm.rl.target_update as target_update
+import gym_llm.rl.ppo.target_update as target_update
 from benchmarks.cli_args import keeping
 from gym_llm import PPO, LLMPolicy, make_text_env
-from gym_llm.rl.target_update import (
+from gym_llm.rl.ppo.target_update import (
     state_action_advantages,
     target_cross_entropy,
     target_distribution,

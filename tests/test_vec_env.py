@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from gym_llm import make_text_env
-from gym_llm.rl.vec_env import TextVecEnv
+from gym_llm.rl.common.vec_env import TextVecEnv
 
 
 def test_text_vec_env_steps_and_auto_resets() -> None:
@@ -44,7 +44,7 @@ def test_truncation_is_flagged() -> None:
 
 
 def test_make_text_env_honours_wrapper_kwargs_on_text_native_envs() -> None:
-    from gym_llm.rl.vec_env import make_text_env
+    from gym_llm.rl.common.vec_env import make_text_env
 
     plain = make_text_env("gym_llm/KeywordBandit-v0")
     assert plain.envs[0].observation_space.instruction != "Pick the target."

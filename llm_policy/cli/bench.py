@@ -42,7 +42,7 @@ from gym_llm.experiments.suite import (
     plan,
 )
 from gym_llm.experiments.suite_runs import execute
-from gym_llm.rl.advantages import ESTIMATORS
+from gym_llm.rl.ppo.advantages import ESTIMATORS
 
 # --- CLI ---------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ import torch
 from gym_llm.experiments import specs
 from gym_llm.policy.models import DEFAULT_MODEL, load_model
 from gym_llm.policy.prompts import build_messages, render_prompt, system_text
-from gym_llm.rl.vec_env import make_text_env
+from gym_llm.rl.common.vec_env import make_text_env
 
 
 def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:

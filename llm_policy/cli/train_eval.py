@@ -135,7 +135,7 @@ def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: 
 
     if resume:
         from gym_llm.experiments.checkpoints import resumable_checkpoint
-        from gym_llm.rl.checkpoint_files import latest_checkpoint
+        from gym_llm.rl.common.checkpoint_files import latest_checkpoint
 
         if latest_checkpoint(run_dir / "checkpoints") is None:
             # Killed before its first checkpoint: nothing to continue, so the run starts over.

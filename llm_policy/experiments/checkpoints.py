@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, cast
 from stable_baselines3.common.callbacks import BaseCallback
 
 from gym_llm.evaluation.curve import CurveRecorder
-from gym_llm.rl.checkpoint_files import latest_checkpoint, prune_checkpoints, write_latest
-from gym_llm.rl.distributed import from_main_process, is_main_process
+from gym_llm.rl.common.checkpoint_files import latest_checkpoint, prune_checkpoints, write_latest
+from gym_llm.rl.common.distributed import from_main_process, is_main_process
 
 if TYPE_CHECKING:
     from gym_llm.rl.ppo import PPO

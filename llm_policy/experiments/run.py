@@ -30,17 +30,17 @@ from gym_llm.experiments.checkpoints import (
     resumable_checkpoint,
 )
 from gym_llm.experiments.train_config import TrainConfig
-from gym_llm.rl.distributed import (
+from gym_llm.rl.common.distributed import (
     from_main_process,
     init_from_launcher,
     is_main_process,
     rank,
     world_size,
 )
+from gym_llm.rl.common.sharding import check_can_shard, requested_by_launcher
+from gym_llm.rl.common.vec_env import make_text_env
 from gym_llm.rl.dqn.dqn import DQN
 from gym_llm.rl.ppo import PPO
-from gym_llm.rl.sharding import check_can_shard, requested_by_launcher
-from gym_llm.rl.vec_env import make_text_env
 
 __all__ = ["TrainConfig", "TrainResult", "device_name", "plot_result", "run", "versions"]
 

@@ -109,7 +109,7 @@ def llm_score(model: Any, spec: EnvSpec, episodes: int, seed: int) -> Score:
         reachable_greedy_probabilities,
     )
     from gym_llm.evaluation.monte_carlo import evaluate
-    from gym_llm.rl.vec_env import make_text_env
+    from gym_llm.rl.common.vec_env import make_text_env
 
     if tabular_supported(spec.id, spec.kwargs):
         # Text-native envs have hundreds of states: ask only those the greedy policy reaches.
@@ -233,8 +233,8 @@ def run_llm_trained(
 
 def run_llm_zero_shot(spec: EnvSpec, seed: int, config: SuiteConfig) -> Row:
     """The untrained model's greedy policy (choice mode: it scores the listed actions)."""
+    from gym_llm.rl.common.vec_env import make_text_env
     from gym_llm.rl.ppo import PPO
-    from gym_llm.rl.vec_env import make_text_env
 
     train_config = llm_config(spec, "choice", 1, seed, config)
     env = make_text_env(spec.id, 1, env_kwargs=spec.kwargs, seed=seed)

@@ -9,7 +9,7 @@ from typing import Any
 from gym_llm.evaluation.exact import exact_evaluation_supported
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.top_layers import parse_trainable_layers
-from gym_llm.rl.advantages import check_estimator
+from gym_llm.rl.ppo.advantages import check_estimator
 
 
 @dataclass

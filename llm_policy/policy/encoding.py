@@ -200,7 +200,7 @@ class PromptEncoding(BasePolicy):
         if torch.is_grad_enabled() and isinstance(self.lm, FSDPModule):
             # A sharded update runs the same passes in every process (FSDP gathers each layer
             # in each pass), so the prefix pass runs only where every process can use it.
-            # Every process calls this as often as the others (gym_llm.rl.sharding).
+            # Every process calls this as often as the others (gym_llm.rl.common.sharding).
             flag = torch.tensor([int(shared)], device=self.device)
             dist.all_reduce(flag, op=dist.ReduceOp.MIN)
             shared = bool(flag.item())

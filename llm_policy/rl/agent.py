@@ -42,7 +42,6 @@ from gym_llm.rl.agent_config import (
     resolve_configs,
 )
 from gym_llm.rl.agent_saving import AgentSaving
-from gym_llm.rl.buffer import TextRolloutBuffer
 from gym_llm.rl.episodes import (
     Counts,
     Episode,
@@ -52,6 +51,7 @@ from gym_llm.rl.episodes import (
     episodes_buffer,
 )
 from gym_llm.rl.ppo import PPO
+from gym_llm.rl.ppo.buffer import TextRolloutBuffer
 from gym_llm.spaces import TextActions, TextObservations
 from gym_llm.wrappers.resolver import (
     ActionResolver,

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from gym_llm.rl.checkpoint import SavedConfig
+from gym_llm.rl.common.checkpoint import SavedConfig
 
 #: ``generate_config`` keys the policy honours, with the LlamaGym/transformers meaning.
 GENERATE_KEYS = ("max_new_tokens", "temperature", "do_sample")

@@ -15,7 +15,7 @@ import torch
 
 from gym_llm.policy.prompts import Message
 from gym_llm.policy.top_layers import TurnStates
-from gym_llm.rl.buffer import TextRolloutBuffer
+from gym_llm.rl.ppo.buffer import TextRolloutBuffer
 from gym_llm.wrappers.resolver import Resolution
 
 

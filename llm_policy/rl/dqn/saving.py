@@ -1,4 +1,4 @@
-"""``DQN.save`` / ``DQN.load``: the saved-agent directory of :mod:`gym_llm.rl.checkpoint`, format
+"""``DQN.save`` / ``DQN.load``: the saved-agent directory of :mod:`gym_llm.rl.common.checkpoint`, format
 ``gym_llm.DQN/1``: ``config.json`` (hyper-parameters, the policy's settings in effect, counters,
 spaces) and ``policy.pt`` (tensors only: the Q head, its target copy, their optimizer, the LoRA
 adapter with its optimizer, and the calibration), written next to its target and renamed into place.
@@ -19,13 +19,13 @@ from typing import Any, TypeVar
 import torch
 
 from gym_llm.policy.q_head import QHead
-from gym_llm.rl.checkpoint import (
+from gym_llm.rl.common.checkpoint import (
     SavedConfig,
     recorded_policy_kwargs,
     space_records,
 )
-from gym_llm.rl.checkpoint_files import CheckpointError, read_tensors, write_directory
-from gym_llm.rl.vec_env import check_text_env
+from gym_llm.rl.common.checkpoint_files import CheckpointError, read_tensors, write_directory
+from gym_llm.rl.common.vec_env import check_text_env
 
 #: The ``format`` field of a saved DQN's ``config.json``.
 DQN_FORMAT = "gym_llm.DQN/1"

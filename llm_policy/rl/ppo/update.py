@@ -1,6 +1,6 @@
 """The PPO update over a text rollout: clipped surrogate per action token, micro-batches sized
 by memory, gradient accumulation, target-KL early stopping, the reference-model KL penalty and
-the critic's warm-up. Part of :class:`gym_llm.PPO` (the loss math is in :mod:`gym_llm.rl.losses`).
+the critic's warm-up. Part of :class:`gym_llm.PPO` (the loss math is in :mod:`gym_llm.rl.ppo.losses`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.common.utils import explained_variance
 
-from gym_llm.rl.buffer import TextBatch, grouped_passes
-from gym_llm.rl.distributed import (
+from gym_llm.rl.common.distributed import (
     any_process,
     average_gradients,
     from_main_process,
@@ -26,11 +25,18 @@ from gym_llm.rl.distributed import (
     same_in_every_process,
     world_size,
 )
-from gym_llm.rl.entropy_control import default_target, next_ent_coef
-from gym_llm.rl.losses import clipped_surrogate, entropy_bonus, k3_kl, value_loss
-from gym_llm.rl.rollout import RolloutCollection
-from gym_llm.rl.sharding import clip_grad_norm, is_sharded, lockstep_rows, refresh, sharded_update
-from gym_llm.rl.target_update import (
+from gym_llm.rl.common.sharding import (
+    clip_grad_norm,
+    is_sharded,
+    lockstep_rows,
+    refresh,
+    sharded_update,
+)
+from gym_llm.rl.ppo.buffer import TextBatch, grouped_passes
+from gym_llm.rl.ppo.entropy_control import default_target, next_ent_coef
+from gym_llm.rl.ppo.losses import clipped_surrogate, entropy_bonus, k3_kl, value_loss
+from gym_llm.rl.ppo.rollout import RolloutCollection
+from gym_llm.rl.ppo.target_update import (
     state_action_advantages,
     target_cross_entropy,
     target_distribution,
@@ -87,7 +93,7 @@ class PPOUpdate(RolloutCollection):
 
     def train(self) -> None:
         """Clipped-surrogate PPO over ``n_epochs`` of shuffled minibatches of turns (with
-        gradients and optimizer sharded under FSDP: :mod:`gym_llm.rl.sharding`)."""
+        gradients and optimizer sharded under FSDP: :mod:`gym_llm.rl.common.sharding`)."""
         lm = self.policy.lm
         self._calibrate_action_head()
         with sharded_update(lm) if is_sharded(lm) else contextlib.nullcontext():
@@ -262,7 +268,7 @@ class PPOUpdate(RolloutCollection):
     def _choice_targets(self, centre: float, scale: float) -> dict[str, torch.Tensor]:
         """``policy_update="target"``: each observation's target distribution over the listed
         actions, from the old policy (the rollout's probabilities) and the rollout's normalised
-        advantages per (observation, action) (:mod:`gym_llm.rl.target_update`)."""
+        advantages per (observation, action) (:mod:`gym_llm.rl.ppo.target_update`)."""
         buffer = self.rollout_buffer
         finite = buffer.finite_turns()
         observations = [str(o) for o in buffer.observations_text.reshape(-1)[finite]]

@@ -3,8 +3,8 @@
 equal everywhere, and only the main process writes (TensorBoard, progress bar, ``save``).
 
 The update itself (averaged gradients, global advantage moments) is in
-:mod:`gym_llm.rl.update` via :mod:`gym_llm.rl.distributed`; the rollout counts env steps and
-episodes over every process (:mod:`gym_llm.rl.rollout`). In one process each method here does
+:mod:`gym_llm.rl.ppo.update` via :mod:`gym_llm.rl.common.distributed`; the rollout counts env steps and
+episodes over every process (:mod:`gym_llm.rl.ppo.rollout`). In one process each method here does
 exactly what SB3's does.
 """
 
@@ -15,15 +15,20 @@ from typing import Any
 
 from stable_baselines3.common.callbacks import BaseCallback
 
-from gym_llm.rl.checkpoint import PPOCheckpointing
-from gym_llm.rl.distributed import (
+from gym_llm.rl.common.distributed import (
     barrier,
     broadcast_parameters,
     is_main_process,
     rank,
     world_size,
 )
-from gym_llm.rl.sharding import check_can_shard, full_optimizer_state, is_sharded, shard_policy
+from gym_llm.rl.common.sharding import (
+    check_can_shard,
+    full_optimizer_state,
+    is_sharded,
+    shard_policy,
+)
+from gym_llm.rl.ppo.checkpointing import PPOCheckpointing
 
 
 class DataParallel(PPOCheckpointing):

@@ -29,7 +29,7 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
 from gym_llm.policy.top_layers import decoder_of
-from gym_llm.rl.distributed import collective_device, global_max, world_size
+from gym_llm.rl.common.distributed import collective_device, global_max, world_size
 
 
 def requested_by_launcher() -> bool:

@@ -26,14 +26,14 @@ from stable_baselines3.common.utils import FloatSchedule
 from stable_baselines3.common.vec_env import VecEnv
 
 from gym_llm.policy.llm_policy import LLMPolicy
-from gym_llm.rl.advantages import check_estimator
-from gym_llm.rl.buffer import TextRolloutBuffer
-from gym_llm.rl.checkpoint import SavedConfig
-from gym_llm.rl.data_parallel import DataParallel
-from gym_llm.rl.distributed import init_from_launcher
-from gym_llm.rl.entropy_control import parse_ent_coef
-from gym_llm.rl.sharding import requested_by_launcher
-from gym_llm.rl.vec_env import TextVecEnv, check_text_env
+from gym_llm.rl.common.checkpoint import SavedConfig
+from gym_llm.rl.common.distributed import init_from_launcher
+from gym_llm.rl.common.sharding import requested_by_launcher
+from gym_llm.rl.common.vec_env import TextVecEnv, check_text_env
+from gym_llm.rl.ppo.advantages import check_estimator
+from gym_llm.rl.ppo.buffer import TextRolloutBuffer
+from gym_llm.rl.ppo.data_parallel import DataParallel
+from gym_llm.rl.ppo.entropy_control import parse_ent_coef
 from gym_llm.spaces import TextActions, TextObservations
 
 SelfPPO = TypeVar("SelfPPO", bound="PPO")
@@ -59,7 +59,7 @@ class PPO(DataParallel):
     with several processes, the same script trains data-parallel: each process steps its own
     envs (seeded ``seed + rank * n_envs``), gradients are averaged over the processes every
     optimizer step, ``total_timesteps`` counts the env steps of all of them, and only the main
-    process writes TensorBoard, the progress bar and ``save`` (see :mod:`gym_llm.rl.distributed`).
+    process writes TensorBoard, the progress bar and ``save`` (see :mod:`gym_llm.rl.common.distributed`).
 
     The LLM-specific arguments:
 
@@ -68,13 +68,13 @@ class PPO(DataParallel):
             (:func:`default_learning_rate`, measured); a float or an SB3 schedule otherwise.
         ent_coef: weight of the entropy bonus; ``"auto"`` (or ``"auto_0.05"``, its start) adapts
             it after every optimizer step to hold the mean per-state entropy at
-            ``target_entropy`` (SAC-discrete's rule, :mod:`gym_llm.rl.entropy_control`; choice
+            ``target_entropy`` (SAC-discrete's rule, :mod:`gym_llm.rl.ppo.entropy_control`; choice
             mode). Logged as ``train/ent_coef``.
         target_entropy: the entropy ``"auto"`` holds, in nats; ``None``: 0.3 of ``log K``.
         policy_update: ``"clip"`` (default): PPO's clipped surrogate. ``"target"`` (choice
             mode): cross-entropy to the old policy tilted by each state's mean advantage per
             action, ``pi_old · exp(A / eta)``, a step of ``kl_step`` nats
-            (:mod:`gym_llm.rl.target_update`): its logit gradient ``pi - target`` is not damped
+            (:mod:`gym_llm.rl.ppo.target_update`): its logit gradient ``pi - target`` is not damped
             for an action the policy has cornered at p ~ 0, where PPO's ``p (1 - p) A`` is.
         kl_step: ``policy_update="target"``: the mean ``KL(target || pi_old)`` per update, nats.
         kl_coef: weight of the KL penalty to the reference model (adapter disabled); 0 = off.
@@ -86,7 +86,7 @@ class PPO(DataParallel):
             larger passes are faster, and the shared prompt prefix is encoded once per pass.
         n_logged_samples: (prompt, reply, reward) examples written to TensorBoard per rollout.
         advantage_estimator: ``"gae"`` (turn-level GAE with the critic, default) or a critic-free
-            one: ``"rebn"``, ``"grpo"``, ``"rloo"``, ``"gigpo"`` (see :mod:`gym_llm.rl.advantages`).
+            one: ``"rebn"``, ``"grpo"``, ``"rloo"``, ``"gigpo"`` (see :mod:`gym_llm.rl.ppo.advantages`).
             The critic is still trained (``vf_coef``) and its explained variance logged.
         clip_range_vf: clip the value loss around the rollout's values (PPO2, SB3's
             ``clip_range_vf``); ``None`` = no clipping. In units of (scaled) return.
@@ -98,11 +98,11 @@ class PPO(DataParallel):
             already predicts something (TWOSOME warms its critic up for 5k steps).
         max_consecutive_skips: the NaN guard skips an optimizer step whose loss, gradient or
             value is not finite (``train/skipped_steps``); after this many in a row, training
-            stops with a :class:`~gym_llm.rl.update.NonFiniteTrainingError` naming the cause
+            stops with a :class:`~gym_llm.rl.ppo.update.NonFiniteTrainingError` naming the cause
             and the last checkpoint. Turns whose reward is not finite are left out of the update
             (``train/nonfinite_turns``), so one bad reward costs its episode, not the run.
         fsdp: shard full fine-tuning's weights, gradients and Adam moments over the processes
-            (FSDP2; :mod:`gym_llm.rl.sharding`), from the first ``learn()`` on. ``None``
+            (FSDP2; :mod:`gym_llm.rl.common.sharding`), from the first ``learn()`` on. ``None``
             (default): as ``accelerate launch --use_fsdp`` says (``ACCELERATE_USE_FSDP``). Needs
             ``lora=None`` and several processes; call ``save`` in every process (it gathers).
     """
@@ -226,7 +226,7 @@ class PPO(DataParallel):
         self._first_greedy: dict[str, int] = {}
         self._warned_input_ignored = False
         self.rollout_action_probs: dict[str, np.ndarray] = {}
-        # The NaN guard (gym_llm.rl.update) and resuming (gym_llm.rl.training_state).
+        # The NaN guard (gym_llm.rl.ppo.update) and resuming (gym_llm.rl.ppo.training_state).
         self.max_consecutive_skips = max_consecutive_skips
         self.fsdp = requested_by_launcher() if fsdp is None else bool(fsdp)
         self.skipped_steps = self._consecutive_skips = self.nonfinite_turns = 0

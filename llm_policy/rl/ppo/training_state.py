@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from gym_llm.rl.run_state import (
+from gym_llm.rl.common.run_state import (
     env_rng_states,
     generator_from_state,
     generator_state,
@@ -26,7 +26,7 @@ from gym_llm.rl.run_state import (
     restore_env_rng_states,
     restore_global_rng_state,
 )
-from gym_llm.rl.update import PPOUpdate
+from gym_llm.rl.ppo.update import PPOUpdate
 
 
 class TrainingState(PPOUpdate):

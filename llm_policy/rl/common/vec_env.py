@@ -22,7 +22,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
-from gym_llm.rl.run_state import episode_rng_state
+from gym_llm.rl.common.run_state import episode_rng_state
 from gym_llm.spaces import NOT_TEXT_HELP
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 from gym_llm.wrappers.conversation import ConversationWrapper

@@ -17,10 +17,16 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecEnv
 
 from gym_llm.policy.llm_policy import LLMPolicy
-from gym_llm.rl.advantages import Estimator, critic_free_advantages, dones_from_starts
-from gym_llm.rl.buffer import TextRolloutBuffer
-from gym_llm.rl.diagnostics import choice_diagnostics, input_ignored
-from gym_llm.rl.distributed import every_process, gather_objects, global_sums, rank, world_size
+from gym_llm.rl.common.diagnostics import choice_diagnostics, input_ignored
+from gym_llm.rl.common.distributed import (
+    every_process,
+    gather_objects,
+    global_sums,
+    rank,
+    world_size,
+)
+from gym_llm.rl.ppo.advantages import Estimator, critic_free_advantages, dones_from_starts
+from gym_llm.rl.ppo.buffer import TextRolloutBuffer
 
 
 class RolloutCollection(OnPolicyAlgorithm):
