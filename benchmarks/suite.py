@@ -177,6 +177,13 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
 
     quiet_progress_bar_warning()
     result = train(config, args.run_dir, progress_bar=False, on_point=on_point)
+    distilled = {}
+    if config.algo == "dqn" and config.distill_interval:  # the LM alone, without the values
+        from gym_llm.evaluation.exact import exact_policy_value
+
+        distilled["distilled_value"] = exact_policy_value(
+            result.model.policy, config.env, config.env_kwargs
+        )
     totals = {
         "done": True,
         "device": result.device,
@@ -184,6 +191,7 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
         "train_s": round(result.train_wall_s, 2),
         "value": result.after.value,
         "env_steps_per_s": round(result.timesteps / max(result.train_wall_s, 1e-9), 2),
+        **distilled,
     }
     write(totals)
     return base | totals

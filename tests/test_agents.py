@@ -18,7 +18,10 @@ BLACKJACK_TEXT = "Your hand totals 15. Usable ace: no.\nThe dealer shows a 10."
 def test_a_dqn_run_leaves_the_same_run_directory_and_resumes(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    config = _config(tiny_model_dir, algo="dqn", timesteps=96, learning_starts=16, train_freq=2)
+    config = _config(
+        tiny_model_dir, algo="dqn", timesteps=96, learning_starts=16, train_freq=2,
+        distill_interval=48, distill_steps=2,
+    )  # fmt: skip
     seen: list[int] = []
     result = run(
         config, tmp_path / "run", progress_bar=False, on_point=lambda p: seen.append(p.timesteps)
@@ -26,6 +29,7 @@ def test_a_dqn_run_leaves_the_same_run_directory_and_resumes(
     # points at the chunk boundaries (4 envs x train_freq 2 = 8 env steps) nearest the middle
     assert seen[0] == 0 and seen[-1] == 96 and len(seen) == 3
     assert isinstance(result.model, DQN) and result.model._n_updates > 0
+    assert result.model.distill_interval == 48 and result.model._next_distill > 48  # it ran
     assert list(result.tensorboard_dir.rglob("events.out.tfevents*"))
     saved = json.loads((result.agent_path / "config.json").read_text())
     assert saved["format"] == "gym_llm.DQN/1" and saved["hyperparameters"]["train_freq"] == [

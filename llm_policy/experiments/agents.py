@@ -38,6 +38,8 @@ def build_agent(config: TrainConfig, env: Any, run_dir: Path, verbose: int = 0) 
             n_steps=config.dqn_n_steps,
             alpha=config.dqn_alpha,
             beta=config.dqn_beta,
+            distill_interval=config.distill_interval,
+            distill_steps=config.distill_steps,
             **common,
         )
     return PPO(

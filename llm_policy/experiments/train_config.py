@@ -114,6 +114,11 @@ class TrainConfig:
     #: DQN: the prior's weight in the posterior (0: DQN on the LM's features; 1: the LM's
     #: choice distribution as the reference).
     dqn_beta: float = 0.0
+    #: DQN: env steps between distillations of its posterior into the LoRA policy (0: none),
+    #: so the LM plays well by itself (agent.policy).
+    distill_interval: int = 0
+    #: DQN: the LM's optimizer steps per distillation.
+    distill_steps: int = 4
     #: Chat-messages JSONL of demonstrations (``gym-llm demos``, gym_llm.experiments.demos.make_demos) to
     #: fine-tune on with SFT after the "before" evaluation and before PPO (None: no warm start).
     sft_demos: str | None = None
