@@ -198,17 +198,21 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def read_runs(files: Sequence[Path]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
-    """Points grouped by run (env, kwargs, estimator, mode, n_steps, seed), in file order; a
-    run's ``done`` line is kept as its last element."""
+    """Points grouped by run (env, kwargs, learner, mode, n_steps, seed), in file order; a run's
+    ``done`` line is kept as its last element. The learner is PPO's advantage estimator, or
+    ``dqn beta=B`` for gym_llm's DQN."""
     runs: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for path in files:
         for line in path.read_text().splitlines():
             if line.strip():
                 row = json.loads(line)
-                key = tuple(
-                    row[k] for k in ("env", "env_kwargs", "estimator", "mode", "n_steps", "seed")
+                learner = (
+                    f"dqn beta={row['dqn'].get('dqn_beta', 0)}"
+                    if row.get("algo") == "dqn"
+                    else row["estimator"]
                 )
-                runs[key].append(row)
+                key = (row["env"], row["env_kwargs"], learner, row["mode"], row["n_steps"])
+                runs[(*key, row["seed"])].append(row)
     return runs
 
 
@@ -236,10 +240,10 @@ def summarize(files: Sequence[Path]) -> str:
     for key, points in sorted(read_runs(files).items()):
         groups[key[:5]].append(points)
     lines = [
-        "| env | estimator (mode, n_steps) | seeds | target @ budget | value @ budget "
-        "(per seed) | mean ± std | first met target: env steps (train s) | 90 % of gap at | "
-        "last point |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| env | learner (mode, n_steps) | seeds | target @ budget | met within budget | "
+        "value @ budget (per seed) | mean ± std | first met target: env steps (train s) | "
+        "90 % of gap at | last point | distilled LM @ end |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (env, kwargs, estimator, mode, n_steps), runs in groups.items():
         target, budget = TARGETS.get((env, kwargs), (float("nan"), 0))
@@ -263,9 +267,14 @@ def summarize(files: Sequence[Path]) -> str:
         met = [first_reaching(points, target) for points in runs]
         gap = [first_reaching(points, level90) if level90 is not None else None for points in runs]
         last = [[p for p in points if "done" not in p][-1] for points in runs]
+        within = sum(m is not None and m["env_steps"] <= budget for m in met)
+        distilled = [
+            p["distilled_value"] for points in runs for p in points if "distilled_value" in p
+        ]
         lines.append(
             f"| {env} {kwargs} | {estimator} ({mode}, {n_steps}) | {len(runs)} | {target:+.3f} @ "
-            f"{budget} | {' / '.join('—' if v is None else f'{v:+.3f}' for v in at_budget)} | "
+            f"{budget} | {within} of {len(runs)} | "
+            f"{' / '.join('—' if v is None else f'{v:+.3f}' for v in at_budget)} | "
             f"{spread} | "
             + " / ".join(
                 "never" if m is None else f"{m['env_steps']} ({m['train_s']:.0f} s)" for m in met
@@ -274,6 +283,8 @@ def summarize(files: Sequence[Path]) -> str:
             + " / ".join("never" if g is None else str(g["env_steps"]) for g in gap)
             + " | "
             + " / ".join(f"{p['value']:+.3f} @ {p['env_steps']}" for p in last)
+            + " | "
+            + (" / ".join(f"{v:+.3f}" for v in distilled) or "—")
             + " |"
         )
     return "\n".join(lines)

@@ -39,6 +39,28 @@ def test_run_streams_points_then_summarize_plots_and_diagnostics(
     assert count == len(lines) - 1 >= 2
 
 
+def test_dqn_runs_record_their_settings_and_the_distilled_lm(
+    tiny_model_dir: Path, tmp_path: Path, one_torch_thread: None
+) -> None:
+    jsonl = tmp_path / "dqn.jsonl"
+    main(
+        [
+            "run", "--algo", "dqn", "--dqn", "dqn_beta=1", "distill_interval=16",
+            "--model", str(tiny_model_dir), "--env", "FrozenLake-v1", "--env-kwargs",
+            "is_slippery=False", "--timesteps", "32", "--every", "16", "--n-envs", "2",
+            "--device", "cpu", "--jsonl", str(jsonl), "--run-dir", str(tmp_path / "run"),
+        ]
+    )  # fmt: skip
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    settings = rows[0]["dqn"]
+    # SB3 DQN's settings scaled to the 32-step budget, replayed as often as its one-env DQN
+    assert settings["learning_starts"] == 3 and settings["gradient_steps"] == 2
+    assert settings["dqn_beta"] == 1 and rows[-1]["done"]
+    assert 0.0 <= rows[-1]["distilled_value"] <= 1.0
+    table = main(["summarize", str(jsonl)])
+    assert "| dqn beta=1 (choice, 8) | 1 | +1.000 @ 2048 |" in table
+
+
 def test_value_at_needs_the_budget_reached() -> None:
     points = [
         {"env_steps": 0, "value": 0.0},
