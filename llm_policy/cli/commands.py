@@ -144,9 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser(
         "train",
-        help="train an agent with PPO and save the run (config, results, curve, logs, agent)",
+        help="train an agent with PPO or DQN and save the run (config, results, curve, logs, "
+        "agent)",
         description=_para(
-            "Evaluate the untrained model, train it with PPO (progress bar, TensorBoard "
+            "Evaluate the untrained model, train it with PPO (--algo dqn: off-policy values on "
+            "the model's frozen features) (progress bar, TensorBoard "
             "logs, learning curve on a separate evaluation env), evaluate again and save the run "
             "directory: config.json (repeat the run with --config), result.json (curve, device, "
             "versions), curve.png, tensorboard/, agent/ and checkpoints/."
@@ -154,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"Examples:\n  {PROG} train --env Blackjack-v1 --env-kwargs sab=False "
         "--timesteps 4096 --out runs/bj\n"
         f"  {PROG} train --config runs/bj/config.json --seed 1 --out runs/bj-seed1\n"
+        f"  {PROG} train --algo dqn --env Blackjack-v1 --env-kwargs sab=False --timesteps 8192 "
+        "--learning-starts 100 --target-update-interval 81 --out runs/bj-dqn\n"
         f"  {PROG} train --resume runs/bj                  # after a crash or kill\n"
         f"  {PROG} train --resume runs/bj --timesteps 8192 # train the same run further\n\n"
         "Several processes (data-parallel: each steps --n-envs envs of its own, gradients are\n"
