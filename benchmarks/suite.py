@@ -291,17 +291,35 @@ def summarize(files: Sequence[Path]) -> str:
 
 
 def plot(files: Sequence[Path], directory: Path) -> list[Path]:
-    """One PNG per env: every run's curve (estimator and seed in the label), random play and
-    the optimum as lines, the target as a point at its budget."""
+    """One PNG per env: per learner the mean over seeds with a 95 % band (3 seeds or more on the
+    same steps; else each seed's curve), random play, the optimum and the target as lines."""
+    import numpy as np
+
     from gym_llm.evaluation.monte_carlo import reference_returns
     from gym_llm.experiments.plots import Series, plot_curves
 
     by_env: dict[tuple[str, str], list[Series]] = defaultdict(list)
-    for (env, kwargs, estimator, mode, n_steps, seed), rows in sorted(read_runs(files).items()):
-        points = [p for p in rows if "done" not in p]
-        label = f"{estimator} ({mode}, n_steps {n_steps}) seed {seed}"
-        steps, values = [p["env_steps"] for p in points], [p["value"] for p in points]
-        by_env[env, kwargs].append(Series(label, steps, values))
+    groups: dict[tuple[Any, ...], list[tuple[int, list[dict[str, Any]]]]] = defaultdict(list)
+    for (*key, seed), rows in sorted(read_runs(files).items()):
+        groups[tuple(key)].append((seed, [p for p in rows if "done" not in p]))
+    for (env, kwargs, learner, mode, n_steps), runs in groups.items():
+        name = (
+            f"{learner} ({mode}"
+            + ("" if learner.startswith("dqn") else f", n_steps {n_steps}")
+            + ")"
+        )
+        curves = [[p["env_steps"] for p in points] for _, points in runs]
+        if len(runs) >= 3 and all(c == curves[0] for c in curves):  # the mean with a 95 % band
+            values = np.array([[p["value"] for p in points] for _, points in runs])
+            sems = values.std(0, ddof=1) / np.sqrt(len(runs))
+            label = f"{name}: mean of {len(runs)} seeds"
+            by_env[env, kwargs].append(Series(label, curves[0], values.mean(0), sems))
+            continue
+        for seed, points in runs:
+            values_one = [p["value"] for p in points]
+            by_env[env, kwargs].append(
+                Series(f"{name} seed {seed}", [p["env_steps"] for p in points], values_one)
+            )
     paths = []
     for (env, kwargs), series in by_env.items():
         env_kwargs = parse_env_kwargs(kwargs.split(",") if kwargs else [])
