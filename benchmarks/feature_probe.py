@@ -29,6 +29,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -179,21 +180,15 @@ def prompt_features(policy: Any, texts: list[str]) -> tuple[np.ndarray, int]:
     """Every layer's hidden state of each prompt's last token, adapter disabled: ``(n, L+1, d)``,
     and the index of the first trainable layer's input."""
     lm = policy.lm
-    disabled = lm.disable_adapter() if hasattr(lm, "disable_adapter") else None
+    adapter_off = lm.disable_adapter() if hasattr(lm, "disable_adapter") else nullcontext()
     rows = []
-    with torch.no_grad():
-        if disabled is not None:
-            disabled.__enter__()
-        try:
-            for text in texts:
-                out = lm(
-                    input_ids=torch.tensor([policy.prompt_ids(text)], device=policy.device),
-                    output_hidden_states=True,
-                )
-                rows.append(torch.stack([h[0, -1].float().cpu() for h in out.hidden_states]))
-        finally:
-            if disabled is not None:
-                disabled.__exit__(None, None, None)
+    with torch.no_grad(), adapter_off:
+        for text in texts:
+            out = lm(
+                input_ids=torch.tensor([policy.prompt_ids(text)], device=policy.device),
+                output_hidden_states=True,
+            )
+            rows.append(torch.stack([h[0, -1].float().cpu() for h in out.hidden_states]))
     hidden = torch.stack(rows).double().numpy()
     return hidden, int(policy.first_trainable_layer or hidden.shape[1] - 1)
 

@@ -114,7 +114,7 @@ def dqn_settings(args: argparse.Namespace) -> dict[str, Any]:
     replayed as often as SB3's one-env DQN replays each step, then ``--dqn`` on top."""
     from gym_llm.evaluation.baselines import dqn_budget_settings
 
-    settings = {**dqn_budget_settings(args.timesteps), "gradient_steps": args.n_envs}
+    settings = dqn_budget_settings(args.timesteps, args.n_envs)
     settings.update(parse_env_kwargs(args.dqn))
     return settings
 

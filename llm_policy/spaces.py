@@ -120,3 +120,11 @@ NOT_TEXT_HELP = (
     "    env = ActionParserWrapper(TextObservationWrapper(env))\n"
     "or build a vectorised one with gym_llm.make_text_env('ENV_ID', n_envs=8)."
 )
+
+
+def as_text_batch(observation: Any) -> tuple[list[str], bool]:
+    """One observation string or a batch of them (list, ``dtype=object`` array, a vec env's
+    observations) as a list of ``str``, and whether it was a single string."""
+    if isinstance(observation, str):
+        return [str(observation)], True
+    return [str(o) for o in np.asarray(observation, dtype=object).ravel()], False

@@ -259,18 +259,20 @@ def ppo_rollout(budget: int) -> tuple[int, int]:
     return n_steps, n_steps * rollouts
 
 
-def dqn_budget_settings(budget: int) -> dict[str, Any]:
+def dqn_budget_settings(budget: int, n_envs: int = 1) -> dict[str, Any]:
     """SB3 DQN's settings where its defaults assume a budget far above ``budget``: replay buffer
     ``min(1e6, budget)``, ``learning_starts = min(100, budget // 10)``, the target network
     copied every ``clip(budget // 100, 1, 10000)`` steps and exploration decaying over the first
     20% (SB3's 10000-step target interval would never fire within 128 steps). gym_llm's
-    ``DQN`` in the suite takes the same ones."""
+    ``DQN`` in the suite takes the same ones, with ``gradient_steps = n_envs`` so that each env
+    step is replayed as often as SB3's one-env DQN replays it."""
     return {
         "buffer_size": min(1_000_000, budget),
         "learning_starts": min(100, budget // 10),
         "target_update_interval": int(np.clip(budget // 100, 1, 10_000)),
         "exploration_fraction": 0.2,
         "train_freq": DQN_TRAIN_FREQ,
+        "gradient_steps": n_envs,
     }
 
 

@@ -195,7 +195,7 @@ def run_llm_trained(
         choice = llm_config(spec, "choice", budget, seed, config)
         train_config = dataclasses.replace(
             choice, algo="dqn", learning_rate=None, dqn_beta=config.llm_dqn_beta,
-            gradient_steps=choice.n_envs, **dqn_budget_settings(budget),
+            **dqn_budget_settings(budget, choice.n_envs),
         )  # fmt: skip
     else:
         train_config = llm_config(spec, mode, budget, seed, config)

@@ -46,7 +46,7 @@ from gym_llm.policy.scoring import (
 from gym_llm.policy.top_layers import TopLayers, TrainableLayers, top_layers_supported
 from gym_llm.policy.trunk_cache import DEFAULT_TRUNK_CACHE_MB
 from gym_llm.policy.update import UpdatePasses
-from gym_llm.spaces import TextActions
+from gym_llm.spaces import TextActions, as_text_batch
 
 __all__ = [
     "CONTENT_FREE_OBSERVATION",
@@ -360,12 +360,7 @@ class LLMPolicy(UpdatePasses):
         deterministic: bool = False,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         """Replies (``dtype=object`` array of str) for one observation string or a batch."""
-        single = isinstance(observation, str)
-        batch: list[str] = (
-            [str(observation)]
-            if single
-            else [str(o) for o in np.asarray(observation, dtype=object).ravel()]
-        )
+        batch, single = as_text_batch(observation)
         self.set_training_mode(False)
         with torch.inference_mode(), self._without_states():
             step = self.act(batch, deterministic=deterministic)

@@ -83,6 +83,29 @@ def write_directory(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def write_agent_directory(
+    path: str | os.PathLike[str],
+    texts: Mapping[str, str],
+    tensors: Mapping[str, Any],
+    extra_json: Mapping[str, Any] | None = None,
+) -> None:
+    """A saved agent's directory, all or nothing (:func:`write_directory`): each of ``texts``
+    (``config.json``, ...) as written, a JSON file per ``extra_json`` entry, and ``tensors`` as
+    ``policy.pt``."""
+    import json
+
+    files = dict(texts)
+    files.update({name: json.dumps(data, indent=2) for name, data in (extra_json or {}).items()})
+
+    def write(file: Path) -> None:
+        if file.name == "policy.pt":
+            torch.save(dict(tensors), file)
+        else:
+            file.write_text(files[file.name])
+
+    write_directory(path, dict.fromkeys([*files, "policy.pt"], write))
+
+
 def read_tensors(directory: str | os.PathLike[str], device: torch.device) -> dict[str, Any]:
     """``policy.pt``: tensors only (``weights_only=True``: no pickled object is ever run), with
     an error naming the file when it is missing, damaged or holds anything but tensors."""

@@ -28,6 +28,7 @@ from gym_llm.rl.dqn.replay import TextReplayBuffer
 from gym_llm.rl.dqn.saving import DQNSaving
 from gym_llm.rl.dqn.targets import double_q_target, posterior_logits
 from gym_llm.rl.ppo import LORA_LEARNING_RATE, PPO
+from gym_llm.spaces import as_text_batch
 
 #: Distinct observations whose features and prior are kept (~2.5 KB each for SmolLM2-135M).
 FEATURE_CACHE_LIMIT = 200_000
@@ -132,10 +133,8 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
             )
         self.n_steps, self.alpha, self.beta, self.q_width = n_steps, alpha, beta, q_width
         self.distill_interval, self.distill_steps = distill_interval, distill_steps
-        self.distill_batch_size, self.distill_learning_rate = (
-            distill_batch_size,
-            distill_learning_rate,
-        )
+        self.distill_batch_size = distill_batch_size
+        self.distill_learning_rate = distill_learning_rate
         self._next_distill = distill_interval
         self.target_update_interval = target_update_interval
         self.exploration_fraction = exploration_fraction
@@ -229,8 +228,7 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
     ) -> tuple[Any, tuple[np.ndarray, ...] | None]:
         """Replies (action names) for one observation string or a batch: the posterior's greedy
         action with ``deterministic``, else a sample from the posterior."""
-        single = isinstance(observation, str)
-        batch = [str(observation)] if single else [str(o) for o in np.asarray(observation).ravel()]
+        batch, single = as_text_batch(observation)
         logits = self.action_logits(batch)
         if deterministic:
             chosen = logits.argmax(-1).cpu().numpy()
@@ -245,7 +243,7 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
         self, learning_starts: int, action_noise: Any = None, n_envs: int = 1
     ) -> tuple[np.ndarray, np.ndarray]:
         assert self._last_obs is not None
-        observations = [str(o) for o in np.asarray(self._last_obs, dtype=object).ravel()]
+        observations, _ = as_text_batch(self._last_obs)
         probs = self.behaviour_probs(observations)
         cumulative = probs.cumsum(-1)
         draws = self._sample_rng.random((len(observations), 1))
@@ -262,14 +260,14 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
         dones: np.ndarray,
         infos: list[dict[str, Any]],
     ) -> None:
-        next_obs = [str(o) for o in np.asarray(new_obs, dtype=object).ravel()]
+        next_obs, _ = as_text_batch(new_obs)
         truncated = np.array([bool(i.get("TimeLimit.truncated", False)) for i in infos])
         for i, done in enumerate(dones):
             if done and infos[i].get("terminal_observation") is not None:
                 next_obs[i] = str(infos[i]["terminal_observation"])
         assert self._last_obs is not None and self._behaviour_probs is not None
         replay_buffer.add(
-            np.asarray(self._last_obs, dtype=object).ravel(), next_obs, buffer_action, reward,
+            as_text_batch(self._last_obs)[0], next_obs, buffer_action, reward,
             np.asarray(dones, dtype=bool) & ~truncated, truncated, self._behaviour_probs,
         )  # fmt: skip
         self._last_obs = new_obs
@@ -340,9 +338,6 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
             self, steps or self.distill_steps, batch_size or self.distill_batch_size,
             self._sample_rng,
         )  # fmt: skip
-
-    def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "q_net", "q_net_target", "_features"]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["q_net", "q_net_target", "q_optimizer"], []

@@ -10,7 +10,6 @@ without training, acting with the saved values (not uniformly: the counters are 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,7 +23,11 @@ from gym_llm.rl.common.checkpoint import (
     recorded_policy_kwargs,
     space_records,
 )
-from gym_llm.rl.common.checkpoint_files import CheckpointError, read_tensors, write_directory
+from gym_llm.rl.common.checkpoint_files import (
+    CheckpointError,
+    read_tensors,
+    write_agent_directory,
+)
 from gym_llm.rl.common.vec_env import check_text_env
 
 #: The ``format`` field of a saved DQN's ``config.json``.
@@ -105,10 +108,6 @@ class DQNSaving:
         """Write ``config.json`` + ``policy.pt`` (never the base weights, never a pickled object),
         plus a JSON file for each ``extra_json`` entry. A failed save leaves the previous
         checkpoint at ``path`` intact."""
-        texts = {"config.json": self.saved_config().to_json()}
-        texts.update(
-            {name: json.dumps(data, indent=2) for name, data in (extra_json or {}).items()}
-        )
         tensors: dict[str, Any] = {
             "q_net": self.q_net.state_dict(),
             "q_net_target": self.q_net_target.state_dict(),
@@ -118,14 +117,8 @@ class DQNSaving:
         }
         if self.policy.choice_calibration is not None:
             tensors["choice_calibration"] = self.policy.choice_calibration.cpu()
-
-        def write(file: Path) -> None:
-            if file.name == "policy.pt":
-                torch.save(tensors, file)
-            else:
-                file.write_text(texts[file.name])
-
-        write_directory(path, dict.fromkeys([*texts, "policy.pt"], write))
+        config = {"config.json": self.saved_config().to_json()}
+        write_agent_directory(path, config, tensors, extra_json)
         self.last_checkpoint = Path(path)
 
     @classmethod

@@ -21,7 +21,11 @@ from gym_llm.rl.common.checkpoint import (
     recorded_policy_kwargs,
     space_records,
 )
-from gym_llm.rl.common.checkpoint_files import CheckpointError, read_tensors, write_directory
+from gym_llm.rl.common.checkpoint_files import (
+    CheckpointError,
+    read_tensors,
+    write_agent_directory,
+)
 from gym_llm.rl.ppo.training_state import TrainingState
 
 
@@ -117,18 +121,7 @@ class PPOCheckpointing(TrainingState):
             "config.json": self.saved_config().to_json(),
             TRAINING_STATE: json.dumps(self.training_state(), default=float),
         }
-        texts.update(
-            {name: json.dumps(data, indent=2) for name, data in (extra_json or {}).items()}
-        )
-        tensors = self._tensors()
-
-        def write(file: Path) -> None:
-            if file.name == "policy.pt":
-                torch.save(tensors, file)
-            else:
-                file.write_text(texts[file.name])
-
-        write_directory(path, dict.fromkeys([*texts, "policy.pt"], write))
+        write_agent_directory(path, texts, self._tensors(), extra_json)
         self.last_checkpoint = Path(path)
 
     def load_policy_state(self, path: str | os.PathLike[str]) -> None:
