@@ -52,11 +52,58 @@ def test_json_actions_of_the_wrong_type_are_invalid(value: object, prose: str) -
     assert not NUMERIC_NAMES(reply).valid, reply
 
 
+_stop = st.sampled_from([".", ",", "!", "\n", " (", " because", " is"])
+
+
 @settings(max_examples=300, deadline=None)
-@given(_prose, st.integers(0, 3), _prose)
-def test_a_whole_number_in_prose_is_found(before: str, action: int, after: str) -> None:
-    reply = f"{before} Action: {action} {after}"
+@given(_prose, st.integers(0, 3), _stop, _prose)
+def test_a_stated_number_standing_alone_is_found(
+    before: str, action: int, stop: str, after: str
+) -> None:
+    reply = f"{before} Action: {action}{stop} {after}"
     assert NUMERIC_NAMES(reply).action == action, reply
+
+
+@settings(max_examples=300, deadline=None)
+@given(_prose, st.integers(0, 3), st.sampled_from(["steps", "risk", "more", "cards", "times"]))
+def test_a_number_followed_by_a_quantity_word_is_no_action(
+    before: str, number: int, unit: str
+) -> None:
+    # "Move 2 steps", "Answer: 0 risk": a quantity, not action 2 or 0.
+    for reply in (f"{before} Action: {number} {unit}", f"{before} {number} {unit}"):
+        assert not NUMERIC_NAMES(reply).valid, reply
+
+
+_words = st.sampled_from(["stick", "hit"])
+_calm = st.text(alphabet="abcdefgjklmoqruvwxyz ", max_size=30)  # no negation, no action word
+
+
+@settings(max_examples=200, deadline=None)
+@given(_calm, st.permutations(["stick", "hit"]), st.sampled_from([" or ", " / ", " and "]))
+def test_a_clause_naming_two_actions_is_invalid(before: str, pair: list[str], join: str) -> None:
+    reply = f"{before}. {pair[0]}{join}{pair[1]}"
+    assert not WORD_NAMES(reply).valid, reply
+
+
+@settings(max_examples=200, deadline=None)
+@given(_calm, _words, st.sampled_from(["I would not {}.", "Don't {}.", "Should I {}?"]))
+def test_negated_or_asked_actions_are_invalid(before: str, word: str, form: str) -> None:
+    reply = f"{before}. {form.format(word)}"
+    assert not WORD_NAMES(reply).valid, reply
+
+
+@settings(max_examples=200, deadline=None)
+@given(_calm, st.permutations(["stick", "hit"]), st.sampled_from(["; ", " ", ", ", "\n"]))
+def test_the_last_statement_wins(before: str, pair: list[str], gap: str) -> None:
+    reply = f"{before} Action: {pair[0]} (0.3){gap}Action: {pair[1]} (0.7)"
+    assert WORD_NAMES(reply).action == ["stick", "hit"].index(pair[1]), reply
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.permutations(["stick", "hit"]), _calm)
+def test_a_conclusion_after_reasoning_decides(pair: list[str], middle: str) -> None:
+    reply = f"If I {pair[0]} {middle}, so I {pair[1]}."
+    assert WORD_NAMES(reply).action == ["stick", "hit"].index(pair[1]), reply
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,21 +1,29 @@
 """Robust reply → env action parsing, the part of an LLM agent that must never crash.
 
-Rules for a Discrete action set with names (first rule that yields a valid action wins):
+Rules for a Discrete action set with names (first rule that yields a verdict wins):
 
 1. **exact**: the whole reply, trimmed of whitespace, quotes, backticks, ``*`` and a final period,
    is an action name (case-insensitive) or an action number.
-2. **json**: a JSON object in the reply (a fenced ```json block or any ``{...}``) with an
-   ``"action"`` key whose value is an action name or number.
+2. **json**: JSON objects in the reply (fenced ```json blocks or any ``{...}``) with an
+   ``"action"`` key. Every stated action must be valid and all must agree: an invalid value, a
+   duplicate ``"action"`` key with another value, or two objects stating different actions make
+   the reply invalid (no guessing from the prose).
 3. **pattern**: the last ``Action: X`` statement (also ``Answer:``, ``Choice:``, ``Move:``,
-   ``Decision:``, with ``:`` or ``=``, optionally ``... is X``) where X starts with a name or number.
-4. **mention**: the **last** action name mentioned anywhere in free text (whole words; longer names
-   win over names they contain, so ``push left`` beats ``left``). The last one is taken because
-   models usually reason first and state the decision at the end.
+   ``Decision:``, with ``:`` or ``=``, optionally ``... is X``; a statement ends at the next
+   statement, ``;`` or a new line, so the last one wins even on one line) where X starts with a
+   name or a number standing alone. A statement that goes on to name another action
+   (``Action: left or right``) makes the reply invalid.
+4. **mention**: action names in free text, read clause by clause
+   (:mod:`gym_llm.wrappers.reading`): the last clause that plainly names an action decides;
+   questions, conditions, negations and idioms decide nothing; a deciding clause that names two
+   actions, or an action ruled out later, makes the reply invalid.
 
 Numbers mean env action values (``start + index``; for almost all envs simply the index), except
 when every action name is itself a number (``GuessNumber``'s ``"1"`` … ``"16"``): then a number
 means the action of that name, so ``3``, ``"3"`` and ``{"action": 3}`` all pick the action named
-``"3"``.
+``"3"``. Outside JSON and exact replies a number counts only when it stands alone: ``Move 2 steps
+down`` is a move down, ``Answer: 0 risk`` is no answer. Struck-through text (``~~hit~~``) is not
+read.
 
 For numeric action spaces (Box, MultiDiscrete, MultiBinary) with ``n`` elements: a JSON
 ``{"action": [...]}`` or a JSON list, then the numbers of the last ``Action: ...`` statement, then
@@ -27,7 +35,6 @@ No parser here ever raises on a string: failures come back as a :class:`ParseRes
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -37,16 +44,32 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from gym_llm.wrappers.json_replies import json_action, json_actions, json_objects, without_json
+from gym_llm.wrappers.reading import (
+    Mention,
+    decide,
+    is_condition,
+    negated_before,
+    number_stands_alone,
+    without_struck,
+)
+
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _STATEMENT = re.compile(
     r"\b(?:final\s+)?(?:action|answer|choice|move|decision)\s*(?:is\s*)?[:=]?\s*(?:is\s+)?"
     r"[\"'`*\[\(]*(?P<value>[^\n]*)",
     re.IGNORECASE,
 )
+#: A statement's head alone, so that every statement on a line is found (the value is read up to
+#: the next one).
+_STATEMENT_HEAD = re.compile(_STATEMENT.pattern.replace("(?P<value>[^\\n]*)", ""), re.IGNORECASE)
+#: Where a Discrete statement's value ends: the next statement, a ``;`` or a new line.
+_STATEMENT_END = re.compile(
+    r"[;\n]|\b(?:final\s+)?(?:action|answer|choice|move|decision)\b", re.IGNORECASE
+)
 _ONLY_NUMBERS = re.compile(
     r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?:[\s,;]+[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)*"
 )
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.IGNORECASE | re.DOTALL)
 _TRIM = " \t\r\n\"'`*.!,;:()[]{}<>"
 
 
@@ -80,53 +103,6 @@ class ParseResult:
             "action_clipped": self.clipped,
             "invalid_actions": int(not self.valid) if invalid_actions is None else invalid_actions,
         }
-
-
-def _json_objects(text: str) -> Iterator[Any]:
-    """Every JSON value found in fenced blocks, then every balanced ``{...}`` / ``[...]``."""
-    for block in _FENCE.findall(text):
-        try:
-            value = json.loads(block)
-        except (ValueError, RecursionError):
-            continue
-        yield value
-    decoder = json.JSONDecoder()
-    for i, char in enumerate(text):
-        if char in "{[":
-            try:
-                value, _ = decoder.raw_decode(text, i)
-            except (ValueError, RecursionError):
-                continue
-            yield value
-
-
-def _without_json(text: str) -> str:
-    """``text`` with every balanced JSON object or list blanked out, so that rules reading free
-    text never fire inside JSON (``{"action": [1, 2]}`` does not state ``action: 1``)."""
-    decoder = json.JSONDecoder()
-    out, i = [], 0
-    while i < len(text):
-        if text[i] in "{[":
-            try:
-                _, end = decoder.raw_decode(text, i)
-            except (ValueError, RecursionError):
-                end = 0
-            if end > i:
-                out.append(" " * (end - i))
-                i = end
-                continue
-        out.append(text[i])
-        i += 1
-    return "".join(out)
-
-
-def _json_action(value: Any) -> tuple[bool, Any]:
-    """``(found, action value)`` from a decoded JSON value with an ``action`` key."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(key, str) and key.strip().lower() == "action":
-                return True, item
-    return False, None
 
 
 def _to_number(value: Any) -> float | None:
@@ -199,43 +175,100 @@ class DiscreteParser:
     def _resolve_prefix(self, value: str) -> int | None:
         value = value.strip(_TRIM)
         match = self._prefix.match(value)
-        if match:
+        if match and (self._numeric_names is None or number_stands_alone(value, 0, match.end())):
             return self.start + self._lookup[self._norm(match.group())]
         number = _NUMBER.match(value)
-        if number and not value[number.end() : number.end() + 1].isalnum():
+        if number and number_stands_alone(value, 0, number.end()):
             return self._by_number(float(number.group()))
         return None
+
+    def _mentions(self, clause: str) -> list[Mention]:
+        """The action names in one clause (numbers only where they stand alone)."""
+        found = []
+        for match in self._mention.finditer(clause):
+            numeric = self._numeric_names is not None and _NUMBER.fullmatch(match.group())
+            if numeric and not number_stands_alone(clause, match.start(), match.end()):
+                continue
+            found.append(
+                Mention(self.start + self._lookup[self._norm(match.group())], *match.span())
+            )
+        return found
+
+    def _name(self, action: int) -> str:
+        return self.names[action - self.start]
+
+    def _json_verdict(self, text: str) -> ParseResult | None:
+        """The JSON rule's verdict, or ``None`` when no JSON object states an action."""
+        stated = [item for value in json_objects(text) for item in json_actions(value)]
+        if not stated:
+            return None
+        actions = {
+            self.resolve(item) if isinstance(item, str | int | float) else None for item in stated
+        }
+        if None in actions:
+            return ParseResult(
+                None, error=f'the JSON "action" is not one of {", ".join(self.names)}'
+            )
+        if len(actions) > 1:
+            names = " and ".join(self._name(a) for a in sorted(a for a in actions if a is not None))
+            return ParseResult(None, error=f"the JSON states two different actions ({names})")
+        return ParseResult(actions.pop(), method="json")
+
+    def _statements(self, text: str) -> Iterator[str]:
+        """The values of ``Action: X`` statements, last first, each ending where the next begins."""
+        for match in reversed(list(_STATEMENT_HEAD.finditer(text))):
+            clause_start = max(text.rfind(c, 0, match.start()) for c in ",.;:!?\n") + 1
+            before = text[clause_start : match.start()]
+            if negated_before(before, len(before)) or is_condition(before):
+                continue  # "I will not move right", "If every move is 10" state no move
+            value_start = match.end()
+            end = _STATEMENT_END.search(text, value_start)
+            yield text[value_start : end.start() if end else len(text)]
 
     def __call__(self, text: str) -> ParseResult:
         action = self.resolve(text)
         if action is not None:
             return ParseResult(action, method="exact")
-        stated = False
-        for value in _json_objects(text):
-            found, item = _json_action(value)
-            if found:
-                action = self.resolve(item) if isinstance(item, str | int | float) else None
-                if action is not None:
-                    return ParseResult(action, method="json")
-                stated = True
-        if stated:  # the reply named its action in JSON, and that is not one: no guessing
-            return ParseResult(
-                None,
-                error=f'the JSON "action" is not one of {", ".join(self.names)}',
-            )
-        text = _without_json(text)
-        for match in reversed(list(_STATEMENT.finditer(text))):
-            action = self._resolve_prefix(match.group("value"))
-            if action is not None:
-                return ParseResult(action, method="pattern")
-        mentions = self._mention.findall(text)
-        if mentions:
-            return ParseResult(
-                self.start + self._lookup[self._norm(mentions[-1])], method="mention"
-            )
+        verdict = self._json_verdict(text)
+        if verdict is not None:
+            return verdict
+        text = without_struck(without_json(text))
+        for value in self._statements(text):
+            action = self._resolve_prefix(value)
+            if action is None:
+                continue
+            others = set()
+            for clause in _first_clauses(value):
+                others |= {m.action for m in self._mentions(clause)}
+            others -= {action}
+            if others:
+                names = " and ".join(self._name(a) for a in sorted({action, *others}))
+                return ParseResult(
+                    None, error=f"the statement names two different actions ({names}); state one"
+                )
+            return ParseResult(action, method="pattern")
+        decision = decide(text, self._mentions, self._name)
+        if decision.action is not None:
+            return ParseResult(decision.action, method="mention")
         return ParseResult(
-            None, error=f"no valid action found; expected one of {', '.join(self.names)}"
+            None,
+            error=decision.error
+            or f"no valid action found; expected one of {', '.join(self.names)}",
         )
+
+
+def _first_clauses(value: str) -> list[str]:
+    """What a statement's value states: up to its first sentence end or comma, and the next
+    comma-clause too when it is one more item of a list (``Answer: north, south``)."""
+    first, *rest = re.split(r"(?<=[.!?])\s|\n", value, maxsplit=1)[0].split(",")
+    items = [first]
+    if (
+        rest
+        and re.fullmatch(r"[\s\"'`*]*[\w ]{1,20}[\s\"'`*.!]*", rest[0])
+        and len(rest[0].split()) <= 2
+    ):
+        items.append(rest[0])
+    return items
 
 
 class NumericParser:
@@ -257,8 +290,8 @@ class NumericParser:
         self.any_numbers = any_numbers
 
     def _numbers(self, text: str) -> Iterator[tuple[str, list[float]]]:
-        for value in _json_objects(text):
-            found, item = _json_action(value)
+        for value in json_objects(text):
+            found, item = json_action(value)
             candidate = item if found else value
             if isinstance(candidate, list):
                 flat = np.asarray(candidate, dtype=object).ravel().tolist() if candidate else []
@@ -273,7 +306,7 @@ class NumericParser:
         stripped = text.strip(_TRIM)
         if stripped and _ONLY_NUMBERS.fullmatch(stripped):
             yield "exact", [float(n) for n in _NUMBER.findall(stripped)]
-        free = _without_json(text)
+        free = without_json(text)
         for match in reversed(list(_STATEMENT.finditer(free))):
             numbers = [float(n) for n in _NUMBER.findall(match.group("value"))]
             if numbers:
