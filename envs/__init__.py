@@ -11,10 +11,18 @@ spaces so classic agents can play them too, and describe themselves
 
 import gymnasium
 
+from gym_llm.envs.ecosystems import gem_env, textarena_env, textworld_express_env
 from gym_llm.envs.protocol import DescribesItself, self_description
-from gym_llm.envs.text_game import TextGameEnv, textarena_env
+from gym_llm.envs.text_game import TextGameEnv
 
-__all__ = ["DescribesItself", "TextGameEnv", "self_description", "textarena_env"]
+__all__ = [
+    "DescribesItself",
+    "TextGameEnv",
+    "gem_env",
+    "self_description",
+    "textarena_env",
+    "textworld_express_env",
+]
 
 _ENVS: dict[str, tuple[str, int | None]] = {
     "gym_llm/KeywordBandit-v0": ("gym_llm.envs.keyword_bandit:KeywordBanditEnv", None),

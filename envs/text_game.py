@@ -1,7 +1,11 @@
 """Text games that are not ``gymnasium.Env`` (TextArena, TextWorld, your own), as Gymnasium envs.
 
 A game needs a ``reset`` that gives the first text and a ``step(text)`` that gives the next text,
-a reward and whether it is over; nothing else. :class:`TextGameEnv` adapts one by naming its
+a reward and whether it is over; nothing else. A game that judges a move invalid says so with
+``info["action_valid"] = False`` (and ``info["parse_error"]``, its reason): the move is counted
+invalid as the parser's own verdicts are (``info["invalid_actions"]``, ``total_invalid``). A game
+whose ``reset`` takes a seed gets one every episode, drawn from the env's generator when the
+caller gives none, so every episode is a fresh game and a seeded run replays. :class:`TextGameEnv` adapts one by naming its
 methods, and normalises what ``step`` returns (``(text, reward, done)``, ``(..., info)``, or
 Gymnasium's five values). Because many games state their rules and answer format only on the first
 turn, the first observation is kept in front of every later one (``keep_first=True``), so a policy
@@ -91,6 +95,10 @@ class TextGameEnv(gym.Env[str, str]):
         self.observation_space = TextObservations(max_length, instruction=instruction)
         self.action_space = TextActions(None)
         self._first: str | None = None
+        self.invalid_actions = 0
+        #: Totals over the env's life, for logging invalid-action rates.
+        self.total_steps = 0
+        self.total_invalid = 0
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -100,8 +108,11 @@ class TextGameEnv(gym.Env[str, str]):
             self.game = self._factory()  # a fresh game: no state from the last episode
         method = getattr(self.game, self._reset_name)
         takes_seed = "seed" in inspect.signature(method).parameters
+        if takes_seed and seed is None:  # a fresh game, replayable from the first seed
+            seed = int(self.np_random.integers(2**31 - 1))
         result = method(seed=seed) if takes_seed else method()
         text, info = result if isinstance(result, tuple) else (result, {})
+        self.invalid_actions = 0
         self._first = str(text)
         return self._fit(self._first, dict(info or {}))
 
@@ -110,54 +121,26 @@ class TextGameEnv(gym.Env[str, str]):
             raise RuntimeError("Call reset() before step().")
         result = getattr(self.game, self._step_name)(str(action))
         text, reward, terminated, truncated, info = _normalised_step(result)
+        self._count(str(action), info)
         if self.keep_first:
             text = _FIRST.format(first=self._first, now=text)
         text, info = self._fit(text, info)
         return text, reward, terminated, truncated, info
+
+    def _count(self, reply: str, info: dict[str, Any]) -> None:
+        """The game's verdict on the move, in the keys the parser's verdicts use."""
+        valid = info.get("action_valid", True) is not False
+        self.total_steps += 1
+        if not valid:
+            self.invalid_actions += 1
+            self.total_invalid += 1
+        info.setdefault("action_text", reply)
+        info["action_valid"] = valid
+        info.setdefault("parse_error", None if valid else "the game rejected the move")
+        info["invalid_actions"] = self.invalid_actions
 
     def _fit(self, text: str, info: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """Texts over ``max_length`` keep their head and tail (never a crash mid-episode)."""
         limit = self.max_length
         info["observation_truncated"] = len(text) > limit
         return cut_middle(text, limit), info
-
-
-class _TextArenaGame:
-    """TextArena's single-player API (``get_observation``, ``step -> (done, info)``, rewards from
-    ``close()``) as ``reset() -> text`` and ``step(text) -> (text, reward, done, info)``."""
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self._make = make
-        self.env: Any = None
-
-    def reset(self, seed: int | None = None) -> str:
-        self.env = self._make()  # a new game object: TextArena keeps history across reset()
-        self.env.reset(num_players=1, seed=seed)
-        return self._observation()
-
-    def _observation(self) -> str:
-        _, observation = self.env.get_observation()
-        if isinstance(observation, list):  # (sender, message[, type]) tuples in newer releases
-            return "\n".join(str(m[1]) if isinstance(m, tuple) else str(m) for m in observation)
-        return str(observation)
-
-    def step(self, text: str) -> tuple[str, float, bool, dict[str, Any]]:
-        done, info = self.env.step(action=text)
-        if not done:
-            return self._observation(), 0.0, False, dict(info or {})
-        rewards, game_info = self.env.close()
-        reward = float(rewards.get(0, 0.0)) if isinstance(rewards, dict) else float(rewards or 0)
-        return "The game is over.", reward, True, {**dict(info or {}), "game_info": game_info}
-
-
-def textarena_env(game_id: str, **kwargs: Any) -> TextGameEnv:
-    """A TextArena single-player game (``pip install gym_llm[textarena]``) as a Gymnasium env,
-    e.g. ``textarena_env("GuessTheNumber-v0")``; ``kwargs`` go to :class:`TextGameEnv`."""
-    try:
-        import textarena as ta
-    except ImportError as exc:
-        raise ImportError(
-            "textarena_env needs TextArena: pip install 'gym_llm[textarena]' (or textarena)."
-        ) from exc
-    # TextArena's observations already carry the rules and every earlier turn.
-    return TextGameEnv(_TextArenaGame(lambda: ta.make(game_id)), **{"keep_first": False, **kwargs})

@@ -94,6 +94,9 @@ class ActionParserWrapper(
     (a reply of numbers only, JSON, or ``Action: ...``); ``any_numbers=True`` also takes the last
     numbers anywhere in it. Parsing rules: :mod:`gym_llm.wrappers.parsing`.
 
+    An env that judges a move invalid itself (``info["action_valid"] = False``, with its reason in
+    ``info["parse_error"]``) has it counted as an invalid action too, with the same penalty.
+
     An unparseable reply is never silent. With ``on_invalid="fallback"`` the env gets
     ``fallback_action`` (or a random valid action, seeded by ``reset(seed=...)``) and the reward
     gets ``invalid_penalty`` added; with ``"raise"`` a ``ValueError`` names the reply and the valid
@@ -244,8 +247,15 @@ class ActionParserWrapper(
             self.invalid_actions += 1
             self.total_invalid += 1
         obs, reward, terminated, truncated, info = self.env.step(resolution.action)
+        info = dict(info)
         if not result.valid:
             reward = float(reward) + resolution.penalty
-        info = dict(info)
+        elif info.get("action_valid", True) is False:
+            # The env's own verdict (e.g. an illegal move in a game): counted the same way.
+            reason = info.get("parse_error") or "the env rejected the move"
+            result = ParseResult(None, error=str(reason), method=result.method)
+            self.invalid_actions += 1
+            self.total_invalid += 1
+            reward = float(reward) + self.resolver.invalid_penalty
         info.update(result.info(action, self.invalid_actions), action=resolution.action)
         return obs, reward, terminated, truncated, info

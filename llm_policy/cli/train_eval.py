@@ -43,11 +43,13 @@ def _check_env_id(env_id: str, env_kwargs: dict[str, Any]) -> None:
     import gymnasium as gym
 
     import gym_llm  # noqa: F401  (registers gym_llm/<Name>-v0)
-    from gym_llm.experiments.specs import register_known_family
+    from gym_llm.envs.ecosystems import MissingPackage
+    from gym_llm.rl.common.vec_env import make_env
 
     try:
-        register_known_family(env_id)
-        gym.make(env_id, **env_kwargs).close()
+        make_env(env_id, **env_kwargs).close()
+    except MissingPackage as exc:
+        raise CLIError(f"--env {env_id}: {exc}") from None
     except gym.error.Error as exc:
         raise CLIError(f"--env {env_id}: {exc}. See `gym.pprint_registry()` for ids.") from None
     except (TypeError, ValueError) as exc:

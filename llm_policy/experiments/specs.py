@@ -7,7 +7,6 @@ objects, else strings) or a JSON object, for every command's ``--env-kwargs``; `
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 from collections.abc import Sequence
@@ -15,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
+
+from gym_llm.envs.ecosystems import register_known_family
 
 #: How env kwargs are written, for error messages.
 SYNTAX = (
@@ -132,25 +133,6 @@ SUITE: tuple[EnvSpec, ...] = (
     EnvSpec("gym_llm/GuessNumber-v0"),
     EnvSpec("gym_llm/TextMaze-v0"),
 )
-
-
-#: Env id prefixes whose package registers them on import (the optional extras).
-FAMILIES = {"BabyAI-": "minigrid", "MiniGrid-": "minigrid"}
-
-
-def register_known_family(env_id: str) -> None:
-    """Import the package that registers ``env_id`` (``BabyAI-*`` -> minigrid) when it is not
-    registered yet, so ``--envs BabyAI-GoToObj-v0`` needs no ``module:`` prefix."""
-    if env_id in gym.registry:
-        return
-    for prefix, module in FAMILIES.items():
-        if env_id.startswith(prefix):
-            try:
-                importlib.import_module(module)
-            except ImportError as exc:
-                raise ValueError(
-                    f"{env_id} needs the {module} package: pip install 'gym_llm[{module}]'."
-                ) from exc
 
 
 def parse_env_spec(text: str) -> EnvSpec:

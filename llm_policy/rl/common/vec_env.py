@@ -122,6 +122,18 @@ class TextVecEnv(VecEnv):
         return [is_wrapped(env, wrapper_class) for env in self._targets(indices)]
 
 
+def make_env(env_id: str, **kwargs: Any) -> gym.Env[Any, Any]:
+    """``gym.make`` that also takes the ecosystems' game ids (``gem:...``, ``twx:...``,
+    ``textarena:...``) and imports the package of a known family (``BabyAI-*`` needs no
+    ``import minigrid``)."""
+    from gym_llm.envs.ecosystems import is_game_id, make_game, register_known_family
+
+    if is_game_id(env_id):
+        return make_game(env_id, **kwargs)
+    register_known_family(env_id)
+    return gym.make(env_id, **kwargs)
+
+
 def make_text_env(
     env_id: str | Callable[[], gym.Env[Any, Any]],
     n_envs: int = 1,
@@ -135,7 +147,8 @@ def make_text_env(
 ) -> TextVecEnv:
     """``n_envs`` copies of an env with both text wrappers (and SB3's ``Monitor``), vectorised.
 
-    ``env_id`` is a Gymnasium id or a factory. ``observation_kwargs``/``action_kwargs`` go to
+    ``env_id`` is a Gymnasium id, an ecosystem game id (``gem:game:Minesweeper-v0-easy``,
+    ``twx:coin``, ``textarena:GuessTheNumber-v0``) or a factory. ``observation_kwargs``/``action_kwargs`` go to
     :class:`TextObservationWrapper` / :class:`ActionParserWrapper`. A space that is already text
     is wrapped only when its kwargs are given (to add an instruction, history, a length limit, a
     parser, ...): never wrapped twice for nothing, and the kwargs never dropped.
@@ -146,7 +159,7 @@ def make_text_env(
         raise ValueError(f"n_envs must be >= 1, got {n_envs}.")
 
     def factory() -> gym.Env[Any, Any]:
-        env = gym.make(env_id, **(env_kwargs or {})) if isinstance(env_id, str) else env_id()
+        env = make_env(env_id, **(env_kwargs or {})) if isinstance(env_id, str) else env_id()
         if not isinstance(env, gym.Env):
             raise TypeError(
                 f"make_text_env's factory returned {type(env).__name__}, not a gymnasium.Env. "

@@ -1,0 +1,229 @@
+"""GEM, TextWorld-Express and TextArena through their one-call adapters, on fake packages of the
+same shape (the real packages: ``tests/test_ecosystems_real.py``, slow): what a player sees
+reaches the prompt, the game's verdict on a move is counted, every episode is a fresh game."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from typing import Any, ClassVar
+
+import pytest
+
+from gym_llm.envs import TextGameEnv, gem_env, textarena_env, textworld_express_env
+from gym_llm.envs.ecosystems import MissingPackage, make_game
+from gym_llm.rl.common.vec_env import make_text_env
+
+
+class FakeMinesweeper:
+    """GEM's shape: rules at reset, the board only in ``info["suffix"]``, ``\\boxed{}`` moves."""
+
+    seeds: ClassVar[list[int | None]] = []
+
+    def __init__(self) -> None:
+        self.revealed: set[str] = set()
+
+    def _suffix(self) -> dict[str, Any]:
+        return {"suffix": f"Board: {sorted(self.revealed)}"}
+
+    def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        FakeMinesweeper.seeds.append(seed)
+        self.revealed = set()
+        return "Rules: reveal cells with \\boxed{reveal r c}.", self._suffix()
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if "\\boxed{" not in action:
+            return (
+                "At turn 1, you did not provide a valid guess.",
+                -0.1,
+                True,
+                False,
+                self._suffix(),
+            )
+        cell = action.split("\\boxed{", 1)[1].split("}")[0]
+        if cell in self.revealed:
+            text = f"you chose to reveal cell {cell}, which has already been revealed."
+            return text, 0.0, False, False, self._suffix()
+        self.revealed.add(cell)
+        return f"you revealed {cell}.", 0.3, False, False, self._suffix()
+
+
+class FakeTwx:
+    """TextWorld-Express's shape: the task and valid actions only in ``infos``."""
+
+    seeds: ClassVar[list[int | None]] = []
+
+    def __init__(self, envStepLimit: int = 50) -> None:
+        self.game = ""
+
+    def load(self, gameName: str, gameParams: str) -> None:
+        self.game = gameName
+
+    def _infos(self) -> dict[str, Any]:
+        return {
+            "taskDescription": "Your task is to find the coin.",
+            "validActions": ["take coin", "look around"],
+            "score": 0.0,
+        }
+
+    def reset(
+        self, seed: int | None = None, gameFold: str | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        FakeTwx.seeds.append(seed)
+        return "You are in the kitchen. There is a coin.", self._infos()
+
+    def step(self, action: str) -> tuple[str, float, bool, dict[str, Any]]:
+        if action not in ("take coin", "look around"):
+            return "Unknown action: I'm not sure what you mean.", 0.0, False, self._infos()
+        done = action == "take coin"
+        return "You take the coin." if done else "A kitchen.", float(done), done, self._infos()
+
+
+class FakeArenaState:
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    def set_invalid_move(self, reason: str | None, reward: float = -1.0) -> None:
+        self.messages.append(f"You attempted an invalid move. Reason: {reason}")
+
+
+class FakeArenaGame:
+    """TextArena's shape: ``step -> (done, info)``, invalid moves via ``state.set_invalid_move``."""
+
+    def reset(self, num_players: int, seed: int | None = None) -> None:
+        self.state = FakeArenaState()
+        self.state.messages.append("Guess the number in [brackets].")
+        self.done = False
+
+    def get_observation(self) -> tuple[int, str]:
+        return 0, "\n".join(self.state.messages)
+
+    def step(self, action: str) -> tuple[bool, dict[str, Any]]:
+        if "[" not in action:
+            self.state.set_invalid_move(reason="no [number]")
+        else:
+            self.done = True
+        return self.done, {}
+
+    def close(self) -> tuple[dict[int, float], dict[int, Any]]:
+        return {0: 1.0}, {}
+
+
+@pytest.fixture
+def fake_packages(monkeypatch: pytest.MonkeyPatch) -> None:
+    gem = types.ModuleType("gem")
+    gem.make = lambda game_id: FakeMinesweeper()  # type: ignore[attr-defined]
+    constants = types.ModuleType("gem.utils.constants")
+    constants.LanguageGameReward = types.SimpleNamespace(format_error_reward=-0.1)  # type: ignore[attr-defined]
+    twx = types.ModuleType("textworld_express")
+    twx.TextWorldExpressEnv = FakeTwx  # type: ignore[attr-defined]
+    ta = types.ModuleType("textarena")
+    ta.make = lambda game_id: FakeArenaGame()  # type: ignore[attr-defined]
+    for name, module in {
+        "gem": gem,
+        "gem.utils": types.ModuleType("gem.utils"),
+        "gem.utils.constants": constants,
+        "textworld_express": twx,
+        "textarena": ta,
+    }.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    FakeMinesweeper.seeds, FakeTwx.seeds = [], []
+
+
+def test_gem_shows_the_board_and_counts_format_errors_and_refusals(fake_packages: None) -> None:
+    env = gem_env("game:Minesweeper-v0-easy")
+    text, _ = env.reset(seed=0)
+    assert "Board: []" in text  # the board GEM keeps in info["suffix"]
+    text, reward, _, _, info = env.step("\\boxed{reveal 0 0}")
+    assert "Board: ['reveal 0 0']" in text and info["action_valid"] and reward == 0.3
+    _, _, terminated, _, info = env.step("\\boxed{reveal 0 0}")
+    assert not info["action_valid"] and "already been revealed" in info["parse_error"]
+    assert not terminated and info["invalid_actions"] == 1
+    _, reward, terminated, _, info = env.step("I reveal the corner")
+    assert terminated and reward == -0.1 and not info["action_valid"]
+    assert "could not read" in info["parse_error"] and info["invalid_actions"] == 2
+    assert (env.total_invalid, env.total_steps) == (2, 3)
+
+
+def test_every_episode_is_a_fresh_seeded_game(fake_packages: None) -> None:
+    env = gem_env("game:Minesweeper-v0-easy")
+    env.reset(seed=5)
+    env.reset()
+    env.reset()
+    first, *later = FakeMinesweeper.seeds
+    assert first == 5 and all(s is not None for s in later) and later[0] != later[1]
+    again = gem_env("game:Minesweeper-v0-easy")
+    FakeMinesweeper.seeds = []
+    again.reset(seed=5)
+    again.reset()
+    again.reset()
+    assert FakeMinesweeper.seeds == [first, *later]  # a seeded run replays its games
+
+
+def test_textworld_express_shows_the_task_and_valid_actions(fake_packages: None) -> None:
+    env = textworld_express_env("coin")
+    text, info = env.reset(seed=1)
+    assert text.startswith("Your task is to find the coin.")
+    assert "Valid actions: look around, take coin" in text
+    assert info["valid_actions"] == ["take coin", "look around"]
+    _, _, _, _, info = env.step("dance")
+    assert not info["action_valid"] and info["invalid_actions"] == 1
+    text, reward, terminated, _, info = env.step("take coin")
+    assert info["action_valid"] and reward == 1.0 and terminated
+    assert "Your task" in text  # the task stays in view
+    env.reset()
+    assert FakeTwx.seeds[1] is not None
+
+
+def test_textarena_counts_the_games_invalid_moves(fake_packages: None) -> None:
+    env = textarena_env("GuessTheNumber-v0")
+    env.reset(seed=0)
+    _, _, done, _, info = env.step("hello")
+    assert not done and not info["action_valid"] and "no [number]" in info["parse_error"]
+    _, reward, done, _, info = env.step("[5]")
+    assert done and reward == 1.0 and info["action_valid"] and info["invalid_actions"] == 1
+
+
+@pytest.mark.parametrize(
+    "env_id", ["gem:game:Minesweeper-v0-easy", "twx:coin", "textarena:GuessTheNumber-v0"]
+)
+def test_game_ids_work_wherever_an_env_id_does(fake_packages: None, env_id: str) -> None:
+    assert isinstance(make_game(env_id), TextGameEnv)
+    vec = make_text_env(env_id, 2, seed=0)
+    assert len(vec.reset()) == 2
+
+
+def test_a_missing_package_names_its_pip_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "textworld_express", None)  # an import that fails
+    with pytest.raises(MissingPackage, match=r"pip install 'gym_llm\[textworld-express\]'"):
+        make_game("twx:coin")
+
+
+def test_the_cli_says_how_to_install_a_missing_ecosystem(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gym_llm.cli.commands import main
+
+    monkeypatch.setitem(sys.modules, "gem", None)
+    status = main(["train", "--env", "gem:game:GuessTheNumber-v0-easy", "--out", "/nonexistent"])
+    err = capsys.readouterr().err
+    assert status == 2 and "pip install 'gym_llm[gem]'" in err and "Traceback" not in err
+
+
+def test_a_conversation_never_repeats_the_rules(fake_packages: None) -> None:
+    vec = make_text_env("gem:game:Minesweeper-v0-easy", 1, seed=0, conversation=True)
+    vec.reset()
+    obs, *_ = vec.step(["\\boxed{reveal 0 0}"])
+    assert str(obs[0]).count("Rules: reveal cells") == 1
+
+
+def test_babyai_ids_need_no_import_of_minigrid() -> None:
+    code = (
+        "from gym_llm import make_text_env\n"
+        "import sys\nassert 'minigrid' not in sys.modules\n"
+        "print(len(make_text_env('BabyAI-GoToRedBall-v0', 1, seed=0).reset()))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("1")
