@@ -288,8 +288,19 @@ def test_save_load_and_model_objects(model_dir: Path, tmp_path: Path) -> None:
     tokenizer = make_tiny_tokenizer(["stick", "hit"])
     in_memory = BlackjackAgent(make_tiny_model(len(tokenizer)), tokenizer, "cpu", FAST)
     assert in_memory.act((12, 2, 0)) in (0, 1)
-    with pytest.raises(ValueError, match=r"no name_or_path.*save_pretrained"):
-        in_memory.save(tmp_path / "object")
+    # Built from a model object that nothing names: saved with its base weights, loads back.
+    in_memory.save(tmp_path / "object.zip")  # SB3's spelling: the directory "object"
+    assert (tmp_path / "object" / "base_model" / "config.json").is_file()
+    assert (
+        json.loads((tmp_path / "object" / "config.json").read_text())["policy_kwargs"]["model"]
+        == "./base_model"
+    )
+    moved = tmp_path / "moved"
+    (tmp_path / "object").rename(moved)  # the base weights travel with the checkpoint
+    reloaded = BlackjackAgent.load(moved, device="cpu")
+    assert reloaded.eval().predict([(14, 5, 0)]) == in_memory.eval().predict([(14, 5, 0)])
+    reloaded.save(tmp_path / "again")  # a loaded one carries them on to its own saves
+    assert (tmp_path / "again" / "base_model" / "config.json").is_file()
     with pytest.raises(ValueError, match="needs its tokenizer"):
         BlackjackAgent(make_tiny_model(len(tokenizer)), None, "cpu")
     # A model object loaded from a path is saved by that path.

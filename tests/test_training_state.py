@@ -12,6 +12,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
 from gym_llm import PPO, LLMPolicy, make_text_env
+from gym_llm.policy.trunk_cache import clear_shared_trunk_caches
 from gym_llm.testing import save_tiny_model
 
 WORDS = ["apple", "banana", "cherry", "grape"]
@@ -76,6 +77,10 @@ def _assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor])
 def test_same_seed_same_run(model_dir: Path, mode: str, one_torch_thread: None) -> None:
     runs = []
     for _ in range(2):
+        # Each run starts as a fresh process does: with no frozen-trunk states of the other run
+        # (a cached trunk state skips the whole-model pass, whose float sums differ in the last
+        # bits, so a warm cache is a different, equally valid, run).
+        clear_shared_trunk_caches()
         model, record = _ppo(model_dir, mode, "gym_llm/KeywordBandit-v0"), Record()
         model.learn(24, callback=record)
         runs.append((record.replies, record.losses, _weights(model)))
@@ -92,9 +97,11 @@ def test_resumed_run_equals_uninterrupted(
     """One-step episodes: every checkpoint between rollouts is between episodes, so the
     resumed run must be the same run, bit for bit."""
     env_id = "gym_llm/KeywordBandit-v0"
+    clear_shared_trunk_caches()  # both runs start from the same (empty) trunk cache
     whole, whole_record = _ppo(model_dir, mode, env_id), Record()
     whole.learn(32, callback=whole_record)
 
+    clear_shared_trunk_caches()
     first, first_record = _ppo(model_dir, mode, env_id), Record()
     first.learn(16, callback=first_record)
     first.save(tmp_path / "ckpt")

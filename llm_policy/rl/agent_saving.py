@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 
 from gym_llm.rl.agent_config import agent_json, saved_arguments
+from gym_llm.rl.common.checkpoint_files import agent_path
 from gym_llm.rl.episodes import EPISODES_FILE, Counts, Episode, episodes_json, read_episodes
 
 if TYPE_CHECKING:
@@ -35,7 +35,8 @@ class AgentSaving:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the checkpoint (see the module). The episode in progress is not kept: finish
-        it (``terminate_episode``) before saving. Never the base weights."""
+        it (``terminate_episode``) before saving. The base weights only where nothing else
+        names them (an agent built from a model object: ``base_model/``)."""
         episodes = episodes_json(self.episodes, self._replay, self._counts)
         self.ppo.save(path, extra_json={"agent.json": agent_json(self), EPISODES_FILE: episodes})
 
@@ -50,7 +51,7 @@ class AgentSaving:
         ``BlackjackAgent.load(dir)``). ``kwargs`` override saved constructor arguments, e.g.
         ``action_space=`` for a non-Discrete space, ``tensorboard_log=``, or ``model=`` when the
         base model moved."""
-        directory = Path(path)
+        directory = agent_path(path)
         arguments = {**saved_arguments(directory, cls.FORMAT), "device": device}
         arguments.update(kwargs)
         agent = cls(**arguments)

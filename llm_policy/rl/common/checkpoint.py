@@ -14,13 +14,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import MISSING, asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gym_llm.rl.common.checkpoint_files import (
-    CheckpointError,
-)
+from gym_llm.rl.common.base_model import BASE_MODEL_MARKER, needs_base_model, resolve_model
+from gym_llm.rl.common.checkpoint_files import CheckpointError, agent_path
 from gym_llm.spaces import TextActions, TextObservations
 
 #: The file of a checkpoint that holds the run's random state and episode bookkeeping (JSON).
@@ -118,6 +117,8 @@ class SavedConfig:
     #: ``actions``, ``description`` and ``max_length`` of the action space.
     action_space: dict[str, Any]
     format: str = FORMAT
+    #: Where the config was read from (not written): ``./base_model`` resolves against it.
+    directory: Path = field(default=Path(), repr=False, compare=False)
 
     @classmethod
     def read(
@@ -128,7 +129,8 @@ class SavedConfig:
     ) -> SavedConfig:
         """The config of a saved agent directory, with an error that says what to do if it is
         not one, is damaged, or was written by a newer gym_llm."""
-        config_file = Path(directory) / "config.json"
+        directory = agent_path(directory)
+        config_file = directory / "config.json"
         if not config_file.is_file():
             raise FileNotFoundError(
                 f"{directory} is not a gym_llm agent directory (no config.json); save one with "
@@ -163,10 +165,13 @@ class SavedConfig:
         ]
         if required:
             raise CheckpointError(f"{config_file} lacks {required}: the file is incomplete.")
-        return cls(**data)
+        config = cls(**data)
+        config.directory = directory
+        return config
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, default=str)
+        record = {k: v for k, v in asdict(self).items() if k != "directory"}
+        return json.dumps(record, indent=2, default=str)
 
     def constructor_kwargs(self) -> dict[str, Any]:
         """The hyper-parameters as ``PPO(...)`` takes them."""
@@ -180,6 +185,7 @@ class SavedConfig:
         # head and the calibration were on by default, a policy saved without them had neither.
         old = {"trainable_layers": None, "action_head": False, "choice_calibration": False}
         kwargs = {**old, **self.policy_kwargs}
+        kwargs["model"] = resolve_model(kwargs.get("model"), self.directory)
         if isinstance(kwargs.get("optimizer_class"), str):
             kwargs["optimizer_class"] = resolve_class(kwargs["optimizer_class"])
         return kwargs
@@ -215,16 +221,11 @@ def recorded_policy_kwargs(policy: Any, policy_kwargs: Mapping[str, Any]) -> dic
     """The ``LLMPolicy`` keyword arguments a saved agent records: the settings in effect (the
     default LoRA included), so a later change of a default cannot change what it rebuilds."""
     recorded = {k: v for k, v in policy_kwargs.items() if k not in ("lora", "tokenizer")}
-    if not isinstance(recorded.get("model", ""), str):
-        # Built from a model object: record where it came from, so load() can rebuild it.
-        if not policy.model_name:
-            raise ValueError(
-                "This agent's policy was built from a model object with no name_or_path, so "
-                "a saved agent could not be rebuilt. Save the model first with "
-                "model.save_pretrained(DIR) and tokenizer.save_pretrained(DIR), then build "
-                "the agent with model=DIR."
-            )
-        recorded["model"] = policy.model_name
+    if needs_base_model(policy.model_name):
+        # Nothing names the base model: it is saved with the agent (base_model.py).
+        recorded["model"] = BASE_MODEL_MARKER
+    elif not isinstance(recorded.get("model", ""), str):
+        recorded["model"] = policy.model_name  # where the model object came from
     recorded["lora"] = policy.lora_settings
     recorded["trainable_layers"] = policy.trainable_layers
     recorded["conversation"] = policy.conversation

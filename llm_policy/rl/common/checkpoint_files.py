@@ -83,17 +83,29 @@ def write_directory(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def agent_path(path: str | os.PathLike[str]) -> Path:
+    """The directory of a saved agent, from what an SB3 user types: ``agent.zip`` (SB3's file
+    name, and the ``*_steps.zip`` of SB3's ``CheckpointCallback``) means the directory
+    ``agent``, unless a directory of that very name exists."""
+    target = Path(path)
+    if target.suffix == ".zip" and not target.is_dir():
+        return target.with_suffix("")
+    return target
+
+
 def write_agent_directory(
     path: str | os.PathLike[str],
     texts: Mapping[str, str],
     tensors: Mapping[str, Any],
     extra_json: Mapping[str, Any] | None = None,
+    directories: Mapping[str, Callable[[Path], None]] | None = None,
 ) -> None:
     """A saved agent's directory, all or nothing (:func:`write_directory`): each of ``texts``
-    (``config.json``, ...) as written, a JSON file per ``extra_json`` entry, and ``tensors`` as
-    ``policy.pt``."""
+    (``config.json``, ...) as written, a JSON file per ``extra_json`` entry, ``tensors`` as
+    ``policy.pt``, and each of ``directories`` written by its function (``base_model/``)."""
     import json
 
+    path = agent_path(path)
     files = dict(texts)
     files.update({name: json.dumps(data, indent=2) for name, data in (extra_json or {}).items()})
 
@@ -103,13 +115,15 @@ def write_agent_directory(
         else:
             file.write_text(files[file.name])
 
-    write_directory(path, dict.fromkeys([*files, "policy.pt"], write))
+    writers: dict[str, Callable[[Path], object]] = dict.fromkeys([*files, "policy.pt"], write)
+    writers.update(directories or {})
+    write_directory(path, writers)
 
 
 def read_tensors(directory: str | os.PathLike[str], device: torch.device) -> dict[str, Any]:
     """``policy.pt``: tensors only (``weights_only=True``: no pickled object is ever run), with
     an error naming the file when it is missing, damaged or holds anything but tensors."""
-    file = Path(directory) / "policy.pt"
+    file = agent_path(directory) / "policy.pt"
     if not file.is_file():
         raise FileNotFoundError(
             f"{file} is missing: {directory} has a config.json but no weights. Load another "

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import torch
 
 from gym_llm.policy.q_head import QHead
+from gym_llm.rl.common.base_model import base_model_writer
 from gym_llm.rl.common.checkpoint import (
     SavedConfig,
     recorded_policy_kwargs,
@@ -25,6 +26,7 @@ from gym_llm.rl.common.checkpoint import (
 )
 from gym_llm.rl.common.checkpoint_files import (
     CheckpointError,
+    agent_path,
     read_tensors,
     write_agent_directory,
 )
@@ -105,9 +107,10 @@ class DQNSaving:
         *,
         extra_json: Mapping[str, Any] | None = None,
     ) -> None:
-        """Write ``config.json`` + ``policy.pt`` (never the base weights, never a pickled object),
-        plus a JSON file for each ``extra_json`` entry. A failed save leaves the previous
-        checkpoint at ``path`` intact."""
+        """Write ``config.json`` + ``policy.pt`` (never a pickled object; the base weights only
+        when nothing else names them: ``base_model/``), plus a JSON file for each ``extra_json``
+        entry. A failed save leaves the previous checkpoint at ``path`` intact; ``agent.zip``
+        (SB3's spelling) writes the directory ``agent``."""
         tensors: dict[str, Any] = {
             "q_net": self.q_net.state_dict(),
             "q_net_target": self.q_net_target.state_dict(),
@@ -118,8 +121,8 @@ class DQNSaving:
         if self.policy.choice_calibration is not None:
             tensors["choice_calibration"] = self.policy.choice_calibration.cpu()
         config = {"config.json": self.saved_config().to_json()}
-        write_agent_directory(path, config, tensors, extra_json)
-        self.last_checkpoint = Path(path)
+        write_agent_directory(path, config, tensors, extra_json, base_model_writer(self.policy))
+        self.last_checkpoint = agent_path(path)
 
     @classmethod
     def load(

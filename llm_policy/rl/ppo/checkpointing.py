@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gym_llm.rl.common.base_model import base_model_writer
 from gym_llm.rl.common.checkpoint import (
     SAVED_HYPERPARAMETERS,
     TRAINING_STATE,
@@ -23,6 +24,7 @@ from gym_llm.rl.common.checkpoint import (
 )
 from gym_llm.rl.common.checkpoint_files import (
     CheckpointError,
+    agent_path,
     read_tensors,
     write_agent_directory,
 )
@@ -114,15 +116,19 @@ class PPOCheckpointing(TrainingState):
         """Write a directory: ``config.json`` + ``policy.pt`` (adapter, value head, optimizer),
         plus a JSON file for each ``extra_json`` entry (``Agent.save`` adds ``agent.json``).
 
-        Never the base weights, never a pickled model or tokenizer. The directory is written next
+        Never a pickled model or tokenizer; the base weights only when nothing else names them
+        (a model object with no name or path: ``base_model/``, loaded back from there).
+        ``agent.zip`` (SB3's spelling) writes the directory ``agent``. The directory is written next
         to ``path`` and renamed into place, so a failed save leaves the previous checkpoint intact.
         """
         texts = {
             "config.json": self.saved_config().to_json(),
             TRAINING_STATE: json.dumps(self.training_state(), default=float),
         }
-        write_agent_directory(path, texts, self._tensors(), extra_json)
-        self.last_checkpoint = Path(path)
+        write_agent_directory(
+            path, texts, self._tensors(), extra_json, base_model_writer(self.policy)
+        )
+        self.last_checkpoint = agent_path(path)
 
     def load_policy_state(self, path: str | os.PathLike[str]) -> None:
         """Load the trained state a :meth:`save` directory holds (adapter, value head, optimizer,
@@ -154,7 +160,7 @@ class PPOCheckpointing(TrainingState):
             self.advantage_scale.count = count
         self.num_timesteps = int(saved.num_timesteps)
         self._n_updates = int(saved.n_updates)
-        training_file = Path(path) / TRAINING_STATE
+        training_file = agent_path(path) / TRAINING_STATE
         if training_file.is_file():  # agents saved before it existed resume with fresh RNGs
             try:
                 self.restore_training_state(json.loads(training_file.read_text()))
