@@ -8,8 +8,9 @@ move as an invalid action, and starts a fresh game every episode:
   ends the episode at GEM's ``format_error_reward``) and a move GEM refuses (out of bounds,
   already revealed, already guessed, ...) are invalid.
 - :func:`textworld_express_env` — TextWorld-Express (``pip install 'gym_llm[textworld-express]'``,
-  needs Java): the task description leads every observation and, with ``show_valid_actions``, the
-  valid actions close it (also in ``info["valid_actions"]``); ``Unknown action`` is invalid.
+  needs Java): the task description leads every observation and the valid actions close it (also
+  in ``info["valid_actions"]``), carried with it for choice mode over each state's own actions;
+  ``Unknown action`` is invalid.
 - :func:`textarena_env` — TextArena single-player games (``pip install 'gym_llm[textarena]'``):
   a move the game calls invalid (``set_invalid_move``) is invalid.
 
@@ -79,9 +80,9 @@ def is_game_id(env_id: str) -> bool:
     return any(env_id.startswith(prefix) for prefix in PREFIXES)
 
 
-def make_game(env_id: str, **kwargs: Any) -> TextGameEnv:
+def make_game(env_id: str, **kwargs: Any) -> gym.Env[str, str]:
     """The env for an ecosystem game id; ``kwargs`` go to the ecosystem's adapter."""
-    makers: dict[str, Callable[..., TextGameEnv]] = {
+    makers: dict[str, Callable[..., gym.Env[str, str]]] = {
         "gem:": gem_env,
         "twx:": textworld_express_env,
         "textarena:": textarena_env,
@@ -133,18 +134,13 @@ class TextWorldExpressGame:
 
     UNKNOWN = "Unknown action"
 
-    def __init__(self, env: Any, game: str, params: str, fold: str, show_valid: bool) -> None:
+    def __init__(self, env: Any, game: str, params: str, fold: str) -> None:
         self.env, self.game, self.params, self.fold = env, game, params, fold
-        self.show_valid = show_valid
         self.task = ""
 
     def _shown(self, text: str, infos: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        valid = list(infos.get("validActions") or [])
-        info = {"valid_actions": valid, "score": infos.get("score")}
-        shown = f"{self.task}\n\n{text.strip()}" if self.task else text.strip()
-        if self.show_valid and valid:
-            shown += "\n\nValid actions: " + ", ".join(sorted(valid))
-        return shown, info
+        info = {"valid_actions": list(infos.get("validActions") or []), "score": infos.get("score")}
+        return (f"{self.task}\n\n{text.strip()}" if self.task else text.strip()), info
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         self.env.load(gameName=self.game, gameParams=self.params)
@@ -166,20 +162,26 @@ def textworld_express_env(
     game_params: str = "",
     fold: str = "train",
     step_limit: int = 50,
-    show_valid_actions: bool = True,
+    valid_actions: bool = True,
     **kwargs: Any,
-) -> TextGameEnv:
+) -> gym.Env[str, str]:
     """A TextWorld-Express game (``coin``, ``cookingworld``, ``twc``, ``mapreader``, ``arithmetic``,
     ``sorting``, ``simonsays``, ``peckingorder``), e.g. ``textworld_express_env("coin",
     game_params="numLocations=3")``; ``kwargs`` go to :class:`TextGameEnv`.
 
     The task description leads every observation (so ``keep_first`` is off); the valid actions
-    are in ``info["valid_actions"]`` and, with ``show_valid_actions``, listed in the prompt.
+    are in ``info["valid_actions"]`` and, with ``valid_actions`` (the default), listed at the end
+    of every observation, which carries them (:class:`gym_llm.wrappers.ValidActionsWrapper`):
+    a policy in choice mode scores exactly each state's valid actions, one in generate mode
+    reads them in its prompt.
     """
+    from gym_llm.wrappers.valid_actions import ValidActionsWrapper
+
     twx = _require("textworld_express", "textworld-express")
     env = twx.TextWorldExpressEnv(envStepLimit=step_limit)
-    adapter = TextWorldExpressGame(env, game, game_params, fold, show_valid_actions)
-    return TextGameEnv(adapter, **{"keep_first": False, **kwargs})
+    adapter = TextWorldExpressGame(env, game, game_params, fold)
+    game_env = TextGameEnv(adapter, **{"keep_first": False, **kwargs})
+    return ValidActionsWrapper(game_env) if valid_actions else game_env
 
 
 class TextArenaGame:
@@ -199,9 +201,9 @@ class TextArenaGame:
         return self._observation()
 
     def _watch_invalid_moves(self) -> None:
-        state = getattr(self.env, "state", None)
+        state: Any = getattr(self.env, "state", None)
         original = getattr(state, "set_invalid_move", None)
-        if original is None:
+        if state is None or original is None:
             return
 
         def set_invalid_move(*args: Any, **kwargs: Any) -> Any:

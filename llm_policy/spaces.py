@@ -56,13 +56,43 @@ class TextObservations(spaces.Text):
         return f"TextObservations(max_length={self.max_length}, instruction={self.instruction!r})"
 
 
+class TextWithActions(str):
+    """An observation that carries the valid actions of its state (a text game's admissible
+    commands), so a policy in choice mode scores exactly those. It is a ``str`` (every env,
+    wrapper and parser takes it unchanged; string methods return plain ``str``).
+
+    The text must determine the actions (the same text never comes with another set):
+    :class:`gym_llm.wrappers.ValidActionsWrapper` ensures it by listing them in the text.
+
+    >>> o = TextWithActions("You see a coin.", ["take coin", "look"])
+    >>> o == "You see a coin.", o.actions
+    (True, ('take coin', 'look'))
+    """
+
+    actions: tuple[str, ...]
+
+    def __new__(cls, text: str, actions: Sequence[str]) -> TextWithActions:
+        observation = super().__new__(cls, text)
+        observation.actions = tuple(str(a) for a in actions)
+        return observation
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled across subprocess vec envs
+        return (TextWithActions, (str(self), self.actions))
+
+
+def actions_of(observation: Any) -> tuple[str, ...] | None:
+    """The valid actions an observation carries (:class:`TextWithActions`), else ``None``."""
+    return getattr(observation, "actions", None)
+
+
 class TextActions(spaces.Text):
     """A :class:`gymnasium.spaces.Text` for replies, listing the valid action strings if closed.
 
     Any string is a legal *reply* (the parser decides what it means), so ``contains`` accepts every
     string. ``actions`` is the ordered list of valid action names for a Discrete env (index ``i`` is
     env action ``start + i``), or ``None`` when the set is open (Box, MultiDiscrete: numbers in text).
-    A policy in ``choice`` mode scores exactly these strings.
+    A policy in ``choice`` mode scores exactly these strings. ``per_state=True`` (with
+    ``actions=None``) says each observation brings its own list (:class:`TextWithActions`).
     """
 
     def __init__(
@@ -74,7 +104,10 @@ class TextActions(spaces.Text):
         sampler: Callable[[np.random.Generator], str] | None = None,
         description: str | None = None,
         seed: int | np.random.Generator | None = None,
+        per_state: bool = False,
     ) -> None:
+        if per_state and actions is not None:
+            raise ValueError("TextActions(per_state=True) takes no fixed actions list.")
         if actions is not None:
             actions = tuple(actions)
             if not actions:
@@ -86,6 +119,8 @@ class TextActions(spaces.Text):
                     f"TextActions action strings must be non-empty str, got {actions!r}."
                 )
         self.actions: tuple[str, ...] | None = actions
+        #: The valid actions come with each observation (:class:`TextWithActions`).
+        self.per_state = bool(per_state)
         #: Draws a valid reply for open sets (numbers as text), so ``sample()`` is always parseable.
         self.sampler = sampler
         #: What to reply, in words, for the prompt ("Reply with one of: stick, hit.").
@@ -104,13 +139,19 @@ class TextActions(spaces.Text):
         return isinstance(x, str)
 
     def __repr__(self) -> str:
+        if self.per_state:
+            return "TextActions(per_state=True)"
         return f"TextActions(actions={self.actions!r})"
 
     def __eq__(self, other: Any) -> bool:
-        return isinstance(other, TextActions) and self.actions == other.actions
+        return (
+            isinstance(other, TextActions)
+            and self.actions == other.actions
+            and self.per_state == other.per_state
+        )
 
     def __hash__(self) -> int:
-        return hash(("TextActions", self.actions))
+        return hash(("TextActions", self.actions, self.per_state))
 
 
 #: What to do when an env or a policy is given spaces that are not text (one message for both).
@@ -124,7 +165,9 @@ NOT_TEXT_HELP = (
 
 def as_text_batch(observation: Any) -> tuple[list[str], bool]:
     """One observation string or a batch of them (list, ``dtype=object`` array, a vec env's
-    observations) as a list of ``str``, and whether it was a single string."""
+    observations) as a list of ``str`` (a :class:`TextWithActions` kept as it is), and whether
+    it was a single string."""
     if isinstance(observation, str):
-        return [str(observation)], True
-    return [str(o) for o in np.asarray(observation, dtype=object).ravel()], False
+        return [observation], True
+    flat = np.asarray(observation, dtype=object).ravel()
+    return [o if isinstance(o, str) else str(o) for o in flat], False

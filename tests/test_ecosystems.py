@@ -113,13 +113,13 @@ class FakeArenaGame:
 @pytest.fixture
 def fake_packages(monkeypatch: pytest.MonkeyPatch) -> None:
     gem = types.ModuleType("gem")
-    gem.make = lambda game_id: FakeMinesweeper()  # type: ignore[attr-defined]
+    gem.make = lambda game_id: FakeMinesweeper()
     constants = types.ModuleType("gem.utils.constants")
-    constants.LanguageGameReward = types.SimpleNamespace(format_error_reward=-0.1)  # type: ignore[attr-defined]
+    constants.LanguageGameReward = types.SimpleNamespace(format_error_reward=-0.1)
     twx = types.ModuleType("textworld_express")
-    twx.TextWorldExpressEnv = FakeTwx  # type: ignore[attr-defined]
+    twx.TextWorldExpressEnv = FakeTwx
     ta = types.ModuleType("textarena")
-    ta.make = lambda game_id: FakeArenaGame()  # type: ignore[attr-defined]
+    ta.make = lambda game_id: FakeArenaGame()
     for name, module in {
         "gem": gem,
         "gem.utils": types.ModuleType("gem.utils"),
@@ -165,8 +165,10 @@ def test_textworld_express_shows_the_task_and_valid_actions(fake_packages: None)
     env = textworld_express_env("coin")
     text, info = env.reset(seed=1)
     assert text.startswith("Your task is to find the coin.")
-    assert "Valid actions: look around, take coin" in text
+    assert text.endswith("Valid actions: 'look around', 'take coin'")
+    assert text.actions == ("look around", "take coin")
     assert info["valid_actions"] == ["take coin", "look around"]
+    assert env.action_space.per_state
     _, _, _, _, info = env.step("dance")
     assert not info["action_valid"] and info["invalid_actions"] == 1
     text, reward, terminated, _, info = env.step("take coin")
@@ -174,6 +176,8 @@ def test_textworld_express_shows_the_task_and_valid_actions(fake_packages: None)
     assert "Your task" in text  # the task stays in view
     env.reset()
     assert FakeTwx.seeds[1] is not None
+    plain, _ = textworld_express_env("coin", valid_actions=False).reset(seed=1)
+    assert "Valid actions" not in plain and not hasattr(plain, "actions")
 
 
 def test_textarena_counts_the_games_invalid_moves(fake_packages: None) -> None:
@@ -189,7 +193,7 @@ def test_textarena_counts_the_games_invalid_moves(fake_packages: None) -> None:
     "env_id", ["gem:game:Minesweeper-v0-easy", "twx:coin", "textarena:GuessTheNumber-v0"]
 )
 def test_game_ids_work_wherever_an_env_id_does(fake_packages: None, env_id: str) -> None:
-    assert isinstance(make_game(env_id), TextGameEnv)
+    assert isinstance(make_game(env_id).unwrapped, TextGameEnv)
     vec = make_text_env(env_id, 2, seed=0)
     assert len(vec.reset()) == 2
 
@@ -214,8 +218,9 @@ def test_the_cli_says_how_to_install_a_missing_ecosystem(
 def test_a_conversation_never_repeats_the_rules(fake_packages: None) -> None:
     vec = make_text_env("gem:game:Minesweeper-v0-easy", 1, seed=0, conversation=True)
     vec.reset()
-    obs, *_ = vec.step(["\\boxed{reveal 0 0}"])
-    assert str(obs[0]).count("Rules: reveal cells") == 1
+    vec.step_async(["\\boxed{reveal 0 0}"])
+    obs = vec.step_wait()[0]
+    assert str(next(iter(obs))).count("Rules: reveal cells") == 1
 
 
 def test_babyai_ids_need_no_import_of_minigrid() -> None:

@@ -37,9 +37,9 @@ def test_textworld_express_coin_over_its_valid_actions() -> None:
     env = textworld_express_env("coin", game_params="numLocations=1,numDistractorItems=0")
     text, info = env.reset(seed=0)
     assert text.startswith("Your task is to search the environment and find the coin")
-    assert "take coin" in info["valid_actions"] and "Valid actions:" in text
+    assert "take coin" in info["valid_actions"] and "take coin" in text.actions
     _, _, _, _, info = env.step("dance wildly")
-    assert not info["action_valid"] and env.total_invalid == 1
+    assert not info["action_valid"] and env.unwrapped.total_invalid == 1
     _, reward, terminated, _, info = env.step("take coin")
     assert info["action_valid"] and reward > 0 and terminated
     varied = textworld_express_env("coin", game_params="numLocations=4")
@@ -65,3 +65,23 @@ def test_the_ecosystem_envs_pass_gymnasiums_checker() -> None:
     from gym_llm.envs import gem_env
 
     check_env(gem_env("game:GuessTheNumber-v0-easy"), skip_render_check=True)
+
+
+def test_ppo_plays_textworld_express_in_choice_mode_over_its_valid_actions(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    pytest.importorskip("textworld_express")
+    if shutil.which("java") is None:
+        pytest.skip("TextWorld-Express needs Java")
+    from gym_llm import PPO, LLMPolicy, make_text_env
+    from gym_llm.testing import save_tiny_model
+
+    model_dir = save_tiny_model(tmp_path_factory.mktemp("twx"), words=["take", "coin", "look"])
+    env = make_text_env("twx:coin", 2, env_kwargs={"game_params": "numLocations=2"}, seed=0)
+    model = PPO(
+        LLMPolicy, env, n_steps=4, batch_size=8, seed=0, device="cpu",
+        policy_kwargs={"model": str(model_dir)},
+    )  # fmt: skip
+    assert model.policy.action_mode == "choice" and model.policy.per_state
+    model.learn(16)
+    assert model.num_timesteps == 16

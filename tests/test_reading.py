@@ -34,7 +34,7 @@ from gym_llm.wrappers.reading import (
     ],
 )
 def test_a_number_stands_alone_only_as_a_choice(text: str, alone: bool) -> None:
-    end = len(re.match(r"\d+", text).group())  # type: ignore[union-attr]
+    end = len(re.match(r"\d+", text).group())
     assert number_stands_alone(text, 0, end) == alone
 
 

@@ -7,6 +7,7 @@ from gym_llm.wrappers.formatters import format_observation
 from gym_llm.wrappers.parsing import DiscreteParser, NumericParser, ParseResult
 from gym_llm.wrappers.resolver import ActionResolver
 from gym_llm.wrappers.text_observation import TextObservationWrapper
+from gym_llm.wrappers.valid_actions import ValidActionsWrapper
 
 __all__ = [
     "BUILTIN_ENVS",
@@ -18,5 +19,6 @@ __all__ = [
     "NumericParser",
     "ParseResult",
     "TextObservationWrapper",
+    "ValidActionsWrapper",
     "format_observation",
 ]

@@ -18,7 +18,7 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from gym_llm.replies import conversation_json
-from gym_llm.spaces import TextObservations
+from gym_llm.spaces import TextObservations, TextWithActions, actions_of
 
 #: Conversations are long: room for many turns (the policy's token budget decides what it reads).
 CONVERSATION_MAX_LENGTH = 1_000_000
@@ -62,7 +62,7 @@ class ConversationWrapper(gym.Wrapper[str, str, str, str]):
     ) -> tuple[str, dict[str, Any]]:
         text, info = self.env.reset(seed=seed, options=options)
         self.messages = [{"role": "user", "content": str(text)}]
-        return self._observation(), info
+        return self._observation(actions_of(text)), info
 
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         text, reward, terminated, truncated, info = self.env.step(action)
@@ -70,7 +70,9 @@ class ConversationWrapper(gym.Wrapper[str, str, str, str]):
             {"role": "assistant", "content": action if isinstance(action, str) else str(action)},
             {"role": "user", "content": str(text)},
         ]
-        return self._observation(), reward, terminated, truncated, info
+        return self._observation(actions_of(text)), reward, terminated, truncated, info
 
-    def _observation(self) -> str:
-        return conversation_json(self.messages)
+    def _observation(self, actions: tuple[str, ...] | None) -> str:
+        """The conversation, carrying the last turn's valid actions where the env gives them."""
+        text = conversation_json(self.messages)
+        return text if actions is None else TextWithActions(text, actions)

@@ -50,6 +50,7 @@ def choice_extras(
     choice_calibration: bool | None,
     centred_critic: bool | None,
     frozen_below: bool = True,
+    per_state: bool = False,
 ) -> tuple[bool, bool, bool]:
     """``(action_head, choice_calibration, centred_critic)`` as the policy uses them.
 
@@ -70,10 +71,19 @@ def choice_extras(
     (False, True, False)
     >>> choice_extras("generate", None, None, None)
     (False, False, False)
+    >>> choice_extras("choice", None, None, None, per_state=True)  # lists change per state
+    (False, False, False)
     """
     choice = action_mode == "choice"
-    head = choice and frozen_below if action_head is None else bool(action_head)
-    calibration = choice if choice_calibration is None else bool(choice_calibration)
+    fixed = choice and not per_state  # per action index: meaningless when lists change
+    head = fixed and frozen_below if action_head is None else bool(action_head)
+    calibration = fixed if choice_calibration is None else bool(choice_calibration)
+    for name, on in (("action_head", head), ("choice_calibration", calibration)):
+        if on and choice and per_state:
+            raise ValueError(
+                f"{name} scores a fixed list of actions by index; this env brings its own list "
+                "in every state (TextActions(per_state=True)). Leave it off."
+            )
     for name, on in (("action_head", head), ("choice_calibration", calibration)):
         if on and not choice:
             raise ValueError(

@@ -183,7 +183,10 @@ class LLMPolicy(UpdatePasses):
             optimizer_kwargs=optimizer_kwargs,
         )
         listed = action_space.actions if isinstance(action_space, TextActions) else None
-        self.action_mode = resolve_mode(action_mode, bool(listed), choice_normalization)
+        self.per_state = bool(getattr(action_space, "per_state", False))
+        self.action_mode = resolve_mode(
+            action_mode, bool(listed) or self.per_state, choice_normalization
+        )
         name = model if isinstance(model, str) else name_or_path(model)
         spec = MODEL_REGISTRY.get(name.lower())
         self.model_name = name
@@ -225,6 +228,7 @@ class LLMPolicy(UpdatePasses):
             choice_calibration,
             centred_critic,
             frozen_below=bool(self.first_trainable_layer),
+            per_state=self.per_state,
         )
         self.action_head = (
             ActionHead(hidden, len(self.actions_list), device=lm.device) if action_head else None
@@ -251,7 +255,9 @@ class LLMPolicy(UpdatePasses):
         self._packed = None  # built on the first rollout with packing on
         self._prefix_kv = None
         self._prefix_version = None
-        self._candidates = self._tokenize_candidates() if self.action_mode == "choice" else None
+        fixed_list = self.action_mode == "choice" and not self.per_state
+        self._candidates = self._tokenize_candidates() if fixed_list else None
+        self._in_group, self._candidate_sets = False, {}
         # What decides the frozen layers' output, for a cache shared by policies on this model.
         frozen = (name.lower(), str(lm.dtype), str(lm.device), self.first_trainable_layer)
         frozen_identity = (*frozen, pack_frozen_weights) if isinstance(model, str) else None
@@ -323,6 +329,8 @@ class LLMPolicy(UpdatePasses):
             return self._act(observations, deterministic)
 
     def _act(self, observations: Sequence[str], deterministic: bool) -> PolicyStep:
+        if self._splits():  # per-state action lists: one pass per list (state_actions.py)
+            return self._act_in_groups(observations, self._act, deterministic)
         if self.action_mode == "choice":
             logits, values, states = self._remembered_choice_scores(observations)
             dist = torch.distributions.Categorical(logits=logits)

@@ -15,12 +15,12 @@ from torch.distributed.fsdp import FSDPModule
 
 from gym_llm.policy.outputs import Evaluation, UpdateWork
 from gym_llm.policy.sampling import categorical_evaluation, token_evaluation
-from gym_llm.policy.scoring import ActionScoring
+from gym_llm.policy.state_actions import PerStateChoices
 from gym_llm.policy.top_layers import TurnStates, num_layers, pad_states
 from gym_llm.policy.trunk import distinct_rows
 
 
-class UpdatePasses(ActionScoring):
+class UpdatePasses(PerStateChoices):
     """``evaluate_actions`` (whole model or from stored states), the reference model's
     log-probs, the update's memory estimate and the trainable weights."""
 
@@ -40,6 +40,8 @@ class UpdatePasses(ActionScoring):
         trainable layer (:mod:`gym_llm.policy.top_layers`); without them the whole model runs. Both give
         the same numbers to float rounding.
         """
+        if self._splits():  # per-state action lists: one pass per list (state_actions.py)
+            return self._evaluate_in_groups(observations, actions, states, self.evaluate_actions)
         from_states = (
             self.uses_rollout_states and states is not None and all(s is not None for s in states)
         )

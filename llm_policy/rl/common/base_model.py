@@ -38,10 +38,15 @@ def resolve_model(model: Any, directory: Path) -> Any:
     return str(directory / BASE_MODEL_DIR) if model == BASE_MODEL_MARKER else model
 
 
+def _base(lm: Any) -> Any:
+    """The model under peft's wrapper (the model itself when it has none)."""
+    return lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+
+
 def base_state_dict(lm: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The base model's own weights under its own names: LoRA's matrices left out and peft's
     ``base_layer`` wrappers unwrapped."""
-    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    base = _base(lm)
     return {
         key.replace(".base_layer.", "."): value
         for key, value in base.state_dict().items()
@@ -56,7 +61,7 @@ def save_base_model(
     so in a log line, unless ``announce`` is off)."""
     from transformers import AutoModelForCausalLM
 
-    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    base = _base(lm)
     dtype = next(base.parameters()).dtype
     fresh = AutoModelForCausalLM.from_config(base.config, dtype=dtype)
     fresh.load_state_dict(base_state_dict(lm), strict=True)  # every weight accounted for

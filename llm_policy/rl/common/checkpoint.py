@@ -196,7 +196,10 @@ class SavedConfig:
         return (
             TextObservations(obs["max_length"], instruction=obs["instruction"]),
             TextActions(
-                act["actions"], description=act["description"], max_length=act["max_length"]
+                act["actions"],
+                description=act["description"],
+                max_length=act["max_length"],
+                per_state=bool(act.get("per_state", False)),
             ),
         )
 
@@ -211,6 +214,7 @@ def space_records(obs_space: Any, act_space: Any) -> tuple[dict[str, Any], dict[
         },
         {
             "actions": list(actions) if actions else None,
+            "per_state": bool(getattr(act_space, "per_state", False)),
             "description": getattr(act_space, "description", None),
             "max_length": getattr(act_space, "max_length", None),
         },

@@ -160,10 +160,10 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
             self.observation_space, self.action_space, self.lr_schedule, device=self.device,
             **self.policy_kwargs,
         )  # fmt: skip
-        if self.policy.action_mode != "choice":
+        if self.policy.action_mode != "choice" or self.policy.per_state:
             raise ValueError(
-                "DQN needs choice mode (action_mode='choice'): it learns a value for each listed "
-                "action."
+                "DQN needs choice mode over one fixed list of actions (its Q head has one output "
+                "per listed action); per-state action lists and generate mode train with PPO."
             )
         #: The listed actions, in the order of the values and the replay's action indices.
         self.action_names: list[str] = list(getattr(self.policy.action_space, "actions", []))

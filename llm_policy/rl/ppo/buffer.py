@@ -116,7 +116,8 @@ class TextRolloutBuffer(RolloutBuffer):
         if self.full:
             raise RuntimeError("TextRolloutBuffer is full: call reset() before adding turns.")
         for env in range(self.n_envs):
-            self.observations_text[self.pos, env] = str(observations[env])
+            text = observations[env]  # a TextWithActions keeps its actions
+            self.observations_text[self.pos, env] = text if isinstance(text, str) else str(text)
             self.replies[self.pos, env] = replies[env]
             self.action_tokens[self.pos, env] = actions[env]
             self.token_log_probs[self.pos, env] = token_log_probs[env]
@@ -185,7 +186,7 @@ class TextRolloutBuffer(RolloutBuffer):
             index = torch.as_tensor(idx, device=self.device)
             states = list(flat["states"][idx])
             yield TextBatch(
-                observations=[str(o) for o in flat["obs"][idx]],
+                observations=[o if isinstance(o, str) else str(o) for o in flat["obs"][idx]],
                 actions=list(flat["act"][idx]),
                 old_token_log_probs=list(flat["lp"][idx]),
                 old_values=values[index],

@@ -296,6 +296,13 @@ class PPO(DataParallel):
                 'policy_update="target" needs choice mode (a target over the listed actions); '
                 'in generate mode use policy_update="clip".'
             )
+        if getattr(self.policy, "per_state", False) and (
+            self.policy_update == "target" or self.ent_coef_auto
+        ):
+            raise ValueError(
+                'policy_update="target" and ent_coef="auto" work over one fixed list of actions; '
+                "this env brings its own list in every state: use the defaults."
+            )
         if self.ent_coef_auto and self.policy.action_mode != "choice":
             raise ValueError(
                 'ent_coef="auto" needs choice mode (an entropy target over a listed set of '

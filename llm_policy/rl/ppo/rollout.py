@@ -156,10 +156,17 @@ class RolloutCollection(OnPolicyAlgorithm):
         )
         self.invalid_action_rate = invalid / (n_steps * env.num_envs * processes)
         if probs:
-            all_probs = np.concatenate(probs)
+            width = max(p.shape[1] for p in probs)  # per-state action lists differ in length
+            all_probs = np.concatenate(
+                [np.pad(p, ((0, 0), (0, width - p.shape[1]))) for p in probs]
+            )
             self.rollout_action_probs = dict(zip(seen, all_probs, strict=True))
             figures = choice_diagnostics(seen, all_probs, self._first_greedy)
-            figures["input_ignored"] = float(input_ignored(figures, all_probs.shape[1]))
+            # Across per-state action lists an index means different actions: no such alarm.
+            per_state = getattr(self.policy, "per_state", False)
+            figures["input_ignored"] = float(
+                not per_state and input_ignored(figures, all_probs.shape[1])
+            )
             for name, value in figures.items():
                 self.logger.record(f"rollout/{name}", value)
             if figures["input_ignored"] and not self._warned_input_ignored:
