@@ -232,3 +232,18 @@ def test_babyai_ids_need_no_import_of_minigrid() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("1")
+
+
+def test_the_cli_trains_a_free_text_game_in_generate_mode_by_default(
+    fake_packages: None, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    import json
+
+    from gym_llm.cli.commands import main
+
+    env = ["--env", "gem:game:Minesweeper-v0-easy", "--out", str(tmp_path / "run"), "--dry-run"]
+    assert main(["train", *env]) == 0
+    out = capsys.readouterr().out
+    assert "generate mode" in out and json.loads(out[out.index("{") :])["mode"] == "generate"
+    assert main(["train", *env, "--mode", "choice"]) == 2
+    assert "use --mode generate" in capsys.readouterr().err

@@ -38,8 +38,9 @@ def _default_run_dir(config: Any) -> Path:
     return Path("runs") / f"{name}-{config.mode}-{stamp}"
 
 
-def _check_env_id(env_id: str, env_kwargs: dict[str, Any]) -> None:
-    """Build the env once so that an unknown id or kwarg fails before any model is loaded."""
+def _check_env_id(env_id: str, env_kwargs: dict[str, Any]) -> bool:
+    """Build the env once so that an unknown id or kwarg fails before any model is loaded; returns
+    whether choice mode can play it (its actions are listed, or come with each state)."""
     import gymnasium as gym
 
     import gym_llm  # noqa: F401  (registers gym_llm/<Name>-v0)
@@ -47,13 +48,18 @@ def _check_env_id(env_id: str, env_kwargs: dict[str, Any]) -> None:
     from gym_llm.rl.common.vec_env import make_env
 
     try:
-        make_env(env_id, **env_kwargs).close()
+        env = make_env(env_id, **env_kwargs)
     except MissingPackage as exc:
         raise CLIError(f"--env {env_id}: {exc}") from None
     except gym.error.Error as exc:
         raise CLIError(f"--env {env_id}: {exc}. See `gym.pprint_registry()` for ids.") from None
     except (TypeError, ValueError) as exc:
         raise CLIError(f"--env {env_id} {env_kwargs or ''}: {exc}") from None
+    space = env.action_space
+    env.close()
+    if isinstance(space, gym.spaces.Discrete):
+        return True  # the parser's wrapper names its actions
+    return bool(getattr(space, "actions", None) or getattr(space, "per_state", False))
 
 
 #: Settings ``--resume`` lets differ from the run's config.
@@ -123,7 +129,16 @@ def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: 
             f"--out {run_dir} already holds a run (config.json). Choose another --out, or pass "
             "--overwrite to replace it."
         )
-    _check_env_id(config.env, config.env_kwargs)
+    if not _check_env_id(config.env, config.env_kwargs) and config.mode == "choice":
+        if not resume and not hasattr(args, "mode") and args.config is None:
+            # The default mode, on a game whose replies are free text: generate mode.
+            config = dataclasses.replace(config, mode="generate")
+            say(f"{config.env} takes free-text replies (no list of actions): generate mode")
+        else:
+            raise CLIError(
+                f"--mode choice needs an env that lists its actions; {config.env} takes "
+                "free-text replies: use --mode generate."
+            )
     if args.dry_run:
         print(json.dumps(dataclasses.asdict(config), indent=2))
         return 0
