@@ -120,7 +120,8 @@ class GemGame:
 
 
 def gem_env(game_id: str, **kwargs: Any) -> TextGameEnv:
-    """A GEM game (``pip install 'gym_llm[gem]'``), e.g. ``gem_env("game:Minesweeper-v0-easy")``;
+    """A GEM game (``pip install 'gym_llm[gem]'``) by its GEM id ``game_id``, e.g.
+    ``gem_env("game:Minesweeper-v0-easy")``;
     ``kwargs`` go to :class:`TextGameEnv` (GEM's rules stay in view, as its observations do not
     repeat them)."""
     gem = _require("gem", "gem")
@@ -167,7 +168,9 @@ def textworld_express_env(
 ) -> gym.Env[str, str]:
     """A TextWorld-Express game (``coin``, ``cookingworld``, ``twc``, ``mapreader``, ``arithmetic``,
     ``sorting``, ``simonsays``, ``peckingorder``), e.g. ``textworld_express_env("coin",
-    game_params="numLocations=3")``; ``kwargs`` go to :class:`TextGameEnv`.
+    game_params="numLocations=3")``; ``kwargs`` go to :class:`TextGameEnv`. ``game_params`` are
+    TextWorld-Express's (``numLocations=3,includeDoors=0``), ``fold`` its split of games
+    (``train``, ``dev``, ``test``), ``step_limit`` the moves per episode.
 
     The task description leads every observation (so ``keep_first`` is off); the valid actions
     are in ``info["valid_actions"]`` and, with ``valid_actions`` (the default), listed at the end
@@ -233,8 +236,9 @@ class TextArenaGame:
 
 
 def textarena_env(game_id: str, **kwargs: Any) -> TextGameEnv:
-    """A TextArena single-player game (``pip install 'gym_llm[textarena]'``) as a Gymnasium env,
-    e.g. ``textarena_env("GuessTheNumber-v0")``; ``kwargs`` go to :class:`TextGameEnv`."""
+    """A TextArena single-player game (``pip install 'gym_llm[textarena]'``) by its TextArena id
+    ``game_id``, e.g. ``textarena_env("GuessTheNumber-v0")``; ``kwargs`` go to
+    :class:`TextGameEnv`."""
     ta = _require("textarena", "textarena")
     # TextArena's observations already carry the rules and every earlier turn.
     game = TextArenaGame(lambda: ta.make(game_id))

@@ -37,6 +37,8 @@ class TextObservations(spaces.Text):
 
     The instruction is the static part of every prompt (the system message): keeping it on the
     space lets a policy built from spaces alone show it to the model, and lets it be encoded once.
+    ``max_length``, ``min_length``, ``charset`` and ``seed`` are ``gymnasium.spaces.Text``'s
+    (``charset`` defaults to printable text, not ``Text``'s alphanumerics).
     """
 
     def __init__(
@@ -93,6 +95,9 @@ class TextActions(spaces.Text):
     env action ``start + i``), or ``None`` when the set is open (Box, MultiDiscrete: numbers in text).
     A policy in ``choice`` mode scores exactly these strings. ``per_state=True`` (with
     ``actions=None``) says each observation brings its own list (:class:`TextWithActions`).
+    ``description`` tells the model how to reply (the prompt shows it); ``sampler`` draws a valid
+    reply for an open set, so ``sample()`` always gives one the parser accepts. ``max_length``,
+    ``charset`` and ``seed`` are ``gymnasium.spaces.Text``'s (for the replies ``sample()`` draws).
     """
 
     def __init__(

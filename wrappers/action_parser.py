@@ -92,7 +92,10 @@ class ActionParserWrapper(
     (``{"stick": ["stand", "stay"]}``) adds words that mean an action (built-in ones for
     Blackjack and Taxi). Box, MultiDiscrete and MultiBinary envs take numbers the reply states
     (a reply of numbers only, JSON, or ``Action: ...``); ``any_numbers=True`` also takes the last
-    numbers anywhere in it. Parsing rules: :mod:`gym_llm.wrappers.parsing`.
+    numbers anywhere in it. Parsing rules: :mod:`gym_llm.wrappers.parsing`. ``parser`` (a
+    callable ``text -> env action``) replaces the built-in rules; one that raises or returns
+    something outside the space counts as invalid. ``max_length`` is the reply length the action
+    space allows (the parser reads any length).
 
     An env that judges a move invalid itself (``info["action_valid"] = False``, with its reason in
     ``info["parse_error"]``) has it counted as an invalid action too, with the same penalty.

@@ -25,7 +25,9 @@ CONVERSATION_MAX_LENGTH = 1_000_000
 
 
 class ConversationWrapper(gym.Wrapper[str, str, str, str]):
-    """Observations become the episode's conversation so far (a JSON message list).
+    """Observations become the episode's conversation so far (a JSON message list), of at most
+    ``max_length`` characters (the observation space's limit; the policy fits long conversations
+    to its prompt budget by dropping the oldest exchanges).
 
     >>> import gymnasium as gym
     >>> from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper

@@ -128,7 +128,8 @@ def format_observation(
     """Write ``obs`` (an element of ``space``) as readable text.
 
     ``names`` labels the elements of a 1-D Box/MultiDiscrete/MultiBinary observation (or the items
-    of a Tuple); each named value goes on its own ``name: value`` line.
+    of a Tuple); each named value goes on its own ``name: value`` line. ``precision`` is the
+    number of significant digits of floats.
 
     >>> from gymnasium import spaces
     >>> format_observation(spaces.Box(-1, 1, (2,)), [0.123456, -1.0], names=["x", "y"])

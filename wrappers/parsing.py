@@ -75,7 +75,9 @@ _TRIM = " \t\r\n\"'`*.!,;:()[]{}<>"
 
 @dataclass(frozen=True)
 class ParseResult:
-    """What the parser made of a reply."""
+    """What the parser made of a reply: the ``action`` (``None`` when invalid), the ``error``
+    saying why not, the rule (``method``) that produced it, and whether a Box value was
+    ``clipped`` to the bounds."""
 
     #: The env action, or ``None`` when the reply did not name a valid one.
     action: Any
@@ -118,7 +120,18 @@ def _to_number(value: Any) -> float | None:
 
 
 class DiscreteParser:
-    """Parses replies into a Discrete action given the ordered action names."""
+    """Parses replies into a Discrete action given the ordered action names (the rules: this
+    module's docstring).
+
+    Args:
+        names: the action names, in the env's order (index ``i`` is env action ``start + i``).
+        start: the Discrete space's ``start`` (0 for almost every env).
+        aliases: more words for an action, ``{"stick": ["stand", "stay"]}``.
+
+    >>> parser = DiscreteParser(["stick", "hit"])
+    >>> parser("With 12 against a 10 I hit.").action, parser("hit or stick?").valid
+    (1, False)
+    """
 
     def __init__(
         self,
@@ -272,7 +285,13 @@ def _first_clauses(value: str) -> list[str]:
 
 
 class NumericParser:
-    """Parses replies into a Box, MultiDiscrete or MultiBinary action (numbers in text)."""
+    """Parses replies into a Box, MultiDiscrete or MultiBinary action (numbers in text).
+
+    Args:
+        space: the env's numeric action space.
+        any_numbers: also take the last numbers anywhere in the reply (off: a reply must state
+            its action as JSON, an ``Action: ...`` statement, or numbers only).
+    """
 
     def __init__(
         self,

@@ -140,6 +140,8 @@ class LLMPolicy(UpdatePasses):
             (:mod:`gym_llm.policy.trunk`). Policies on the same named model in one process
             share it. The numbers are the same either way.
         device: where the model lives (set by PPO).
+        optimizer_class: SB3's: the optimizer (AdamW), saved by its import path.
+        optimizer_kwargs: SB3's: the optimizer's keyword arguments.
     """
 
     def __init__(
@@ -184,9 +186,8 @@ class LLMPolicy(UpdatePasses):
         )
         listed = action_space.actions if isinstance(action_space, TextActions) else None
         self.per_state = bool(getattr(action_space, "per_state", False))
-        self.action_mode = resolve_mode(
-            action_mode, bool(listed) or self.per_state, choice_normalization
-        )
+        choices = bool(listed) or self.per_state
+        self.action_mode = resolve_mode(action_mode, choices, choice_normalization)
         name = model if isinstance(model, str) else name_or_path(model)
         spec = MODEL_REGISTRY.get(name.lower())
         self.model_name = name
@@ -255,8 +256,8 @@ class LLMPolicy(UpdatePasses):
         self._packed = None  # built on the first rollout with packing on
         self._prefix_kv = None
         self._prefix_version = None
-        fixed_list = self.action_mode == "choice" and not self.per_state
-        self._candidates = self._tokenize_candidates() if fixed_list else None
+        fixed = self.action_mode == "choice" and not self.per_state
+        self._candidates = self._tokenize_candidates() if fixed else None
         self._in_group, self._candidate_sets = False, {}
         # What decides the frozen layers' output, for a cache shared by policies on this model.
         frozen = (name.lower(), str(lm.dtype), str(lm.device), self.first_trainable_layer)

@@ -232,6 +232,14 @@ def load_model(
     Registry names with embedded weights resolve offline in this order: the converted copy in
     :func:`cache_dir`, then the GGUF in the installed package (converted and cached), then the hub.
     Raises :class:`ModelLoadError` listing every attempt and how to fix it when none works.
+
+    Args:
+        name_or_path: a registry name (``gym_llm.MODEL_REGISTRY``), a local directory with
+            ``config.json``, weights and tokenizer, or a hub id ``org/name``.
+        device: ``"auto"`` (cuda, then mps, then cpu), or a device.
+        dtype: ``None``: bf16 on a GPU, fp32 elsewhere; or ``"bf16"``, ``"fp32"``, a torch dtype.
+
+    >>> model, tokenizer = load_model("smollm2-135m", device="cpu")  # doctest: +SKIP
     """
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)

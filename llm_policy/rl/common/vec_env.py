@@ -40,7 +40,12 @@ def check_text_env(env: gym.Env[Any, Any] | VecEnv) -> None:
 
 
 class TextVecEnv(VecEnv):
-    """Steps ``n`` text envs one after another in this process, with string arrays."""
+    """Steps ``n`` text envs one after another in this process, with string arrays (SB3's
+    ``DummyVecEnv`` for text: observations and replies as ``dtype=object`` arrays of ``str``).
+
+    Args:
+        env_fns: one factory per env, each returning a text env (both wrappers applied).
+    """
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env[Any, Any]]]) -> None:
         if not env_fns:
@@ -154,6 +159,9 @@ def make_text_env(
     parser, ...): never wrapped twice for nothing, and the kwargs never dropped.
     ``conversation=True``: each observation is the episode so far
     (:class:`gym_llm.wrappers.conversation.ConversationWrapper`); the policy reads it as a chat.
+    ``env_kwargs`` go to ``gym.make`` (or the game's adapter), ``seed`` seeds env ``i`` with
+    ``seed + i`` on the first reset, and ``monitor`` adds SB3's ``Monitor`` (episode returns for
+    the logs and ``evaluate_policy``).
     """
     if n_envs < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}.")

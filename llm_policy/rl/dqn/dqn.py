@@ -37,9 +37,12 @@ FEATURE_CACHE_LIMIT = 200_000
 class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
     """Deep Q-learning for :class:`LLMPolicy` on text envs in choice mode.
 
-    SB3's DQN arguments keep their meaning and defaults (``learning_starts``, ``train_freq``,
-    ``gradient_steps``, ``target_update_interval``, ``tau``, the exploration schedule,
-    ``n_steps``), with double Q-learning and the Huber loss. The rest:
+    SB3's DQN arguments keep their meaning and defaults (``learning_rate``, ``buffer_size``,
+    ``learning_starts``, ``batch_size``, ``tau``, ``gamma``, ``train_freq``, ``gradient_steps``,
+    ``target_update_interval``, ``exploration_fraction``, ``exploration_initial_eps``,
+    ``exploration_final_eps``, ``max_grad_norm``, ``stats_window_size``, ``tensorboard_log``,
+    ``verbose``, ``seed``, ``device``, ``_init_setup_model``; see SB3's ``DQN``), plus
+    ``n_steps`` for n-step returns, with double Q-learning and the Huber loss. The rest:
 
     Args:
         alpha: the posterior's temperature, in reward units: how much a difference in ``Q``

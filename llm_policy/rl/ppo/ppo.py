@@ -61,6 +61,11 @@ class PPO(DataParallel):
     optimizer step, ``total_timesteps`` counts the env steps of all of them, and only the main
     process writes TensorBoard, the progress bar and ``save`` (see :mod:`gym_llm.rl.common.distributed`).
 
+    SB3's PPO arguments keep their meaning and defaults (``n_steps``, ``batch_size``,
+    ``n_epochs``, ``gamma``, ``gae_lambda``, ``clip_range``, ``clip_range_vf``,
+    ``normalize_advantage``, ``vf_coef``, ``max_grad_norm``, ``target_kl``,
+    ``stats_window_size``, ``tensorboard_log``, ``policy_kwargs`` (:class:`LLMPolicy`'s: ``model``,
+    ``lora``, ...), ``verbose``, ``seed``, ``device``, ``_init_setup_model``; see SB3's ``PPO``).
     The LLM-specific arguments:
 
     Args:
