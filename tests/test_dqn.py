@@ -141,3 +141,25 @@ def test_distillation_moves_the_lm_towards_the_posterior(model_dir: Path) -> Non
     assert _accuracy(model) == 1.0
     replies, _ = model.policy.predict(observations, deterministic=True)
     assert set(replies) <= {"low", "high"}
+
+
+def test_learn_ends_with_a_distillation_round_on_the_final_values(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int | None] = []
+    original = DQN.distill
+
+    def record(self: DQN, steps: int | None = None, batch_size: int | None = None) -> float:
+        calls.append(steps)
+        return original(self, steps=1, batch_size=batch_size)  # one real step: quick
+
+    monkeypatch.setattr(DQN, "distill", record)
+    # An interval past the budget: no round during learning, only the last one.
+    _dqn(model_dir, distill_interval=10_000, distill_final_steps=7).learn(128)
+    assert calls == [7]
+    calls.clear()
+    _dqn(model_dir, distill_interval=0).learn(128)  # distillation off: no round at all
+    _dqn(model_dir, distill_interval=10_000, distill_final_steps=0).learn(128)
+    assert calls == []
+    with pytest.raises(ValueError, match="distill_final_steps"):
+        _dqn(model_dir, distill_final_steps=-1)

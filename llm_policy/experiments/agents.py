@@ -40,6 +40,7 @@ def build_agent(config: TrainConfig, env: Any, run_dir: Path, verbose: int = 0) 
             beta=config.dqn_beta,
             distill_interval=config.distill_interval,
             distill_steps=config.distill_steps,
+            distill_final_steps=config.distill_final_steps,
             **common,
         )
     return PPO(

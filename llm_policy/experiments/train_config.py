@@ -119,6 +119,8 @@ class TrainConfig:
     distill_interval: int = 0
     #: DQN: the LM's optimizer steps per distillation.
     distill_steps: int = 4
+    #: DQN: with distillation on, the LM's steps of a last round on the final values.
+    distill_final_steps: int = 32
     #: Chat-messages JSONL of demonstrations (``gym-llm demos``, gym_llm.experiments.demos.make_demos) to
     #: fine-tune on with SFT after the "before" evaluation and before PPO (None: no warm start).
     sft_demos: str | None = None

@@ -54,6 +54,11 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
             LoRA policy (:mod:`gym_llm.rl.dqn.distill`); 0: none while learning (call
             :meth:`distill` yourself). The distilled LM plays alone: ``model.policy.predict``.
         distill_steps: optimizer steps of the LM per round.
+        distill_final_steps: with ``distill_interval`` on, the steps of one more round at the
+            end of :meth:`learn`, on the final values: the LM that :meth:`learn` leaves is the
+            one distilled from the values it ends with. On TextMaze, 32 such steps made the LM
+            alone play the optimum (−5.88) where 16 steps spread over the run left it at the
+            untrained level (−50) (``benchmarks/RESULTS.md``). 0: none.
         distill_batch_size: distinct replayed observations per step.
         distill_learning_rate: the LM's learning rate (PPO's LoRA default).
         policy_kwargs: :class:`LLMPolicy`'s (``model``, ``lora``, ...). The LoRA adapter does not
@@ -87,6 +92,7 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
         q_width: int = 256,
         distill_interval: int = 0,
         distill_steps: int = 4,
+        distill_final_steps: int = 32,
         distill_batch_size: int = 32,
         distill_learning_rate: float = LORA_LEARNING_RATE,
         stats_window_size: int = 100,
@@ -129,13 +135,18 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
                 "Need 0 <= exploration_final_eps <= exploration_initial_eps <= 1, got "
                 f"{exploration_final_eps} and {exploration_initial_eps}."
             )
-        if distill_interval < 0 or distill_steps < 1 or distill_batch_size < 1:
+        if (
+            min(distill_steps, distill_batch_size) < 1
+            or min(distill_interval, distill_final_steps) < 0
+        ):
             raise ValueError(
-                "Need distill_interval >= 0 and distill_steps, distill_batch_size >= 1, got "
-                f"{distill_interval}, {distill_steps} and {distill_batch_size}."
+                "Need distill_interval, distill_final_steps >= 0 and distill_steps, "
+                f"distill_batch_size >= 1, got {distill_interval}, {distill_final_steps}, "
+                f"{distill_steps} and {distill_batch_size}."
             )
         self.n_steps, self.alpha, self.beta, self.q_width = n_steps, alpha, beta, q_width
         self.distill_interval, self.distill_steps = distill_interval, distill_steps
+        self.distill_final_steps = distill_final_steps
         self.distill_batch_size = distill_batch_size
         self.distill_learning_rate = distill_learning_rate
         self._next_distill = distill_interval
@@ -333,6 +344,15 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
         if losses:
             self.logger.record("train/loss", float(np.mean(losses)))
             self.logger.record("train/q_mean", float(np.mean(q_means)))
+
+    def learn(self, *args: Any, **kwargs: Any) -> DQN:
+        """SB3's ``learn``, then, with distillation on, a last round on the final values."""
+        super().learn(*args, **kwargs)
+        if self.distill_interval and self.distill_final_steps and len(self.replay_buffer):
+            loss = self.distill(steps=self.distill_final_steps)
+            self.logger.record("train/distill_loss_final", loss)
+            self.logger.dump(self.num_timesteps)
+        return self
 
     def distill(self, steps: int | None = None, batch_size: int | None = None) -> float:
         """Move the LoRA policy towards the values' posterior on replayed observations

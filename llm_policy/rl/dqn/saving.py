@@ -56,6 +56,7 @@ DQN_HYPERPARAMETERS = (
     "q_width",
     "distill_interval",
     "distill_steps",
+    "distill_final_steps",
     "distill_batch_size",
     "distill_learning_rate",
 )
