@@ -4,10 +4,9 @@ page is the README itself, its links pointed into the site (one source, no copy)
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
-
-import re
 
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
