@@ -9,6 +9,14 @@ PYTEST_ARGS ?=
 
 .PHONY: install demo test test-slow lint typecheck format clean gpu-check docs docs-check
 
+# A symlink tree shaped like the installed package (gym_llm/ <- llm_policy/, gym_llm/wrappers/,
+# gym_llm/envs/) in directory $(1): for tools that cannot follow setuptools' editable import hook.
+define package_tree
+	@rm -rf $(1) && mkdir -p $(1)/gym_llm
+	@for f in llm_policy/*; do ln -s ../../$$f $(1)/gym_llm/; done
+	@ln -s ../../wrappers $(1)/gym_llm/wrappers && ln -s ../../envs $(1)/gym_llm/envs
+endef
+
 install: $(STAMP)
 
 $(STAMP): pyproject.toml setup.cfg constraints.txt
@@ -34,18 +42,14 @@ test-slow: $(STAMP)
 GPU_PY ?= $(PY)
 GPU_ARGS ?=
 gpu-check: $(if $(filter $(PY),$(GPU_PY)),$(STAMP))
-	@rm -rf .pkgtree && mkdir -p .pkgtree/gym_llm benchmarks/results/gpu-check
-	@for f in llm_policy/*; do ln -s ../../$$f .pkgtree/gym_llm/; done
-	@ln -s ../../wrappers .pkgtree/gym_llm/wrappers && ln -s ../../envs .pkgtree/gym_llm/envs
+	$(call package_tree,.pkgtree)
+	@mkdir -p benchmarks/results/gpu-check
 	PYTHONPATH=.pkgtree $(GPU_PY) -m benchmarks.gpu_check --device cuda $(GPU_ARGS) \
 		--json benchmarks/results/gpu-check/$$(date +%F-%H%M).json --results benchmarks/RESULTS.md
 
-# mypy cannot follow setuptools' editable import hook, so it checks a symlink tree shaped like
-# the installed package (gym_llm/ <- llm_policy/, gym_llm/wrappers/, gym_llm/envs/).
+# mypy checks the package through its symlink tree (package_tree above).
 typecheck: $(STAMP)
-	@rm -rf .typecheck && mkdir -p .typecheck/gym_llm
-	@for f in llm_policy/*; do ln -s ../../$$f .typecheck/gym_llm/; done
-	@ln -s ../../wrappers .typecheck/gym_llm/wrappers && ln -s ../../envs .typecheck/gym_llm/envs
+	$(call package_tree,.typecheck)
 	MYPYPATH=.typecheck $(VENV)/bin/mypy -p gym_llm
 	MYPYPATH=.typecheck $(VENV)/bin/mypy tests benchmarks examples
 
@@ -64,9 +68,7 @@ clean:
 # an API name that does not resolve fails the build. mkdocstrings reads the package through a
 # symlink tree shaped like the installed one (as typecheck does).
 docs: $(STAMP)
-	@rm -rf .pkgtree && mkdir -p .pkgtree/gym_llm
-	@for f in llm_policy/*; do ln -s ../../$$f .pkgtree/gym_llm/; done
-	@ln -s ../../wrappers .pkgtree/gym_llm/wrappers && ln -s ../../envs .pkgtree/gym_llm/envs
+	$(call package_tree,.pkgtree)
 	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 # The built site in headless Chromium (Debian's chromium): screenshots of the home page, a guide

@@ -29,12 +29,6 @@ import gymnasium as gym
 
 from gym_llm.envs.text_game import TextGameEnv
 
-#: Env id prefix -> (the adapter's import name, the pip extra that installs it).
-PREFIXES: dict[str, tuple[str, str]] = {
-    "gem:": ("gem", "gem"),
-    "twx:": ("textworld_express", "textworld-express"),
-    "textarena:": ("textarena", "textarena"),
-}
 #: GEM's messages for a move it refuses (its games give them reward 0, like a legal move).
 GEM_REFUSALS = re.compile(
     r"outside the (?:bounds|range)|out of bounds|already (?:been )?(?:revealed|guessed|filled"
@@ -73,24 +67,6 @@ def _require(module: str, extra: str) -> Any:
         raise MissingPackage(
             f"this game needs the {module} package: pip install 'gym_llm[{extra}]'"
         ) from exc
-
-
-def is_game_id(env_id: str) -> bool:
-    """Whether ``env_id`` names an ecosystem game (``gem:``, ``twx:``, ``textarena:``)."""
-    return any(env_id.startswith(prefix) for prefix in PREFIXES)
-
-
-def make_game(env_id: str, **kwargs: Any) -> gym.Env[str, str]:
-    """The env for an ecosystem game id; ``kwargs`` go to the ecosystem's adapter."""
-    makers: dict[str, Callable[..., gym.Env[str, str]]] = {
-        "gem:": gem_env,
-        "twx:": textworld_express_env,
-        "textarena:": textarena_env,
-    }
-    for prefix, maker in makers.items():
-        if env_id.startswith(prefix):
-            return maker(env_id.removeprefix(prefix), **kwargs)
-    raise ValueError(f"{env_id!r} names no game; prefixes: {', '.join(PREFIXES)}")
 
 
 class GemGame:
@@ -243,3 +219,24 @@ def textarena_env(game_id: str, **kwargs: Any) -> TextGameEnv:
     # TextArena's observations already carry the rules and every earlier turn.
     game = TextArenaGame(lambda: ta.make(game_id))
     return TextGameEnv(game, **{"keep_first": False, **kwargs})
+
+
+#: Env id prefix -> the ecosystem's one call.
+GAMES: dict[str, Callable[..., gym.Env[str, str]]] = {
+    "gem:": gem_env,
+    "twx:": textworld_express_env,
+    "textarena:": textarena_env,
+}
+
+
+def is_game_id(env_id: str) -> bool:
+    """Whether ``env_id`` names an ecosystem game (``gem:``, ``twx:``, ``textarena:``)."""
+    return env_id.startswith(tuple(GAMES))
+
+
+def make_game(env_id: str, **kwargs: Any) -> gym.Env[str, str]:
+    """The env for an ecosystem game id; ``kwargs`` go to the ecosystem's adapter."""
+    for prefix, maker in GAMES.items():
+        if env_id.startswith(prefix):
+            return maker(env_id.removeprefix(prefix), **kwargs)
+    raise ValueError(f"{env_id!r} names no game; prefixes: {', '.join(GAMES)}")

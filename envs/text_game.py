@@ -1,19 +1,18 @@
 """Text games that are not ``gymnasium.Env`` (TextArena, TextWorld, your own), as Gymnasium envs.
 
 A game needs a ``reset`` that gives the first text and a ``step(text)`` that gives the next text,
-a reward and whether it is over; nothing else. A game that judges a move invalid says so with
-``info["action_valid"] = False`` (and ``info["parse_error"]``, its reason): the move is counted
-invalid as the parser's own verdicts are (``info["invalid_actions"]``, ``total_invalid``). A game
-whose ``reset`` takes a seed gets one every episode, drawn from the env's generator when the
-caller gives none, so every episode is a fresh game and a seeded run replays. :class:`TextGameEnv` adapts one by naming its
+a reward and whether it is over; nothing else. :class:`TextGameEnv` adapts one by naming its
 methods, and normalises what ``step`` returns (``(text, reward, done)``, ``(..., info)``, or
 Gymnasium's five values). Because many games state their rules and answer format only on the first
 turn, the first observation is kept in front of every later one (``keep_first=True``), so a policy
 that sees one observation at a time never loses them.
 
-:func:`textarena_env` does the same for TextArena's single-player games, whose traps it handles:
-the observation comes from ``get_observation()``, the reward from ``close()`` at the end, and a
-fresh game object per episode keeps one episode's history out of the next.
+A game that judges a move invalid says so with ``info["action_valid"] = False`` (and
+``info["parse_error"]``, its reason): the move is counted invalid as the parser's own verdicts are
+(``info["invalid_actions"]``, ``total_invalid``). A game whose ``reset`` takes a seed gets one
+every episode, drawn from the env's generator when the caller gives none, so every episode is a
+fresh game and a seeded run replays. The ecosystems' one-call adapters (GEM, TextWorld-Express,
+TextArena: :mod:`gym_llm.envs.ecosystems`) are built on it.
 """
 
 from __future__ import annotations

@@ -245,18 +245,14 @@ class ActionParserWrapper(
             )
         resolution = self.resolver.resolve(action)
         result = resolution.parsed
-        self.total_steps += 1
-        if not result.valid:
-            self.invalid_actions += 1
-            self.total_invalid += 1
         obs, reward, terminated, truncated, info = self.env.step(resolution.action)
         info = dict(info)
-        if not result.valid:
-            reward = float(reward) + resolution.penalty
-        elif info.get("action_valid", True) is False:
+        if result.valid and info.get("action_valid", True) is False:
             # The env's own verdict (e.g. an illegal move in a game): counted the same way.
             reason = info.get("parse_error") or "the env rejected the move"
             result = ParseResult(None, error=str(reason), method=result.method)
+        self.total_steps += 1
+        if not result.valid:
             self.invalid_actions += 1
             self.total_invalid += 1
             reward = float(reward) + self.resolver.invalid_penalty

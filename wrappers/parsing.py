@@ -55,18 +55,14 @@ from gym_llm.wrappers.reading import (
 )
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-_STATEMENT = re.compile(
-    r"\b(?:final\s+)?(?:action|answer|choice|move|decision)\s*(?:is\s*)?[:=]?\s*(?:is\s+)?"
-    r"[\"'`*\[\(]*(?P<value>[^\n]*)",
-    re.IGNORECASE,
-)
-#: A statement's head alone, so that every statement on a line is found (the value is read up to
-#: the next one).
-_STATEMENT_HEAD = re.compile(_STATEMENT.pattern.replace("(?P<value>[^\\n]*)", ""), re.IGNORECASE)
+_KEYWORD = r"\b(?:final\s+)?(?:action|answer|choice|move|decision)"
+#: A statement's head (``Action:``, ``My answer is``), so that every statement on a line is found.
+_HEAD = _KEYWORD + r"\s*(?:is\s*)?[:=]?\s*(?:is\s+)?[\"'`*\[\(]*"
+_STATEMENT_HEAD = re.compile(_HEAD, re.IGNORECASE)
+#: A statement with the rest of its line (numeric spaces read its numbers).
+_STATEMENT = re.compile(_HEAD + r"(?P<value>[^\n]*)", re.IGNORECASE)
 #: Where a Discrete statement's value ends: the next statement, a ``;`` or a new line.
-_STATEMENT_END = re.compile(
-    r"[;\n]|\b(?:final\s+)?(?:action|answer|choice|move|decision)\b", re.IGNORECASE
-)
+_STATEMENT_END = re.compile(r"[;\n]|" + _KEYWORD + r"\b", re.IGNORECASE)
 _ONLY_NUMBERS = re.compile(
     r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?:[\s,;]+[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)*"
 )

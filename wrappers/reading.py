@@ -106,7 +106,7 @@ def without_struck(text: str) -> str:
     return _STRUCK.sub(lambda m: " " * len(m.group()), text)
 
 
-_RANGE_AFTER = re.compile(r"\s*(?:-|–|to\b|and\b)\s*\d")
+_RANGE_AFTER = re.compile(r"\s*(?:-|–|to\b)\s*\d")
 _RANGE_BEFORE = re.compile(
     r"(?:\d\s*(?:-|–|to)|\b(?:from|between)|\bbetween\s+\d+\s+and|\bout\s+of|/)\s*$",
     re.IGNORECASE,
@@ -122,7 +122,7 @@ def number_stands_alone(text: str, start: int, end: int) -> bool:
         text[max(0, start - 24) : start]
     ):
         return False
-    if _RANGE_AFTER.match(text, end) and re.match(r"\s*(?:-|–|to\b)", text[end:]):
+    if _RANGE_AFTER.match(text, end):
         return False
     following = _WORD_AFTER.match(text, end)
     if following is None:  # end of text, punctuation, a bracket, a dash: a choice
@@ -188,10 +188,6 @@ def negated_before(clause: str, position: int) -> bool:
     return bool(_NEGATION.search(clause[:position]))
 
 
-def _negated(clause: str, mention: Mention) -> bool:
-    return negated_before(clause, mention.start)
-
-
 @dataclass(frozen=True)
 class Decision:
     """The action a reply decides on (``None`` with an ``error`` when it decides on none)."""
@@ -210,7 +206,7 @@ def decide(text: str, find: MentionFinder, name: Callable[[int], str]) -> Decisi
     name for error messages.
     """
     text = _ENUMERATION.sub(lambda m: " " * len(m.group()), text)
-    plain: list[tuple[int, set[int], bool, bool]] = []  # (clause, actions, may list, bare)
+    plain: list[tuple[int, set[int], Clause, bool]] = []  # (index, actions, clause, bare)
     negated: list[tuple[int, int]] = []
     asked, conditional = False, False
     for i, clause in enumerate(clauses(text)):
@@ -223,11 +219,14 @@ def decide(text: str, find: MentionFinder, name: Callable[[int], str]) -> Decisi
         if clause.condition:
             conditional = True
             continue
-        positive = {m.action for m in found if not _negated(clause.text, m)}
-        negated.extend((i, m.action) for m in found if _negated(clause.text, m))
+        positive: set[int] = set()
+        for m in found:
+            if negated_before(clause.text, m.start):
+                negated.append((i, m.action))
+            else:
+                positive.add(m.action)
         if positive:
-            bare = _bare(clause.text, found)
-            plain.append((i, positive, not clause.concludes and bare, bare))
+            plain.append((i, positive, clause, _bare(clause.text, found)))
     if not plain:
         if negated:
             names = ", ".join(sorted({name(a) for _, a in negated}))
@@ -237,7 +236,8 @@ def decide(text: str, find: MentionFinder, name: Callable[[int], str]) -> Decisi
         if conditional:
             return Decision(None, "the reply names actions only in conditions; state one action")
         return Decision(None)
-    index, actions, listed, _ = plain[-1]
+    index, actions, clause, bare = plain[-1]
+    listed = bare and not clause.concludes  # after "so", "but": a conclusion, not a list item
     if listed and len(plain) > 1 and plain[-2][0] == index - 1 and plain[-2][3]:
         actions = actions | plain[-2][1]  # a list of actions, not a choice
     if len(actions) > 1:

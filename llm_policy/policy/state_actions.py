@@ -16,7 +16,7 @@ nothing when the list changes from state to state: they are off here.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -29,6 +29,12 @@ from gym_llm.spaces import actions_of
 
 #: The logit of an action a state does not have: its probability is exactly 0.
 MASKED_LOGIT = -1e9
+
+#: The fixed-list ``_act`` and ``evaluate_actions`` that a group runs through.
+Act = Callable[[Sequence[str], bool], PolicyStep]
+Evaluate = Callable[
+    [Sequence[str], Sequence[np.ndarray], Sequence[TurnStates | None] | None], Evaluation
+]
 
 
 def state_groups(observations: Sequence[str]) -> list[tuple[tuple[str, ...], list[int]]]:
@@ -107,7 +113,7 @@ class PerStateChoices(ActionScoring):
             self._in_group = False
 
     def _act_in_groups(
-        self, observations: Sequence[str], act: object, deterministic: bool
+        self, observations: Sequence[str], act: Act, deterministic: bool
     ) -> PolicyStep:
         """``act`` (the fixed-list ``_act``) per group, merged back in row order."""
         n = len(observations)
@@ -119,7 +125,7 @@ class PerStateChoices(ActionScoring):
         probs: list[np.ndarray] = [np.zeros(0)] * n
         for group_actions, rows in state_groups(observations):
             with self._candidates_for(group_actions):
-                step = act([observations[r] for r in rows], deterministic)  # type: ignore[operator]
+                step = act([observations[r] for r in rows], deterministic)
             values[torch.tensor(rows, device=self.device)] = step.values.to(values.dtype)
             for j, row in enumerate(rows):
                 replies[row], actions[row] = step.replies[j], step.actions[j]
@@ -144,7 +150,7 @@ class PerStateChoices(ActionScoring):
         observations: Sequence[str],
         actions: Sequence[np.ndarray],
         states: Sequence[TurnStates | None] | None,
-        evaluate: object,
+        evaluate: Evaluate,
     ) -> Evaluation:
         """``evaluate`` (the fixed-list ``evaluate_actions``) per group, merged in row order,
         with gradients flowing through every group."""
@@ -154,7 +160,7 @@ class PerStateChoices(ActionScoring):
             sub_states = None if states is None else [states[r] for r in rows]
             with self._candidates_for(group_actions):
                 parts.append(
-                    evaluate(  # type: ignore[operator]
+                    evaluate(
                         [observations[r] for r in rows], [actions[r] for r in rows], sub_states
                     )
                 )
