@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--lr", type=float, default=None, help="learning rate (default: PPO's)")
     add("--ent-coef", type=float, default=0.01, help="entropy bonus")
     add("--device", default="auto", help="auto, cpu, cuda or mps")
+    add("--count-bonus", type=float, default=0.0,
+        help="novelty bonus scale (TrainConfig.count_bonus, falling to 0 by half the budget; "
+        "0: none)")  # fmt: skip
     add("--algo", choices=["ppo", "dqn"], default="ppo", help="gym_llm.PPO or gym_llm.DQN")
     add("--dqn", nargs="*", default=[], metavar="KEY=VALUE",
         help="DQN settings (TrainConfig's names, e.g. dqn_beta=1 gradient_steps=8); unset ones "
@@ -146,6 +149,7 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
         eval_points=max(0, iterations // every_rollouts - 1),
         seed=args.seed,
         device=args.device,
+        count_bonus=args.count_bonus,
     )
     env, kwargs = env_key(args.env, args.env_kwargs)
     base = {
@@ -158,6 +162,8 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
     }
     if dqn:
         base.update(algo="dqn", dqn=dqn)
+    if args.count_bonus:
+        base["count_bonus"] = args.count_bonus
     args.jsonl.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
 
@@ -200,7 +206,7 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
 def read_runs(files: Sequence[Path]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
     """Points grouped by run (env, kwargs, learner, mode, n_steps, seed), in file order; a run's
     ``done`` line is kept as its last element. The learner is PPO's advantage estimator, or
-    ``dqn beta=B`` for gym_llm's DQN."""
+    ``dqn beta=B`` for gym_llm's DQN, with ``+ count bonus C`` when the run had one."""
     runs: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for path in files:
         for line in path.read_text().splitlines():
@@ -211,6 +217,8 @@ def read_runs(files: Sequence[Path]) -> dict[tuple[Any, ...], list[dict[str, Any
                     if row.get("algo") == "dqn"
                     else row["estimator"]
                 )
+                if row.get("count_bonus"):
+                    learner += f" + count bonus {row['count_bonus']}"
                 key = (row["env"], row["env_kwargs"], learner, row["mode"], row["n_steps"])
                 runs[(*key, row["seed"])].append(row)
     return runs

@@ -3,6 +3,7 @@
 from gym_llm.wrappers.action_parser import ActionParserWrapper
 from gym_llm.wrappers.builtin_envs import BUILTIN_ENVS, EnvText
 from gym_llm.wrappers.conversation import ConversationWrapper
+from gym_llm.wrappers.count_bonus import CountBonusWrapper
 from gym_llm.wrappers.formatters import format_observation
 from gym_llm.wrappers.parsing import DiscreteParser, NumericParser, ParseResult
 from gym_llm.wrappers.resolver import ActionResolver
@@ -14,6 +15,7 @@ __all__ = [
     "ActionParserWrapper",
     "ActionResolver",
     "ConversationWrapper",
+    "CountBonusWrapper",
     "DiscreteParser",
     "EnvText",
     "NumericParser",

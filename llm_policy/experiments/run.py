@@ -14,7 +14,7 @@ import platform
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
@@ -41,6 +41,7 @@ from gym_llm.rl.common.sharding import check_can_shard, requested_by_launcher
 from gym_llm.rl.common.vec_env import make_text_env
 from gym_llm.rl.dqn.dqn import DQN
 from gym_llm.rl.ppo import PPO
+from gym_llm.wrappers.count_bonus import CountKey
 
 __all__ = ["TrainConfig", "TrainResult", "device_name", "plot_result", "run", "versions"]
 
@@ -150,6 +151,12 @@ def run(
         config.n_envs,
         env_kwargs=config.env_kwargs,
         seed=config.seed + rank() * config.n_envs,
+        count_bonus=config.count_bonus,
+        # the counts are this process's: its share of the budget
+        count_bonus_decay_steps=max(
+            1, int(config.count_bonus_until * config.timesteps / world_size())
+        ),
+        count_bonus_key=cast(CountKey, config.count_bonus_key),
     )
     eval_env = make_text_env(
         config.env, config.n_envs, env_kwargs=config.env_kwargs, seed=config.seed + 10_000

@@ -67,6 +67,14 @@ class TrainConfig:
     target_kl: float | None = None
     #: Discount factor.
     gamma: float = 0.99
+    #: A count-based novelty bonus on the training env's reward, ``count_bonus / sqrt(N)``, N
+    #: the visits of the state reached (gym_llm.wrappers.CountBonusWrapper; 0: none). For
+    #: tasks that fail at discovery; about a tenth of the task's typical reward size.
+    count_bonus: float = 0.0
+    #: Share of ``timesteps`` over which the bonus falls linearly to 0.
+    count_bonus_until: float = 0.5
+    #: What the bonus counts: "next_state", or "state_action" for bandit-like tasks.
+    count_bonus_key: str = "next_state"
     #: Turns per forward/backward pass (gradient accumulation up to batch_size); none: as many
     #: as fit the update's memory budget.
     micro_batch_size: int | None = None
@@ -146,6 +154,16 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.eval_points < 0 or self.lora_r < 0 or self.eval_episodes < 0:
             raise ValueError("eval_points, eval_episodes and lora_r must be >= 0.")
+        if self.count_bonus < 0 or not 0 < self.count_bonus_until <= 1:
+            raise ValueError(
+                f"count_bonus must be >= 0 and count_bonus_until in (0, 1], got "
+                f"{self.count_bonus} and {self.count_bonus_until}."
+            )
+        if self.count_bonus_key not in ("next_state", "state_action"):
+            raise ValueError(
+                "count_bonus_key must be 'next_state' or 'state_action', got "
+                f"{self.count_bonus_key!r}."
+            )
         if self.sft_demos is not None and self.sft_epochs <= 0:
             raise ValueError(f"sft_epochs must be > 0, got {self.sft_epochs}.")
         parse_trainable_layers(self.trainable_layers)  # a bad value fails here, not mid-run

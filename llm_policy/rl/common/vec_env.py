@@ -26,6 +26,7 @@ from gym_llm.rl.common.run_state import episode_rng_state
 from gym_llm.spaces import NOT_TEXT_HELP
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 from gym_llm.wrappers.conversation import ConversationWrapper
+from gym_llm.wrappers.count_bonus import CountBonusWrapper, CountKey, NoveltyCounts
 
 
 def check_text_env(env: gym.Env[Any, Any] | VecEnv) -> None:
@@ -149,6 +150,9 @@ def make_text_env(
     seed: int | None = None,
     monitor: bool = True,
     conversation: bool = False,
+    count_bonus: float = 0.0,
+    count_bonus_decay_steps: int | None = None,
+    count_bonus_key: CountKey = "next_state",
 ) -> TextVecEnv:
     """``n_envs`` copies of an env with both text wrappers (and SB3's ``Monitor``), vectorised.
 
@@ -161,10 +165,15 @@ def make_text_env(
     (:class:`gym_llm.wrappers.conversation.ConversationWrapper`); the policy reads it as a chat.
     ``env_kwargs`` go to ``gym.make`` (or the game's adapter), ``seed`` seeds env ``i`` with
     ``seed + i`` on the first reset, and ``monitor`` adds SB3's ``Monitor`` (episode returns for
-    the logs and ``evaluate_policy``).
+    the logs and ``evaluate_policy``). ``count_bonus > 0`` adds a novelty bonus to the reward
+    (:class:`gym_llm.wrappers.count_bonus.CountBonusWrapper`, outside ``Monitor``, one set of
+    counts for all ``n_envs`` copies) that falls to 0 over ``count_bonus_decay_steps`` env
+    steps of them all; ``count_bonus_key`` says what it counts (the state reached, or the state
+    and the action).
     """
     if n_envs < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}.")
+    counts = NoveltyCounts()
 
     def factory() -> gym.Env[Any, Any]:
         env = make_env(env_id, **(env_kwargs or {})) if isinstance(env_id, str) else env_id()
@@ -180,7 +189,12 @@ def make_text_env(
             env = ActionParserWrapper(env, **(action_kwargs or {}))
         if conversation:
             env = ConversationWrapper(env)
-        return Monitor(env) if monitor else env
+        env = Monitor(env) if monitor else env
+        if count_bonus:
+            env = CountBonusWrapper(
+                env, count_bonus, count_bonus_decay_steps, count_bonus_key, counts
+            )
+        return env
 
     vec_env = TextVecEnv([factory] * n_envs)
     if seed is not None:

@@ -72,6 +72,7 @@ class RolloutCollection(OnPolicyAlgorithm):
         buffer.reset()
         callback.on_rollout_start()
         n_steps = invalid = nonfinite = cut_observations = 0
+        bonus: float | None = None  # the novelty bonus paid, when the env pays one
         cut_prompts = self.policy.truncated_prompts
         processes = world_size()
         finished: list[dict[str, Any]] = []  # Monitor's records of the episodes that ended
@@ -96,6 +97,9 @@ class RolloutCollection(OnPolicyAlgorithm):
                 finished.extend(info["episode"] for info in infos if "episode" in info)
             n_steps += 1
             invalid += sum(not info.get("action_valid", True) for info in infos)
+            paid = [float(info["intrinsic_reward"]) for info in infos if "intrinsic_reward" in info]
+            if paid:
+                bonus = (bonus or 0.0) + sum(paid)
             cut_observations += sum(bool(info.get("observation_truncated")) for info in infos)
             bad = ~np.isfinite(rewards)
             if bad.any() and not nonfinite:  # once per rollout; the count is logged
@@ -183,6 +187,8 @@ class RolloutCollection(OnPolicyAlgorithm):
                 )
         self.logger.record("rollout/invalid_action_rate", self.invalid_action_rate)
         self.logger.record("rollout/nonfinite_rewards", nonfinite)
+        if bonus is not None:  # per env step, in reward units (CountBonusWrapper)
+            self.logger.record("rollout/intrinsic_reward", bonus / (n_steps * env.num_envs))
         self.logger.record("rollout/observations_truncated", cut_observations)
         self.logger.record("rollout/prompts_truncated", cut_prompts)
         if samples:
