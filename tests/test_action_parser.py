@@ -95,6 +95,31 @@ def test_random_fallback_is_seeded() -> None:
     assert len(set(fallbacks(1))) > 1
 
 
+def test_random_fallback_does_not_replay_the_envs_own_draws() -> None:
+    """Seeded from the same number, a Discrete space's sampler draws exactly what the env's
+    reset draws: GuessNumber's random fallback guessed the secret in 40 of 40 episodes, and a
+    policy learned to reply nonsense. It must guess like chance (1 in 16)."""
+    import gym_llm  # noqa: F401  (registers gym_llm/GuessNumber-v0)
+
+    env = ActionParserWrapper(gym.make("gym_llm/GuessNumber-v0"))
+    episodes = first_guess_found = 0
+    for seed in range(200):  # a seeded reset per episode: where the two streams met
+        env.reset(seed=seed)
+        _, reward, terminated, _, info = env.step("no idea")
+        assert info["action_valid"] is False
+        episodes += 1
+        first_guess_found += int(terminated and reward == 1.0)
+    assert first_guess_found / episodes < 0.2  # chance: 0.0625; the bug: 1.0
+    env.reset(seed=0)
+    unseeded_found = 0
+    for _ in range(400):  # and the unseeded resets after it
+        _, reward, terminated, truncated, _ = env.step("no idea")
+        unseeded_found += int(terminated and reward == 1.0)
+        if terminated or truncated:
+            env.reset()
+    assert unseeded_found < 60  # chance: ~25 of 400 guesses; the bug: every one
+
+
 def test_raise_names_the_text_and_the_valid_actions() -> None:
     env = ActionParserWrapper(gym.make("Blackjack-v1"), on_invalid="raise")
     env.reset(seed=0)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 from gymnasium import spaces
 
 from gym_llm.wrappers.parsing import DiscreteParser, NumericParser, ParseResult
@@ -71,6 +72,22 @@ def rules_for(
     return None
 
 
+#: Tells a random-action sampler's stream apart from the env's, which ``reset(seed)`` seeds alike.
+SAMPLER_STREAM = 0xFA11BAC
+
+
+def action_sampler_seed(seed: int) -> int:
+    """The seed of a random-action sampler (a fallback, an exploration's uniform draws) for an
+    env reset with ``seed``: reproducible, and independent of the generator the env seeds from
+    the same number. Gymnasium seeds an env and a space alike (``PCG64(SeedSequence(seed))``),
+    so a ``Discrete(n)`` space seeded with the env's own seed draws the numbers the env draws.
+
+    >>> action_sampler_seed(0) == action_sampler_seed(0) != 0
+    True
+    """
+    return int(np.random.SeedSequence([int(seed), SAMPLER_STREAM]).generate_state(1)[0])
+
+
 class ActionResolver:
     """Reply -> env action, the one place both :class:`ActionParserWrapper` and ``Agent`` decide it.
 
@@ -115,10 +132,14 @@ class ActionResolver:
         self.fallback_action = self._validated_fallback(fallback_action)
 
     def seed(self, seed: int | None) -> None:
-        """Seed the random fallback (a copy of the space: the env's own generator is untouched)."""
+        """Seed the random fallback (a copy of the space: the env's own generator is untouched)
+        from a stream of its own: seeded with the env's seed itself, a ``Discrete`` space draws
+        the very numbers the env's ``reset`` draws, and a random guess would find
+        ``GuessNumber``'s secret every time, which taught a policy to reply nonsense."""
+        own = None if seed is None else action_sampler_seed(seed)
         if self._sampler is not None:
-            self._sampler.seed(seed)
-        self._seen_rng.seed(seed)
+            self._sampler.seed(own)
+        self._seen_rng.seed(own)
 
     def sample(self) -> Any:
         """A random action of the space, from the resolver's own seeded copy of it."""

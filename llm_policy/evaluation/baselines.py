@@ -44,6 +44,7 @@ from gym_llm.evaluation.flat_env import (  # noqa: F401  (re-exported)
     make_flat_env,
 )
 from gym_llm.evaluation.scores import Score
+from gym_llm.wrappers.resolver import action_sampler_seed
 
 ClassicAlgo = Literal["ppo", "dqn"]
 #: SB3 PPO's usual rollout length (its default ``n_steps``) and minibatch size.
@@ -285,6 +286,16 @@ def build_sb3(
     PPO: ``n_steps`` capped by :func:`ppo_rollout` (``batch_size`` ≤ ``n_steps``). DQN:
     :func:`dqn_budget_settings`.
     """
+    model, total = _build_sb3(algo, env, budget, seed)
+    # SB3 seeds the action space with the env's seed: its uniform exploration would replay the
+    # env's own draws (on GuessNumber every random guess was the secret).
+    model.action_space.seed(action_sampler_seed(seed))
+    return model, total
+
+
+def _build_sb3(
+    algo: ClassicAlgo, env: gym.Env[Any, Any], budget: int, seed: int
+) -> tuple[BaseAlgorithm, int]:
     if algo == "ppo":
         n_steps, total = ppo_rollout(budget)
         return (

@@ -14,6 +14,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from gym_llm.wrappers.resolver import action_sampler_seed
+
 
 class OneHotObservation(gym.ObservationWrapper[np.ndarray, Any, Any]):
     """Flattens the observation for ``MlpPolicy``: ``Discrete`` → one-hot, ``Tuple`` of
@@ -77,5 +79,5 @@ def make_flat_env(
     env = OneHotObservation(gym.make(env_id, **dict(env_kwargs or {})))
     if seed is not None:
         env.reset(seed=seed)
-        env.action_space.seed(seed)
+        env.action_space.seed(action_sampler_seed(seed))  # not the env's own stream
     return env
