@@ -15,7 +15,7 @@ import math
 from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Literal, SupportsFloat
+from typing import Any, Literal, SupportsFloat, cast
 
 import gymnasium as gym
 import numpy as np
@@ -23,6 +23,13 @@ import numpy as np
 #: What is counted: the state reached (``"next_state"``), or the state and the action taken in
 #: it (``"state_action"``, for bandit-like tasks where every step starts from the same state).
 CountKey = Literal["next_state", "state_action"]
+
+
+def check_count_key(key: str, name: str = "key") -> CountKey:
+    """``key`` as a :data:`CountKey`, or a ``ValueError`` naming the setting ``name``."""
+    if key not in ("next_state", "state_action"):
+        raise ValueError(f"{name} must be 'next_state' or 'state_action', got {key!r}.")
+    return cast(CountKey, key)
 
 
 def count_bonus(count: int, scale: float, step: int, decay_steps: int | None) -> float:
@@ -112,9 +119,7 @@ class CountBonusWrapper(gym.Wrapper[Any, Any, Any, Any]):
             raise ValueError(f"scale must be a finite number >= 0, got {scale}.")
         if decay_steps is not None and decay_steps < 1:
             raise ValueError(f"decay_steps must be >= 1 or None, got {decay_steps}.")
-        if key not in ("next_state", "state_action"):
-            raise ValueError(f"key must be 'next_state' or 'state_action', got {key!r}.")
-        self.scale, self.decay_steps, self.key = scale, decay_steps, key
+        self.scale, self.decay_steps, self.key = scale, decay_steps, check_count_key(key)
         self.counts = counts if counts is not None else NoveltyCounts()
         self._state: Hashable = None
 

@@ -14,7 +14,7 @@ import platform
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
@@ -41,7 +41,7 @@ from gym_llm.rl.common.sharding import check_can_shard, requested_by_launcher
 from gym_llm.rl.common.vec_env import make_text_env
 from gym_llm.rl.dqn.dqn import DQN
 from gym_llm.rl.ppo import PPO
-from gym_llm.wrappers.count_bonus import CountKey
+from gym_llm.wrappers.count_bonus import check_count_key
 
 __all__ = ["TrainConfig", "TrainResult", "device_name", "plot_result", "run", "versions"]
 
@@ -156,7 +156,7 @@ def run(
         count_bonus_decay_steps=max(
             1, int(config.count_bonus_until * config.timesteps / world_size())
         ),
-        count_bonus_key=cast(CountKey, config.count_bonus_key),
+        count_bonus_key=check_count_key(config.count_bonus_key, "count_bonus_key"),
     )
     eval_env = make_text_env(
         config.env, config.n_envs, env_kwargs=config.env_kwargs, seed=config.seed + 10_000

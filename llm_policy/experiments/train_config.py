@@ -10,6 +10,7 @@ from gym_llm.evaluation.exact import exact_evaluation_supported
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.top_layers import parse_trainable_layers
 from gym_llm.rl.ppo.advantages import check_estimator
+from gym_llm.wrappers.count_bonus import check_count_key
 
 
 @dataclass
@@ -159,11 +160,7 @@ class TrainConfig:
                 f"count_bonus must be >= 0 and count_bonus_until in (0, 1], got "
                 f"{self.count_bonus} and {self.count_bonus_until}."
             )
-        if self.count_bonus_key not in ("next_state", "state_action"):
-            raise ValueError(
-                "count_bonus_key must be 'next_state' or 'state_action', got "
-                f"{self.count_bonus_key!r}."
-            )
+        check_count_key(self.count_bonus_key, "count_bonus_key")
         if self.sft_demos is not None and self.sft_epochs <= 0:
             raise ValueError(f"sft_epochs must be > 0, got {self.sft_epochs}.")
         parse_trainable_layers(self.trainable_layers)  # a bad value fails here, not mid-run
