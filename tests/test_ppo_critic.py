@@ -58,12 +58,13 @@ class _NoCallback:
 def test_value_head_has_its_own_learning_rate(model_dir: Path) -> None:
     model = _ppo(model_dir, policy_kwargs={"value_lr_scale": 10.0})
     groups = model.policy.optimizer.param_groups
-    assert len(groups) == 2
+    assert len(groups) == 3  # the LM's weights, the action head (on by default), the value head
     value_ids = {id(p) for p in model.policy.value_head.parameters()}
-    assert {id(p) for p in groups[1]["params"]} == value_ids
-    assert not value_ids & {id(p) for p in groups[0]["params"]}
+    assert {id(p) for p in groups[2]["params"]} == value_ids
+    assert not value_ids & {id(p) for g in groups[:2] for p in g["params"]}
     model.learn(16)
-    assert groups[1]["lr"] == pytest.approx(10 * groups[0]["lr"])
+    assert groups[2]["lr"] == pytest.approx(10 * groups[0]["lr"])
+    assert groups[1]["lr"] == pytest.approx(groups[0]["lr"])
     assert groups[0]["lr"] == pytest.approx(1e-3)
     with pytest.raises(ValueError, match="value_lr_scale"):
         _ppo(model_dir, policy_kwargs={"value_lr_scale": 0.0})

@@ -47,6 +47,8 @@ class TrainConfig:
     advantage_estimator: str = "gae"
     #: The value head's learning rate as a multiple of the policy's.
     value_lr_scale: float = 1.0
+    #: Choice mode: the action head's learning rate as a multiple of the policy's.
+    action_head_lr_scale: float = 1.0
     #: Env steps at the start during which only the value head trains.
     critic_warmup_steps: int = 0
     #: Choice mode: subtract each action's score under a content-free prompt (default: on in
@@ -186,6 +188,7 @@ class TrainConfig:
             "temperature": self.temperature,
             "trainable_layers": parse_trainable_layers(self.trainable_layers),
             "value_lr_scale": self.value_lr_scale,
+            "action_head_lr_scale": self.action_head_lr_scale,
         }
         for name in ("choice_calibration", "action_head"):
             if getattr(self, name) is not None:

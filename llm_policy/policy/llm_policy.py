@@ -38,6 +38,7 @@ from gym_llm.policy.arguments import check_arguments, resolve_mode
 from gym_llm.policy.models import MODEL_REGISTRY, float32_logits, load_model
 from gym_llm.policy.outputs import Evaluation, PolicyStep, UpdateWork
 from gym_llm.policy.packed_linear import PackedLinears
+from gym_llm.policy.param_groups import check_lr_scale, param_groups
 from gym_llm.policy.scoring import (
     CONTENT_FREE_OBSERVATION,
     ActionMode,
@@ -111,6 +112,9 @@ class LLMPolicy(UpdatePasses):
             Costs ``new positions x hidden_size x 4`` bytes per stored turn.
         value_lr_scale: the value head's learning rate as a multiple of the policy's (a separate
             optimizer parameter group; PPO's learning-rate schedule scales both).
+        action_head_lr_scale: the action head's learning rate as a multiple of the policy's
+            (Adam moves the zero-initialised head by about its rate per step, so this sets how
+            many updates it needs to tell the states apart).
         choice_calibration: choice mode: subtract from each action's score its score after the
             content-free observation ``"N/A"`` (Zhao et al. 2021), so that the start policy is
             not the LM's prior over the action strings (untrained SmolLM2 samples Blackjack's
@@ -170,6 +174,7 @@ class LLMPolicy(UpdatePasses):
         trunk_cache_mb: float = DEFAULT_TRUNK_CACHE_MB,
         max_prompt_tokens: int | None = None,
         value_lr_scale: float = 1.0,
+        action_head_lr_scale: float = 1.0,
         choice_calibration: bool | None = None,
         action_head: bool | None = None,
         centred_critic: bool | None = None,
@@ -265,9 +270,8 @@ class LLMPolicy(UpdatePasses):
         self._init_trunk(trunk_cache_mb, frozen_identity)
         self._reference_mode = False
         self.update_work = UpdateWork()
-        if value_lr_scale <= 0:
-            raise ValueError(f"value_lr_scale must be > 0, got {value_lr_scale}.")
-        self.value_lr_scale = float(value_lr_scale)
+        self.value_lr_scale = check_lr_scale("value_lr_scale", value_lr_scale)
+        self.action_head_lr_scale = check_lr_scale("action_head_lr_scale", action_head_lr_scale)
         self.optimizer = self.optimizer_class(  # type: ignore[call-arg]
             self._param_groups(lr_schedule(1)), lr=lr_schedule(1), **self.optimizer_kwargs
         )
@@ -276,16 +280,10 @@ class LLMPolicy(UpdatePasses):
             self.choice_calibration = self.content_free_scores()
 
     def _param_groups(self, lr: float) -> list[dict[str, Any]]:
-        """The policy's trainable weights, then the value head with its own learning rate
-        (``lr_scale``: PPO's schedule multiplies it; TWOSOME and RAGEN train the critic 10-30x
-        faster than the policy)."""
-        value = [p for p in self.value_head.parameters() if p.requires_grad]
-        ids = {id(p) for p in value}
-        policy = [p for p in self.parameters() if p.requires_grad and id(p) not in ids]
-        groups: list[dict[str, Any]] = [{"params": policy, "lr": lr, "lr_scale": 1.0}]
-        scale = self.value_lr_scale
-        groups.append({"params": value, "lr": lr * scale, "lr_scale": scale})
-        return [g for g in groups if g["params"]]
+        """The LM's weights, the action head and the value head, each at its own rate."""
+        heads = self.value_head, self.action_head
+        scales = self.value_lr_scale, self.action_head_lr_scale
+        return param_groups(self.parameters(), *heads, lr, *scales)
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         data = super()._get_constructor_parameters()

@@ -36,9 +36,10 @@ def regroup_optimizer_state(
 ) -> dict[str, Any]:
     """A saved optimizer state laid out in ``optimizer``'s parameter groups.
 
-    Agents saved before the value head had its own group hold one group whose parameters are, in
-    order, the policy's and then the value head's: the order of today's groups, so the state
-    carries over index for index.
+    Agents saved before the heads had groups of their own hold fewer groups (one, or the LM's
+    weights with the action head, then the value head) whose parameters are, in order, the LM's,
+    the action head's and the value head's: the order of today's groups, so the state carries
+    over index for index.
     """
     groups = optimizer.param_groups
     if len(saved["param_groups"]) == len(groups):
