@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -50,19 +51,34 @@ def test_a_scale_must_be_positive(bad: float) -> None:
         check_lr_scale("action_head_lr_scale", bad)
 
 
-def test_ppo_keeps_the_head_rate_through_its_schedule_and_saves_it(tmp_path: Path) -> None:
-    model_dir = save_tiny_model(tmp_path / "model", words=["apple", "banana", "cherry"])
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("groups"), words=["apple", "banana", "cherry"])
+
+
+def _ppo(model_dir: Path, policy_kwargs: dict[str, Any], **settings: Any) -> PPO:
+    """A choice-mode PPO on KeywordBandit (4 envs x 4 steps), LoRA r=4, the head on by default."""
     env = make_text_env("gym_llm/KeywordBandit-v0", n_envs=4, seed=0)
-    kwargs = {"model": str(model_dir), "lora": {"r": 4}, "action_head_lr_scale": 8.0}
-    model = PPO(
+    kwargs = {"model": str(model_dir), "lora": {"r": 4}, **policy_kwargs}
+    return PPO(
         LLMPolicy,
         env,
         policy_kwargs=kwargs,
         n_steps=4,
         batch_size=8,
-        n_epochs=1,
         seed=0,
         device="cpu",
+        **settings,
+    )
+
+
+def test_ppo_keeps_the_head_rate_through_its_schedule_and_saves_it(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    model = _ppo(
+        model_dir,
+        {"action_head_lr_scale": 8.0},
+        n_epochs=1,
         learning_rate=lambda progress: 1e-3 * progress,
     )
     head = model.policy.action_head
@@ -80,12 +96,9 @@ def test_ppo_keeps_the_head_rate_through_its_schedule_and_saves_it(tmp_path: Pat
 
 
 def test_an_agent_saved_with_the_head_in_the_lm_group_loads_with_its_adam_state(
-    tmp_path: Path,
+    model_dir: Path, tmp_path: Path
 ) -> None:
-    model_dir = save_tiny_model(tmp_path / "model", words=["apple", "banana", "cherry"])
-    env = make_text_env("gym_llm/KeywordBandit-v0", n_envs=4, seed=0)
-    kwargs = {"model": str(model_dir), "lora": {"r": 4}}
-    model = PPO(LLMPolicy, env, policy_kwargs=kwargs, n_steps=4, batch_size=8, seed=0, device="cpu")
+    model = _ppo(model_dir, {})
     model.learn(16)
     model.save(tmp_path / "agent")
     state = torch.load(tmp_path / "agent" / "policy.pt", weights_only=True)
