@@ -3,7 +3,8 @@
     python -m benchmarks.family_sweep run --split tuning --seeds 0-9 \\
         --arms defaults plain:action_head=false,choice_calibration=false \\
         --jsonl benchmarks/results/family/tuning.jsonl
-    python -m benchmarks.family_sweep summarize benchmarks/results/family/tuning.jsonl
+    python -m benchmarks.family_sweep summarize benchmarks/results/family/tuning.jsonl \\
+        --plots benchmarks/results/family
 
 Each run is PPO as a user builds it (the library's defaults plus the arm's settings: an arm is
 ``NAME`` or ``NAME:KEY=VALUE,...``, keys ``ppo_X`` for PPO's ``X`` and the others for ``LLMPolicy``) on
@@ -68,9 +69,23 @@ def build_parser() -> argparse.ArgumentParser:
     add("--target", type=float, default=0.9, help="share of the random-to-optimum gap")
     add("--jsonl", type=Path, required=True, help="append rows here (and resume from it)")
     summary = commands.add_parser("summarize", help="k of N per task and arm")
-    summary.add_argument("jsonl", type=Path)
+    summary.add_argument("jsonl", type=Path, nargs="+", help="one or more sweeps' rows")
     summary.add_argument("--target", type=float, default=0.9)
     summary.add_argument("--markdown", action="store_true", help="a table for RESULTS.md")
+    summary.add_argument(
+        "--rename",
+        nargs="+",
+        default=[],
+        metavar="OLD=NEW",
+        help="count runs recorded under arm OLD as arm NEW (the same settings renamed)",
+    )
+    summary.add_argument(
+        "--plots",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also write one PNG of every seed's curve per task here (curves-TASK.png)",
+    )
     return parser
 
 
@@ -173,9 +188,20 @@ def _report(row: dict[str, Any]) -> None:
     )
 
 
+def load_rows(*paths: Path) -> list[dict[str, Any]]:
+    """Every run of one or more sweep files, in file order."""
+    return [
+        json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()
+    ]
+
+
 def summarize(path: Path, target: float = 0.9) -> list[dict[str, Any]]:
     """Per task and arm: seeds, how many reached the target, median env steps to it."""
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return summarize_rows(load_rows(path), target)
+
+
+def summarize_rows(rows: Sequence[dict[str, Any]], target: float = 0.9) -> list[dict[str, Any]]:
+    """:func:`summarize` on rows already read (several files' rows pooled)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         groups[r["task"], r["arm"]].append(r)
@@ -219,12 +245,71 @@ def markdown(table: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _rename(text: str) -> tuple[str, str]:
+    old, sep, new = text.partition("=")
+    if not (sep and old and new):
+        raise SystemExit(f"--rename expects OLD=NEW, got {text!r}")
+    return old, new
+
+
+def plot_curves(rows: Sequence[dict[str, Any]], out_dir: Path, target: float = 0.9) -> list[Path]:
+    """One PNG per task: every seed's greedy gap against env steps (thin), the median over
+    seeds per arm (bold), and the target: k of N hides *how* runs miss (never moving, or
+    crossing and falling back), which the curves show at a glance."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_task: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        by_task[r["task"]][r["arm"]].append(r)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for task, arms in sorted(by_task.items()):
+        fig, ax = plt.subplots(figsize=(8, 4.8))
+        for arm, runs in arms.items():
+            (line,) = ax.plot([], [])
+            color = line.get_color()
+            by_step: dict[int, list[float]] = defaultdict(list)
+            for r in runs:
+                steps = [p["env_steps"] for p in r["curve"]]
+                gaps = [p["gap"] for p in r["curve"]]
+                ax.plot(steps, gaps, color=color, alpha=0.25, linewidth=0.8)
+                for step, gap in zip(steps, gaps, strict=True):
+                    by_step[step].append(gap)
+            xs = sorted(by_step)
+            medians = [sorted(by_step[x])[len(by_step[x]) // 2] for x in xs]
+            reached = sum(any(p["gap"] >= target for p in r["curve"]) for r in runs)
+            ax.plot(xs, medians, color=color, linewidth=2.2,
+                    label=f"{arm}: {reached} of {len(runs)} reach {target:.0%}")  # fmt: skip
+        ax.axhline(target, color="gray", linestyle="--", linewidth=1)
+        ax.axhline(0.0, color="gray", linestyle=":", linewidth=1)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("share of the random → optimum gap (greedy, exact)")
+        ax.set_title(f"{task}: every seed (thin) and the median (bold)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize="small")
+        fig.tight_layout()
+        path = out_dir / f"curves-{task}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command == "run":
         run(args)
         return
-    table = summarize(args.jsonl, args.target)
+    rows = load_rows(*args.jsonl)
+    renames = dict(_rename(text) for text in args.rename)
+    rows = [{**r, "arm": renames.get(r["arm"], r["arm"])} for r in rows]
+    table = summarize_rows(rows, args.target)
+    if args.plots is not None:
+        for path in plot_curves(rows, args.plots, args.target):
+            print(f"wrote {path}", file=sys.stderr)
     if args.markdown:
         print(markdown(table))
         return

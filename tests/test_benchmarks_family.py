@@ -103,3 +103,29 @@ def test_markdown_has_a_column_per_arm(tmp_path: Path) -> None:
     text = markdown(summarize(path))
     assert text.splitlines()[0] == "| task | defaults | head |"
     assert "1 of 1, median 128; gap 0.00 → 0.95" in text and "0 of 1; gap 0.00 → 0.00" in text
+
+
+def test_summarize_pools_files_and_writes_a_plot_per_task(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks.family_sweep import main
+
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text(json.dumps(_row("grid-p1-s1", 0, "ep4", [0.0, 0.95])) + "\n")
+    second.write_text(
+        json.dumps(_row("grid-p1-s1", 1, "ep4", [0.0, 0.5])) + "\n"
+        + json.dumps(_row("walk-p0-s0", 0, "defaults", [0.0, 0.2])) + "\n"
+    )  # fmt: skip
+    second.write_text(
+        second.read_text() + json.dumps(_row("grid-p1-s1", 2, "old", [0.0, 0.99])) + "\n"
+    )
+    plots = ["--plots", str(tmp_path / "plots")]
+    main(["summarize", str(first), str(second), "--rename", "old=ep4", *plots])
+    out = capsys.readouterr().out
+    assert "grid-p1-s1" in out and " 2 of 3 " in out  # both files' seeds pooled, "old" renamed
+    assert "old" not in out
+    with pytest.raises(SystemExit, match="OLD=NEW"):
+        main(["summarize", str(first), "--rename", "old"])
+    pngs = sorted(p.name for p in (tmp_path / "plots").iterdir())
+    assert pngs == ["curves-grid-p1-s1.png", "curves-walk-p0-s0.png"]
+    assert all((tmp_path / "plots" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
