@@ -4,7 +4,7 @@
         --arms defaults plain:action_head=false,choice_calibration=false \\
         --jsonl benchmarks/results/family/tuning.jsonl
     python -m benchmarks.family_sweep summarize benchmarks/results/family/tuning.jsonl \\
-        --plots benchmarks/results/family
+        --plots benchmarks/results/family/curves-tuning
 
 Each run is PPO as a user builds it (the library's defaults plus the arm's settings: an arm is
 ``NAME`` or ``NAME:KEY=VALUE,...``, keys ``ppo_X`` for PPO's ``X`` and the others for ``LLMPolicy``) on
@@ -195,6 +195,11 @@ def load_rows(*paths: Path) -> list[dict[str, Any]]:
     ]
 
 
+def reached_at(row: dict[str, Any], target: float) -> int | None:
+    """The first evaluated env step at which a run's greedy gap was at least ``target``."""
+    return next((p["env_steps"] for p in row["curve"] if p["gap"] >= target), None)
+
+
 def summarize(path: Path, target: float = 0.9) -> list[dict[str, Any]]:
     """Per task and arm: seeds, how many reached the target, median env steps to it."""
     return summarize_rows(load_rows(path), target)
@@ -207,9 +212,7 @@ def summarize_rows(rows: Sequence[dict[str, Any]], target: float = 0.9) -> list[
         groups[r["task"], r["arm"]].append(r)
     table = []
     for (task, arm), runs in sorted(groups.items()):
-        hits = [
-            next((p["env_steps"] for p in r["curve"] if p["gap"] >= target), None) for r in runs
-        ]
+        hits = [reached_at(r, target) for r in runs]
         reached = sorted(h for h in hits if h is not None)
         table.append({
             "task": task, "arm": arm, "seeds": len(runs), "reached": len(reached),
@@ -256,11 +259,9 @@ def plot_curves(rows: Sequence[dict[str, Any]], out_dir: Path, target: float = 0
     """One PNG per task: every seed's greedy gap against env steps (thin), the median over
     seeds per arm (bold), and the target: k of N hides *how* runs miss (never moving, or
     crossing and falling back), which the curves show at a glance."""
-    import matplotlib
+    from gym_llm.experiments.plots import _pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt: Any = _pyplot()
     by_task: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         by_task[r["task"]][r["arm"]].append(r)
@@ -268,9 +269,8 @@ def plot_curves(rows: Sequence[dict[str, Any]], out_dir: Path, target: float = 0
     written = []
     for task, arms in sorted(by_task.items()):
         fig, ax = plt.subplots(figsize=(8, 4.8))
-        for arm, runs in arms.items():
-            (line,) = ax.plot([], [])
-            color = line.get_color()
+        for i, (arm, runs) in enumerate(arms.items()):
+            color = f"C{i}"
             by_step: dict[int, list[float]] = defaultdict(list)
             for r in runs:
                 steps = [p["env_steps"] for p in r["curve"]]
@@ -280,7 +280,7 @@ def plot_curves(rows: Sequence[dict[str, Any]], out_dir: Path, target: float = 0
                     by_step[step].append(gap)
             xs = sorted(by_step)
             medians = [sorted(by_step[x])[len(by_step[x]) // 2] for x in xs]
-            reached = sum(any(p["gap"] >= target for p in r["curve"]) for r in runs)
+            reached = sum(reached_at(r, target) is not None for r in runs)
             ax.plot(xs, medians, color=color, linewidth=2.2,
                     label=f"{arm}: {reached} of {len(runs)} reach {target:.0%}")  # fmt: skip
         ax.axhline(target, color="gray", linestyle="--", linewidth=1)

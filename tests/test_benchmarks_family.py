@@ -112,13 +112,12 @@ def test_summarize_pools_files_and_writes_a_plot_per_task(
 
     first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     first.write_text(json.dumps(_row("grid-p1-s1", 0, "ep4", [0.0, 0.95])) + "\n")
-    second.write_text(
-        json.dumps(_row("grid-p1-s1", 1, "ep4", [0.0, 0.5])) + "\n"
-        + json.dumps(_row("walk-p0-s0", 0, "defaults", [0.0, 0.2])) + "\n"
-    )  # fmt: skip
-    second.write_text(
-        second.read_text() + json.dumps(_row("grid-p1-s1", 2, "old", [0.0, 0.99])) + "\n"
-    )
+    rows = [
+        _row("grid-p1-s1", 1, "ep4", [0.0, 0.5]),
+        _row("walk-p0-s0", 0, "defaults", [0.0, 0.2]),
+        _row("grid-p1-s1", 2, "old", [0.0, 0.99]),
+    ]
+    second.write_text("".join(json.dumps(r) + "\n" for r in rows))
     plots = ["--plots", str(tmp_path / "plots")]
     main(["summarize", str(first), str(second), "--rename", "old=ep4", *plots])
     out = capsys.readouterr().out
