@@ -146,6 +146,14 @@ def test_train_writes_a_run_that_repeats_from_its_config_and_evaluates(
     assert cli.main(["eval", "--load", str(checkpoint), "--episodes", "2", "--no-exact",
                      "--device", "cpu", "--out", str(out_file)]) == 0  # fmt: skip
     assert json.loads(out_file.read_text())["num_timesteps"] == 8
+    # the best curve point's agent evaluates like any other
+    assert "Best point:" in out and result["best"]["kind"] == "exact"
+    best = tmp_path / "best.json"
+    assert cli.main(["eval", "--load", str(first / "best"), "--episodes", "2", "--device", "cpu",
+                     "--out", str(best)]) == 0  # fmt: skip
+    report = json.loads(best.read_text())
+    assert report["num_timesteps"] == result["best"]["timesteps"]
+    assert report["exact"] == result["best"]["value"] == max(p["exact"] for p in result["curve"])
 
 
 def test_dry_run_resolves_config_and_overrides(
@@ -329,6 +337,8 @@ def test_resume_extends_a_run_and_refuses_conflicting_flags(
     result = json.loads((run_dir / "result.json").read_text())
     assert result["timesteps"] == 16 and result["config"]["timesteps"] == 16
     assert [p["timesteps"] for p in result["curve"]] == [0, 16]  # before, then after
+    # best/ kept across the resume: never below any point of the run
+    assert result["best"]["value"] >= max(p["exact"] for p in result["curve"])
     events = sorted((run_dir / "tensorboard").iterdir())
     assert [p.name for p in events] == ["ppo_1"]  # TensorBoard continues the same run
 

@@ -79,3 +79,4 @@ def test_training_demo_reports_before_after_and_where_things_are(
     assert shows in out and "=== Episode 1/1" in out  # Blackjack: the strategy chart
     assert f"--logdir {tmp_path / 'demo' / 'tensorboard'}" in out
     assert (tmp_path / "demo" / "agent" / "config.json").exists()
+    assert f"best agent:     {tmp_path / 'demo' / 'best'}" in out

@@ -251,7 +251,12 @@ def test_callbacks_logging_and_evaluate_policy(model_dir: Path, tmp_path: Path) 
     callbacks = [
         Recorder(),
         EvalCallback(
-            eval_env, n_eval_episodes=4, eval_freq=4, log_path=str(tmp_path / "eval"), verbose=0
+            eval_env,
+            n_eval_episodes=4,
+            eval_freq=4,
+            log_path=str(tmp_path / "eval"),
+            best_model_save_path=str(tmp_path / "best"),
+            verbose=0,
         ),
         CheckpointCallback(save_freq=4, save_path=str(tmp_path / "ckpt"), name_prefix="agent"),
     ]
@@ -259,6 +264,8 @@ def test_callbacks_logging_and_evaluate_policy(model_dir: Path, tmp_path: Path) 
     model.learn(32, callback=callbacks, progress_bar=True)
     assert calls.count("step") == 8 and calls.count("rollout_end") == 2
     assert (tmp_path / "eval" / "evaluations.npz").is_file()
+    # SB3's "best model" is a PPO.save directory that loads back
+    assert PPO.load(tmp_path / "best" / "best_model", device="cpu").num_timesteps > 0
     assert list((tmp_path / "ckpt").iterdir())
     logged = model.logger.name_to_value
     for key in (

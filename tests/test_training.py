@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gym_llm import PPO
+from gym_llm.evaluation.exact import exact_policy_value
 from gym_llm.experiments.run import TrainConfig, run
 
 
@@ -52,6 +53,16 @@ def test_run_writes_config_result_agent_and_logs(tiny_model_dir: Path, tmp_path:
     agent = PPO.load(result.agent_path, device="cpu")
     reply, _ = agent.predict("Your hand totals 15. Usable ace: no.\nThe dealer shows a 10.")
     assert reply in ("stick", "hit")
+    # best/ holds the agent of the first highest point, and its exact value is that point's
+    values = [p.value for p in result.curve]
+    top = values.index(max(values))
+    assert result.best == {"timesteps": [0, 32, 64][top], "value": values[top], "kind": "exact"}
+    assert saved["best"] == result.best
+    assert json.loads((result.best_path / "best.json").read_text()) == result.best
+    best = PPO.load(result.best_path, device="cpu")
+    assert best.num_timesteps == result.best["timesteps"]
+    value = exact_policy_value(best, "Blackjack-v1", {"sab": False})
+    assert value == pytest.approx(result.best["value"], abs=1e-6)
 
 
 def test_monte_carlo_curve_where_no_exact_evaluation(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -95,8 +106,10 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
         critic_warmup_steps=32,
         choice_calibration=True,
         action_head=True,
+        keep_best=False,
     )
     run(config, tmp_path / "run")
+    assert not (tmp_path / "run" / "best").exists()
     model = PPO.load(tmp_path / "run" / "agent", device="cpu")
     assert model.advantage_estimator == "rloo" and model.critic_warmup_steps == 32
     assert model.policy.value_lr_scale == 10.0

@@ -217,7 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--load",
         required=True,
         metavar="RUN_DIR",
-        help="a run directory from `gym-llm train --out`, or one of its checkpoints/<steps>/",
+        help="a run directory from `gym-llm train --out` (its final agent), its best/ (the best "
+        "curve point's agent) or one of its checkpoints/<steps>/",
     )
     evaluate.add_argument("--episodes", type=int, default=100, help="Monte-Carlo episodes")
     evaluate.add_argument(

@@ -213,12 +213,19 @@ def train(args: argparse.Namespace) -> None:
         env = make_text_env(args.env, env_kwargs=env_kwargs).envs[0]
         play(env, lambda o: str(agent.predict(o, deterministic=True)[0]), args.episodes, args.seed)
     tensorboard = result.tensorboard_dir
+    best = ""
+    if result.best is not None:
+        best = (
+            f"best agent:     {result.best_path}  (the best curve point: "
+            f"{result.best['value']:+.4f} at {result.best['timesteps']} env steps)\n"
+        )
     print(
         "=== Where things are\n"
         f"run directory:  {result.run_dir}  (config.json, result.json, curve.png)\n"
         f"saved agent:    {result.agent_path}  (adapter + value head + optimizer, "
         "no base weights)\n"
         f"  reload with:  gym_llm.PPO.load({str(result.agent_path)!r}, env=...)\n"
+        f"{best}"
         f"TensorBoard:    .venv/bin/tensorboard --logdir {tensorboard}\n"
     )
 

@@ -172,6 +172,11 @@ def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: 
     references = reference_returns(config.env, config.env_kwargs, measure_random=False)
     say(f"Before training: {result.before.describe()}")
     say(f"After training:  {result.after.describe()}")
+    if result.best is not None:
+        say(
+            f"Best point:      {result.best['value']:+.4f} ({result.best['kind']}) at "
+            f"{result.best['timesteps']} env steps, kept in {result.best_path}"
+        )
     if references:
         say("Reference: " + ", ".join(f"{k} {v:+.4f}" for k, v in references.items()))
     say(
@@ -179,6 +184,7 @@ def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: 
         + (f" x {result.processes} processes" if result.processes > 1 else "")
         + ".\n"
         f"Run directory: {run_dir} (config.json, result.json, curve.png, agent/, tensorboard/"
+        + (", best/" if result.best is not None else "")
         + (", checkpoints/" if config.checkpoint_every != 0 else "")
         + ")\n"
         f"  TensorBoard: tensorboard --logdir {run_dir / 'tensorboard'}\n"
@@ -194,10 +200,10 @@ def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: 
 
 def _find_run(path: Path) -> tuple[Path, Path]:
     """``(agent directory, config.json of the run)`` for a run directory, its ``agent/`` or one
-    of its ``checkpoints/<steps>/``."""
+    of its ``best/`` or ``checkpoints/<steps>/``."""
     hint = (
         "Pass the --out directory of a `gym-llm train` run (it holds config.json and agent/), "
-        "or one of its checkpoints/<steps>/ directories."
+        "its best/, or one of its checkpoints/<steps>/ directories."
     )
     if not path.exists():
         raise CLIError(f"--load {path}: no such directory. {hint}")
@@ -205,7 +211,7 @@ def _find_run(path: Path) -> tuple[Path, Path]:
         raise CLIError(f"--load {path} is a file, not a run directory. {hint}")
     if (path / "agent" / "policy.pt").is_file() and (path / "config.json").is_file():
         return path / "agent", path / "config.json"
-    if (path / "policy.pt").is_file():  # an agent directory: agent/ or checkpoints/<steps>/
+    if (path / "policy.pt").is_file():  # agent/, best/ or checkpoints/<steps>/
         for run_dir in (path.parent, path.parent.parent):
             is_run = (run_dir / "agent").is_dir() or (run_dir / "checkpoints").is_dir()
             if is_run and (run_dir / "config.json").is_file():

@@ -24,6 +24,7 @@ from gym_llm.evaluation.exact import exact_evaluation_supported, exact_policy_va
 from gym_llm.evaluation.monte_carlo import EvalStats, evaluate
 from gym_llm.evaluation.scores import Score
 from gym_llm.experiments.agents import build_agent
+from gym_llm.experiments.best_agent import BestAgentKeeper
 from gym_llm.experiments.checkpoints import (
     CheckpointCallback,
     read_run_state,
@@ -67,10 +68,16 @@ class TrainResult:
     sft: dict[str, float] | None = None
     #: Processes that trained data-parallel (each with ``config.n_envs`` envs).
     processes: int = 1
+    #: Which curve point ``run_dir/best/`` holds and its value (``None`` without ``keep_best``).
+    best: dict[str, Any] | None = None
 
     @property
     def agent_path(self) -> Path:
         return self.run_dir / "agent"
+
+    @property
+    def best_path(self) -> Path:
+        return self.run_dir / "best"
 
     @property
     def tensorboard_dir(self) -> Path:
@@ -91,6 +98,7 @@ class TrainResult:
             "after_sft": self.after_sft.as_dict() if self.after_sft is not None else None,
             "sft": self.sft,
             "processes": self.processes,
+            "best": self.best,
         }
 
 
@@ -184,6 +192,9 @@ def run(
     # Only the main process measures the curve (the weights are the same in every process).
     curve = CurveRecorder(every if main else 0, measure, on_point=on_point if main else None)
     curve.init_callback(model)
+    keeper = BestAgentKeeper(run_dir / "best", curve) if config.keep_best else None
+    if keeper is not None:
+        keeper.init_callback(model)
     after_sft, sft_stats = None, None
     if checkpoint is not None:
         model.load_policy_state(checkpoint)
@@ -216,6 +227,8 @@ def run(
                 {"sft": sft_stats},
             )
         )
+    if keeper is not None:  # after the curve (and the checkpoint): it reads the newest point
+        callbacks.append(keeper)
     remaining = config.timesteps - model.num_timesteps
     if remaining > 0:
         model.learn(
@@ -229,6 +242,8 @@ def run(
     if main:
         last = curve.points[-1]
         after = last if last.timesteps == model.num_timesteps else curve.record()
+    if keeper is not None:
+        keeper.update()  # the final point (every process: the save may be collective)
     model.save(run_dir / "agent")  # written by the main process (the others join FSDP's gather)
     env.close()
     eval_env.close()
@@ -249,6 +264,7 @@ def run(
         after_sft=after_sft,
         sft=sft_stats,
         processes=world_size(),
+        best=from_main_process(keeper.best if keeper is not None else None),
     )
     if main:
         (run_dir / "result.json").write_text(json.dumps(result.as_dict(), indent=2))

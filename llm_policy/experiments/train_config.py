@@ -100,6 +100,9 @@ class TrainConfig:
     checkpoint_every: int | None = None
     #: Checkpoints kept (the newest; older ones are removed once a newer one is complete).
     keep_checkpoints: int = 2
+    #: Also keep the agent of the best curve point so far in run_dir/best/ (which point and its
+    #: value in best/best.json): a run that reaches its best and then falls back keeps it.
+    keep_best: bool = True
     #: Several processes, full fine-tuning (lora_r=0): shard the training state (weights the
     #: optimizer steps, gradients, moments) over them with FSDP; each keeps one whole copy of
     #: the weights. ``accelerate launch --use_fsdp`` turns it on too.
