@@ -164,6 +164,8 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
         base.update(algo="dqn", dqn=dqn)
     if args.count_bonus:
         base["count_bonus"] = args.count_bonus
+    if args.epochs != 2:  # only where not the default: rows without it ran 2 epochs
+        base["n_epochs"] = args.epochs
     args.jsonl.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
 
@@ -204,9 +206,9 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def read_runs(files: Sequence[Path]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
-    """Points grouped by run (env, kwargs, learner, mode, n_steps, seed), in file order; a run's
-    ``done`` line is kept as its last element. The learner is PPO's advantage estimator, or
-    ``dqn beta=B`` for gym_llm's DQN, with ``+ count bonus C`` when the run had one."""
+    """Points grouped by run (env, kwargs, learner, mode, n_steps, seed), in file order, ``done``
+    line last. The learner: PPO's advantage estimator or ``dqn beta=B`` (gym_llm's DQN), then
+    ``+ count bonus C`` and ``, n_epochs E`` where the run had them."""
     runs: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for path in files:
         for line in path.read_text().splitlines():
@@ -219,6 +221,8 @@ def read_runs(files: Sequence[Path]) -> dict[tuple[Any, ...], list[dict[str, Any
                 )
                 if row.get("count_bonus"):
                     learner += f" + count bonus {row['count_bonus']}"
+                if row.get("n_epochs", 2) != 2:
+                    learner += f", n_epochs {row['n_epochs']}"
                 key = (row["env"], row["env_kwargs"], learner, row["mode"], row["n_steps"])
                 runs[(*key, row["seed"])].append(row)
     return runs
@@ -265,13 +269,9 @@ def summarize(files: Sequence[Path]) -> str:
         )
         at_budget = [value_at(points, budget) for points in runs]
         known = [v for v in at_budget if v is not None]
-        spread = (
-            f"{mean(known):+.3f} ± {stdev(known):.3f}"
-            if len(known) > 1
-            else f"{known[0]:+.3f}"
-            if known
-            else "not reached"
-        )
+        spread = f"{mean(known):+.3f}" if known else "not reached"
+        if len(known) > 1:
+            spread += f" ± {stdev(known):.3f}"
         met = [first_reaching(points, target) for points in runs]
         gap = [first_reaching(points, level90) if level90 is not None else None for points in runs]
         last = [[p for p in points if "done" not in p][-1] for points in runs]

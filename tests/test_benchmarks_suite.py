@@ -24,11 +24,12 @@ def test_run_streams_points_then_summarize_plots_and_diagnostics(
     rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert [r["env_steps"] for r in rows[:-1]] == [0, 8, 16]
     assert rows[-1]["done"] and rows[-1]["env_steps"] == 16 == totals["env_steps"]
-    assert {r["estimator"] for r in rows} == {"gigpo"}
+    assert {r["estimator"] for r in rows} == {"gigpo"} and {r["n_epochs"] for r in rows} == {1}
     assert all(0.0 <= r["value"] <= 1.0 for r in rows)  # FrozenLake's exact goal probability
 
     table = main(["summarize", str(jsonl), "--plots", str(tmp_path / "plots")])
-    assert "| FrozenLake-v1 is_slippery=False | gigpo (choice, 4) | 1 | +1.000 @ 2048 |" in table
+    # a setting that is not the default names its own learner
+    assert "| FrozenLake-v1 is_slippery=False | gigpo, n_epochs 1 (choice, 4) | 1 |" in table
     assert "not reached" in table  # 16 steps never reach the 2,048-step budget
     assert (tmp_path / "plots" / "FrozenLake-v1-is_slippery=False.png").stat().st_size > 0
 
@@ -55,7 +56,7 @@ def test_dqn_runs_record_their_settings_and_the_distilled_lm(
     settings = rows[0]["dqn"]
     # SB3 DQN's settings scaled to the 32-step budget, replayed as often as its one-env DQN
     assert settings["learning_starts"] == 3 and settings["gradient_steps"] == 2
-    assert settings["dqn_beta"] == 1 and rows[-1]["done"]
+    assert settings["dqn_beta"] == 1 and rows[-1]["done"] and "n_epochs" not in rows[0]
     assert 0.0 <= rows[-1]["distilled_value"] <= 1.0
     table = main(["summarize", str(jsonl)])
     assert "| dqn beta=1 (choice, 8) | 1 | +1.000 @ 2048 |" in table
