@@ -1,8 +1,8 @@
 """Keep the agent of a run's best curve point: ``run_dir/best/``.
 
 Online RL does not climb monotonically. A policy that has reached the target keeps sampling,
-and a few updates can flip its move in a state or two: on the task family's held-out grid, four
-of seven runs that reached 90 % of the gap ended below it. The final agent is then not the best
+and a few updates can flip its move in a state or two: on the task family's held-out grid, five
+of ten runs that reached 90 % of the gap ended below it. The final agent is then not the best
 one the run produced, and the run's own curve says which one was. This keeper saves the agent
 whenever a curve point beats every earlier one, so ``best/`` always holds the best policy
 measured so far (written all or nothing, like every checkpoint).
