@@ -18,12 +18,15 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from stable_baselines3.common.callbacks import BaseCallback
 
 from gym_llm.evaluation.curve import CurvePoint, CurveRecorder
 from gym_llm.rl.common.distributed import from_main_process
+
+if TYPE_CHECKING:
+    from gym_llm.rl.ppo import PPO
 
 #: The file in ``best/`` that says which curve point the agent is, and its value.
 BEST_FILE = "best.json"
@@ -64,7 +67,6 @@ class BestAgentKeeper(BaseCallback):
         self.directory, self.curve = directory, curve
         #: What ``best.json`` holds; a resumed run continues from the record on disk.
         self.best = read_best(directory)
-        self._seen = 0
 
     def _on_training_start(self) -> None:
         self.update()
@@ -76,21 +78,19 @@ class BestAgentKeeper(BaseCallback):
         return True
 
     def update(self) -> bool:
-        """Save the agent if the newest unseen point is the best so far; whether it did."""
+        """Save the agent if the newest point is the best so far; whether it did. Asking again
+        without a new point saves nothing: a point already kept no longer beats the record."""
         record = from_main_process(self._candidate())
         if record is None:
             return False
-        self.model.save(self.directory, extra_json={BEST_FILE: record})  # type: ignore[call-arg]
-        self.best = cast("dict[str, Any]", record)
+        cast("PPO", self.model).save(self.directory, extra_json={BEST_FILE: record})
+        self.best = record
         return True
 
     def _candidate(self) -> dict[str, Any] | None:
-        points = self.curve.points
-        new = len(points) > self._seen
-        self._seen = len(points)
-        if not new:
+        if not self.curve.points:
             return None
-        last = points[-1]
+        last = self.curve.points[-1]
         if last.timesteps != self.model.num_timesteps or not beats(last, self.best):
             return None
         return {"timesteps": last.timesteps, "value": last.value, "kind": last.score.kind}
