@@ -38,7 +38,7 @@ test-slow: $(STAMP)
 
 # The GPU checklist (benchmarks/gpu_check.py, ~15 minutes on a CUDA machine): appends its figures
 # to benchmarks/RESULTS.md. Where the Python at hand already holds the dependencies (a lent GPU
-# machine with carried wheels), `make gpu-check GPU_PY=python3 GPU_ARGS="--model <dir>"`.
+# machine with carried wheels), `make gpu-check GPU_PY=python3 GPU_ARGS="--model <dir or .gguf>"`.
 GPU_PY ?= $(PY)
 GPU_ARGS ?=
 gpu-check: $(if $(filter $(PY),$(GPU_PY)),$(STAMP))

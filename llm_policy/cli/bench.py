@@ -73,7 +73,7 @@ def build_parser(
         default=",".join(DEFAULT_AGENTS),
         help=f"comma-separated agents among {', '.join(AGENTS)}",
     )
-    add("--model", default=defaults.model, help="LLM: registry name or local path")
+    add("--model", default=defaults.model, help="LLM: registry name, local directory or .gguf file")
     add(
         "--budget",
         type=int,

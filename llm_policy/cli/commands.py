@@ -118,7 +118,7 @@ def _models(args: argparse.Namespace) -> int:
         )
     print(
         f"\nConverted models are cached in {cache_dir()} ($GYM_LLM_CACHE). Any local directory "
-        "(config.json + weights + tokenizer) or hub id also works as --model."
+        "(config.json + weights + tokenizer), .gguf file or hub id also works as --model."
     )
     return 0
 

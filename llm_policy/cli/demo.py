@@ -74,7 +74,11 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="env kwargs, e.g. sab=False for Blackjack-v1",
     )
-    add("--model", default=DEFAULT_MODEL, help="registry name, local path or hub id")
+    add(
+        "--model",
+        default=DEFAULT_MODEL,
+        help="registry name, local directory, .gguf file or hub id",
+    )
     add("--timesteps", type=int, default=DEMO_SETTINGS["timesteps"], help="env steps to train")
     add("--n-envs", type=int, default=DEMO_SETTINGS["n_envs"], help="parallel envs")
     add(

@@ -24,7 +24,7 @@ class TrainConfig:
     algo: str = "ppo"
     #: Keyword arguments for ``gym.make`` (e.g. ``{"sab": False}``).
     env_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: Registry name (see ``gym-llm models``), local directory or hub id.
+    #: Registry name (see ``gym-llm models``), local directory, ``.gguf`` file or hub id.
     model: str = DEFAULT_MODEL
     #: ``"choice"`` scores the listed actions; ``"generate"`` samples free text.
     mode: str = "choice"

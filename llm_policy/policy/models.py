@@ -162,18 +162,24 @@ def _from_pretrained(source: str | Path, dtype: torch.dtype, **kwargs: Any) -> M
     return model, tokenizer
 
 
-def _convert_embedded(spec: ModelSpec, gguf: Path, target: Path) -> None:
-    """Dequantize the GGUF once and save safetensors + tokenizer to ``target`` atomically, so an
-    interrupted conversion never leaves a half-written cache that later loads would trust."""
+def _from_gguf(gguf: Path, dtype: torch.dtype) -> ModelAndTokenizer:
+    """A GGUF file's model, dequantized to ``dtype`` (PEFT's adapters need real weight matrices),
+    and the tokenizer stored in the same file."""
     import transformers
 
-    logger.info("Converting %s to safetensors in %s (once; ~20 s on CPU)", gguf.name, target)
-    model, tokenizer = _from_pretrained(
+    return _from_pretrained(
         gguf.parent,
-        torch.float32,
+        dtype,
         gguf_file=gguf.name,
         quantization_config=transformers.GgufConfig(dequantize=True),
     )
+
+
+def _convert_embedded(spec: ModelSpec, gguf: Path, target: Path) -> None:
+    """Dequantize the GGUF once and save safetensors + tokenizer to ``target`` atomically, so an
+    interrupted conversion never leaves a half-written cache that later loads would trust."""
+    logger.info("Converting %s to safetensors in %s (once; ~20 s on CPU)", gguf.name, target)
+    model, tokenizer = _from_gguf(gguf, torch.float32)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=target.parent))
     try:
@@ -227,7 +233,7 @@ def load_model(
     device: str | torch.device = "auto",
     dtype: str | torch.dtype | None = None,
 ) -> ModelAndTokenizer:
-    """Load ``(model, tokenizer)`` from a registry name, a local directory or a hub id.
+    """Load ``(model, tokenizer)`` from a registry name, a local directory, a GGUF file or a hub id.
 
     Registry names with embedded weights resolve offline in this order: the converted copy in
     :func:`cache_dir`, then the GGUF in the installed package (converted and cached), then the hub.
@@ -235,7 +241,8 @@ def load_model(
 
     Args:
         name_or_path: a registry name (``gym_llm.MODEL_REGISTRY``), a local directory with
-            ``config.json``, weights and tokenizer, or a hub id ``org/name``.
+            ``config.json``, weights and tokenizer, a ``.gguf`` file (dequantized at every load;
+            save it with ``save_pretrained`` to load faster), or a hub id ``org/name``.
         device: ``"auto"`` (cuda, then mps, then cpu), or a device.
         dtype: ``None``: bf16 on a GPU, fp32 elsewhere; or ``"bf16"``, ``"fp32"``, a torch dtype.
 
@@ -248,13 +255,26 @@ def load_model(
     tried: list[str] = []
     fixes: list[str] = []
 
-    if spec is None and Path(name).expanduser().is_dir():
-        path = Path(name).expanduser()
+    path = Path(name).expanduser()
+    if spec is None and path.is_dir():
         try:
             return _prepare(*_from_pretrained(path, torch_dtype), torch_device)
         except (OSError, ValueError) as exc:
             raise ModelLoadError(
                 f"Could not load a causal LM from directory {path}: {exc}"
+            ) from exc
+    if spec is None and path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ModelLoadError(
+                f"{path} is a file but not a .gguf model: pass a .gguf file, a directory with "
+                "config.json, weights and tokenizer, a registry name or a hub id."
+            )
+        try:
+            return _prepare(*_from_gguf(path, torch_dtype), torch_device)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise ModelLoadError(
+                f"Could not load a causal LM from GGUF file {path}: {exc} (the `gguf` package "
+                "must be installed; transformers reads llama-family GGUF files)."
             ) from exc
 
     if spec is not None and spec.embedded is not None:
