@@ -49,12 +49,21 @@ def build_parser() -> argparse.ArgumentParser:
         "(tests/test_learning_corner: the defaults, neither head nor calibration, the head alone, "
         "neither with policy_update='target')",
     )
+    add(
+        "--ppo",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="PPO arguments for the HighLow modes instead of the library's defaults, e.g. "
+        "n_epochs=4 (to measure a default change on every seed before making it)",
+    )
     add("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
     add("--json", type=Path, default=None, help="write the results here")
     return parser
 
 
-def one_run(mode: str, seed: int) -> dict[str, Any]:
+def one_run(mode: str, seed: int, ppo: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``ppo``: PPO arguments for the HighLow modes (KeywordBandit's are the test's own)."""
     import torch
 
     from tests.test_learning import SETTINGS, _check, train_keyword_bandit
@@ -66,13 +75,13 @@ def one_run(mode: str, seed: int) -> dict[str, Any]:
         from tests import test_learning_head as head
 
         with tempfile.TemporaryDirectory() as tmp:
-            before, curve = corner.train_corner(Path(tmp), seed, CORNER_MODES[mode])
+            before, curve = corner.train_corner(Path(tmp), seed, CORNER_MODES[mode], **(ppo or {}))
         check, steps = head.check, head.STEPS
     elif mode in ("head", "no-head"):
         from tests import test_learning_head as head
 
         with tempfile.TemporaryDirectory() as tmp:
-            before, curve = head.train_high_low(Path(tmp), seed, head=mode == "head")
+            before, curve = head.train_high_low(Path(tmp), seed, head=mode == "head", **(ppo or {}))
         check, steps = head.check, head.STEPS
     else:
         with tempfile.TemporaryDirectory() as tmp:
@@ -88,6 +97,7 @@ def one_run(mode: str, seed: int) -> dict[str, Any]:
     return {
         "mode": mode,
         "seed": seed,
+        "ppo": ppo or {},
         "before": before,
         "steps": points,
         "curve": curve,
@@ -117,7 +127,10 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
-    jobs = [(mode, seed) for mode in args.modes for seed in args.seeds]
+    from gym_llm.experiments.specs import parse_env_kwargs
+
+    ppo = parse_env_kwargs(args.ppo, flag="--ppo")
+    jobs = [(mode, seed, ppo) for mode in args.modes for seed in args.seeds]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         runs = list(pool.map(one_run, *zip(*jobs, strict=True)))
     for run in runs:

@@ -1,9 +1,14 @@
-"""``benchmarks/learning_sweep.py``: seed lists and the margins it reports (no training here)."""
+"""``benchmarks/learning_sweep.py``: seed lists, the margins it reports and the PPO arguments it passes (no training here)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
+
 from benchmarks.cli_args import seed_list as _seeds
-from benchmarks.learning_sweep import summarize
+from benchmarks.learning_sweep import one_run, summarize
 
 
 def test_seed_lists() -> None:
@@ -27,3 +32,21 @@ def test_summary_reports_the_worst_seed() -> None:
         "latest_first_at_0_9": 1000,
     }
     assert summary["generate"]["passed"] == 0 and summary["generate"]["latest_first_at_0_9"] is None
+
+
+def test_ppo_arguments_reach_the_highlow_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests import test_learning_corner, test_learning_head
+
+    seen: list[dict[str, Any]] = []
+
+    def fake_train(tmp_path: Path, seed: int, **kwargs: Any) -> tuple[float, list[float]]:
+        seen.append(kwargs)
+        return 0.5, [0.6, 0.9]
+
+    monkeypatch.setattr(test_learning_head, "train_high_low", fake_train)
+    monkeypatch.setattr(test_learning_corner, "train_high_low", fake_train)
+    run = one_run("corner-target", 3, {"n_epochs": 4})
+    assert seen[-1]["n_epochs"] == 4 and seen[-1]["policy_update"] == "target"
+    assert run["ppo"] == {"n_epochs": 4} and run["curve"] == [0.6, 0.9]
+    one_run("head", 3, None)
+    assert "n_epochs" not in seen[-1] and seen[-1]["head"] is True

@@ -13,6 +13,7 @@ the defaults' worst seed with a margin, and that the plain policy stays in the c
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,12 +25,16 @@ CORNER_WORDS = ("low", "hig")
 CORNER_AT_MOST = 0.6
 
 
-def train_corner(tmp_path: Path, seed: int, arm: str = "defaults") -> tuple[float, list[float]]:
+def train_corner(
+    tmp_path: Path, seed: int, arm: str = "defaults", **ppo: Any
+) -> tuple[float, list[float]]:
     """``arm``: ``defaults`` (head and calibration), ``plain`` (neither), ``head`` (the head
     without the calibration), ``target`` (neither, with ``policy_update="target"``) or
-    ``head-target`` (the head, no calibration, ``policy_update="target"``)."""
+    ``head-target`` (the head, no calibration, ``policy_update="target"``). ``ppo``: more PPO
+    arguments."""
     head = arm in ("defaults", "head", "head-target")
-    ppo = {"policy_update": "target"} if arm.endswith("target") else {}
+    if arm.endswith("target"):
+        ppo = {"policy_update": "target", **ppo}
     return train_high_low(tmp_path, seed, head=head, calibration=arm == "defaults",
                           words=CORNER_WORDS, **ppo)  # fmt: skip
 
