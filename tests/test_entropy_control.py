@@ -53,7 +53,7 @@ def _ppo(model_dir: Path, **kwargs: object) -> PPO:
 def test_auto_follows_the_rule_after_every_optimizer_step(model_dir: Path, tmp_path: Path) -> None:
     # near-certain choices at first (temperature 0.01, uncalibrated): entropy far below 0.3 log 2
     policy = {"temperature": 0.01, "choice_calibration": False}
-    model = _ppo(model_dir, ent_coef="auto", policy=policy)
+    model = _ppo(model_dir, ent_coef="auto", n_epochs=2, policy=policy)
     steps: list[tuple[float, float]] = []  # (coefficient before, minibatch entropy)
     adapt = model._adapt_ent_coef
 

@@ -36,8 +36,8 @@ class TrainConfig:
     n_steps: int = 32
     #: PPO minibatch size, in turns.
     batch_size: int = 64
-    #: Passes over each rollout.
-    n_epochs: int = 2
+    #: Passes over each rollout (PPO's default, measured: ``gym_llm.rl.ppo.ppo.DEFAULT_N_EPOCHS``).
+    n_epochs: int = 4
     #: Adam learning rate (default: PPO's, 5e-4 with LoRA and 1e-5 without, measured; DQN's
     #: 1e-4, SB3's).
     learning_rate: float | None = None
