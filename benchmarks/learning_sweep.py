@@ -66,6 +66,8 @@ def one_run(mode: str, seed: int, ppo: dict[str, Any] | None = None) -> dict[str
     """``ppo``: PPO arguments for the HighLow modes (KeywordBandit's are the test's own)."""
     import torch
 
+    ppo = ppo or {}
+
     from tests.test_learning import SETTINGS, _check, train_keyword_bandit
 
     torch.set_num_threads(1)
@@ -75,13 +77,13 @@ def one_run(mode: str, seed: int, ppo: dict[str, Any] | None = None) -> dict[str
         from tests import test_learning_head as head
 
         with tempfile.TemporaryDirectory() as tmp:
-            before, curve = corner.train_corner(Path(tmp), seed, CORNER_MODES[mode], **(ppo or {}))
+            before, curve = corner.train_corner(Path(tmp), seed, CORNER_MODES[mode], **ppo)
         check, steps = head.check, head.STEPS
     elif mode in ("head", "no-head"):
         from tests import test_learning_head as head
 
         with tempfile.TemporaryDirectory() as tmp:
-            before, curve = head.train_high_low(Path(tmp), seed, head=mode == "head", **(ppo or {}))
+            before, curve = head.train_high_low(Path(tmp), seed, head=mode == "head", **ppo)
         check, steps = head.check, head.STEPS
     else:
         with tempfile.TemporaryDirectory() as tmp:
@@ -97,7 +99,7 @@ def one_run(mode: str, seed: int, ppo: dict[str, Any] | None = None) -> dict[str
     return {
         "mode": mode,
         "seed": seed,
-        "ppo": ppo or {},
+        "ppo": ppo,
         "before": before,
         "steps": points,
         "curve": curve,

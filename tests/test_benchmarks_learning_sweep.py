@@ -1,4 +1,5 @@
-"""``benchmarks/learning_sweep.py``: seed lists, the margins it reports and the PPO arguments it passes (no training here)."""
+"""``benchmarks/learning_sweep.py``: seed lists, the margins it reports and the PPO arguments it
+passes (no training here)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from gym_llm.evaluation.exact import exact_evaluation_supported
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.top_layers import parse_trainable_layers
 from gym_llm.rl.ppo.advantages import check_estimator
+from gym_llm.rl.ppo.ppo import DEFAULT_N_EPOCHS
 from gym_llm.wrappers.count_bonus import check_count_key
 
 
@@ -36,8 +37,8 @@ class TrainConfig:
     n_steps: int = 32
     #: PPO minibatch size, in turns.
     batch_size: int = 64
-    #: Passes over each rollout (PPO's default, measured: ``gym_llm.rl.ppo.ppo.DEFAULT_N_EPOCHS``).
-    n_epochs: int = 4
+    #: Passes over each rollout (PPO's default, measured).
+    n_epochs: int = DEFAULT_N_EPOCHS
     #: Adam learning rate (default: PPO's, 5e-4 with LoRA and 1e-5 without, measured; DQN's
     #: 1e-4, SB3's).
     learning_rate: float | None = None
