@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cli_args import new_parser
+from benchmarks.suite_diagnostics import diagnostics
 from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
 from gym_llm.policy.models import DEFAULT_MODEL
 
@@ -81,11 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="novelty bonus scale (TrainConfig.count_bonus, falling to 0 by half the budget; "
         "0: none)")  # fmt: skip
     add("--algo", choices=["ppo", "dqn"], default="ppo", help="gym_llm.PPO or gym_llm.DQN")
-    add("--dqn", nargs="*", default=[], metavar="KEY=VALUE",
-        help="DQN settings (TrainConfig's names, e.g. dqn_beta=1 gradient_steps=8); unset ones "
-        "are SB3 DQN's as gym-llm bench scales them to --timesteps (gym_llm.evaluation."
-        "baselines.build_sb3), with gradient_steps = --n-envs so each env step is replayed as "
-        "often as SB3's one-env DQN replays it")  # fmt: skip
+    add("--set", "--dqn", dest="set", nargs="*", default=[], metavar="KEY=VALUE",
+        help="more TrainConfig settings, e.g. value_normalization=True (recorded in each row). "
+        "With --algo dqn, DQN's (dqn_beta=1 gradient_steps=8); unset ones are SB3 DQN's as "
+        "gym-llm bench scales them to --timesteps (gym_llm.evaluation.baselines.build_sb3), "
+        "with gradient_steps = --n-envs so each env step is replayed as often as SB3's one-env "
+        "DQN replays it")  # fmt: skip
     add("--jsonl", type=Path, required=True, help="append the points here")
     add("--run-dir", type=Path, required=True, help="the run's directory (agent, TensorBoard)")
     summarize = commands.add_parser("summarize", help="a markdown table from JSONL files")
@@ -114,11 +116,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def dqn_settings(args: argparse.Namespace) -> dict[str, Any]:
     """TrainConfig's DQN fields: SB3 DQN's settings as the baselines scale them to the budget,
-    replayed as often as SB3's one-env DQN replays each step, then ``--dqn`` on top."""
+    replayed as often as SB3's one-env DQN replays each step, then ``--set`` on top."""
     from gym_llm.evaluation.baselines import dqn_budget_settings
 
     settings = dqn_budget_settings(args.timesteps, args.n_envs)
-    settings.update(parse_env_kwargs(args.dqn))
+    settings.update(parse_env_kwargs(args.set))
     return settings
 
 
@@ -127,12 +129,14 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
     from gym_llm.experiments.run import run as train
 
     dqn = dqn_settings(args) if args.algo == "dqn" else {}
+    extra = {} if dqn else parse_env_kwargs(args.set)
     rollout = args.n_envs * (dqn["train_freq"] if dqn else args.n_steps)
     iterations = max(1, -(-args.timesteps // rollout))
     every_rollouts = max(1, -(-args.every // rollout))
     config = TrainConfig(
         algo=args.algo,
         **dqn,
+        **extra,
         env=args.env,
         env_kwargs=parse_env_kwargs(args.env_kwargs),
         model=args.model,
@@ -162,6 +166,8 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
     }
     if dqn:
         base.update(algo="dqn", dqn=dqn)
+    if extra:
+        base["set"] = extra
     if args.count_bonus:
         base["count_bonus"] = args.count_bonus
     if args.epochs != 2:  # only where not the default: rows without it ran 2 epochs
@@ -208,7 +214,7 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
 def read_runs(files: Sequence[Path]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
     """Points grouped by run (env, kwargs, learner, mode, n_steps, seed), in file order, ``done``
     line last. The learner: PPO's advantage estimator or ``dqn beta=B`` (gym_llm's DQN), then
-    ``+ count bonus C`` and ``, n_epochs E`` where the run had them."""
+    ``+ count bonus C``, ``, n_epochs E`` and each ``--set`` setting where the run had them."""
     runs: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for path in files:
         for line in path.read_text().splitlines():
@@ -223,6 +229,7 @@ def read_runs(files: Sequence[Path]) -> dict[tuple[Any, ...], list[dict[str, Any
                     learner += f" + count bonus {row['count_bonus']}"
                 if row.get("n_epochs", 2) != 2:
                     learner += f", n_epochs {row['n_epochs']}"
+                learner += "".join(f", {k} {v}" for k, v in row.get("set", {}).items())
                 key = (row["env"], row["env_kwargs"], learner, row["mode"], row["n_steps"])
                 runs[(*key, row["seed"])].append(row)
     return runs
@@ -341,45 +348,6 @@ def plot(files: Sequence[Path], directory: Path) -> list[Path]:
             )
         )
     return paths
-
-
-#: The TensorBoard figures that say why a run learned or not (see gym_llm.rl.common.diagnostics).
-DIAGNOSTICS = (
-    "rollout/ep_rew_mean",
-    "rollout/state_entropy",
-    "rollout/mutual_information",
-    "rollout/greedy_changed",
-    "train/explained_variance",
-    "train/approx_kl",
-    "train/clip_fraction",
-    "train/first_ratio_error",
-)
-
-
-def diagnostics(run_dirs: Sequence[Path], every: int, csv: Path) -> int:
-    """``run,env_steps,<figure>...`` rows, every ``every``-th update of each run; the row count."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    rows = 0
-    csv.parent.mkdir(parents=True, exist_ok=True)
-    with csv.open("w") as out:
-        out.write("run,env_steps," + ",".join(t.split("/")[1] for t in DIAGNOSTICS) + "\n")
-        for run_dir in run_dirs:
-            for events in sorted(run_dir.glob("tensorboard/*/")):
-                accumulator = EventAccumulator(str(events))
-                accumulator.Reload()
-                tags = set(accumulator.Tags()["scalars"])
-                table: dict[int, dict[str, float]] = defaultdict(dict)
-                for tag in DIAGNOSTICS:
-                    for event in accumulator.Scalars(tag) if tag in tags else []:
-                        table[event.step][tag] = event.value
-                for step in sorted(table)[::every]:
-                    cells = (
-                        f"{table[step][t]:.4g}" if t in table[step] else "" for t in DIAGNOSTICS
-                    )
-                    out.write(f"{run_dir.name},{step}," + ",".join(cells) + "\n")
-                    rows += 1
-    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> Any:

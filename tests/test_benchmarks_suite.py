@@ -18,7 +18,8 @@ def test_run_streams_points_then_summarize_plots_and_diagnostics(
             "run", "--model", str(tiny_model_dir), "--env", "FrozenLake-v1", "--env-kwargs",
             "is_slippery=False", "--timesteps", "16", "--every", "8", "--n-envs", "2",
             "--n-steps", "4", "--batch-size", "4", "--epochs", "1", "--estimator", "gigpo",
-            "--device", "cpu", "--jsonl", str(jsonl), "--run-dir", str(tmp_path / "run"),
+            "--set", "value_normalization=True", "lora_r=4", "--device", "cpu",
+            "--jsonl", str(jsonl), "--run-dir", str(tmp_path / "run"),
         ]
     )  # fmt: skip
     rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
@@ -26,10 +27,12 @@ def test_run_streams_points_then_summarize_plots_and_diagnostics(
     assert rows[-1]["done"] and rows[-1]["env_steps"] == 16 == totals["env_steps"]
     assert {r["estimator"] for r in rows} == {"gigpo"} and {r["n_epochs"] for r in rows} == {1}
     assert all(0.0 <= r["value"] <= 1.0 for r in rows)  # FrozenLake's exact goal probability
+    assert {json.dumps(r["set"]) for r in rows} == {'{"value_normalization": true, "lora_r": 4}'}
 
     table = main(["summarize", str(jsonl), "--plots", str(tmp_path / "plots")])
     # a setting that is not the default names its own learner
-    assert "| FrozenLake-v1 is_slippery=False | gigpo, n_epochs 1 (choice, 4) | 1 |" in table
+    learner = "gigpo, n_epochs 1, value_normalization True, lora_r 4 (choice, 4)"
+    assert f"| FrozenLake-v1 is_slippery=False | {learner} | 1 |" in table
     assert "not reached" in table  # 16 steps never reach the 2,048-step budget
     assert (tmp_path / "plots" / "FrozenLake-v1-is_slippery=False.png").stat().st_size > 0
 
@@ -37,6 +40,7 @@ def test_run_streams_points_then_summarize_plots_and_diagnostics(
     count = main(["diagnostics", str(tmp_path / "run"), "--every", "1", "--csv", str(csv)])
     lines = csv.read_text().splitlines()
     assert lines[0].startswith("run,env_steps,ep_rew_mean,state_entropy,mutual_information")
+    assert "value_offset,grad_norm,value_grad_norm" in lines[0]
     assert count == len(lines) - 1 >= 2
 
 

@@ -145,3 +145,52 @@ def test_value_clipping_runs_and_saves(model_dir: Path, tmp_path: Path) -> None:
         "gigpo",
         2.0,
     )
+
+
+def test_the_critics_offset_and_the_gradient_norms_are_logged(model_dir: Path) -> None:
+    """Returns a hundred times the reward's size: the zero-initialised critic sits far below
+    them (an offset explained variance cannot show) and its gradient is most of the norm."""
+    model = _ppo(model_dir, reward_scale=100.0)
+    model.learn(16)
+    logged = model.logger.name_to_value
+    buffer = model.rollout_buffer
+    offset = float(np.mean(buffer.values - buffer.returns))
+    assert logged["train/value_offset"] == pytest.approx(offset, rel=1e-5)
+    assert logged["train/return_mean"] == pytest.approx(float(np.mean(buffer.returns)), rel=1e-5)
+    assert logged["train/value_offset"] < -10  # KeywordBandit pays 0 or 1: returns 0 or 100
+    assert logged["train/grad_norm"] >= logged["train/value_grad_norm"] > 0
+    assert logged["train/value_grad_norm"] > 0.9 * logged["train/grad_norm"]
+
+
+def test_value_normalization_brings_the_critic_to_the_returns_scale(model_dir: Path) -> None:
+    """Returns a hundred times the reward: after one update the plain head's values are still
+    near 0, the normalised head's near the rollout's mean return."""
+    gaps = {}
+    for normalize in (False, True):
+        model = _ppo(
+            model_dir, reward_scale=100.0, policy_kwargs={"value_normalization": normalize}
+        )
+        model.learn(16)  # one rollout, one update
+        assert model.policy.value_head.normalize is normalize
+        mean_return = float(np.mean(model.rollout_buffer.returns))
+        with torch.no_grad():
+            values = model.policy.predict_values(WORDS).numpy()
+        gaps[normalize] = float(np.abs(values - mean_return).max())
+        assert 10 < mean_return < 90  # both arms were rewarded and not
+    assert gaps[False] > 10
+    assert gaps[True] < 0.5 * gaps[False]  # measured: 5.6 against 25.0
+
+
+def test_a_normalised_critic_is_saved_and_loaded(model_dir: Path, tmp_path: Path) -> None:
+    model = _ppo(model_dir, reward_scale=100.0, policy_kwargs={"value_normalization": True})
+    model.learn(16)
+    head = model.policy.value_head
+    observations = ["banana", "apple"]
+    with torch.no_grad():
+        values = model.policy.predict_values(observations)
+    model.save(tmp_path / "agent")
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    assert loaded.policy.value_head.normalize
+    assert float(loaded.policy.value_head.mean) == pytest.approx(float(head.mean))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.policy.predict_values(observations), values)

@@ -103,6 +103,7 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
         timesteps=32,
         advantage_estimator="rloo",
         value_lr_scale=10.0,
+        value_normalization=True,
         critic_warmup_steps=32,
         choice_calibration=True,
         action_head=True,
@@ -113,5 +114,6 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
     model = PPO.load(tmp_path / "run" / "agent", device="cpu")
     assert model.advantage_estimator == "rloo" and model.critic_warmup_steps == 32
     assert model.policy.value_lr_scale == 10.0
+    assert model.policy.value_head.normalize and float(model.policy.value_head.count) > 0
     assert model.policy.choice_calibration is not None
     assert model.policy.action_head is not None and model.policy.action_head.is_calibrated

@@ -48,6 +48,9 @@ class TrainConfig:
     advantage_estimator: str = "gae"
     #: The value head's learning rate as a multiple of the policy's.
     value_lr_scale: float = 1.0
+    #: The critic learns returns in units of their running mean and std (PopArt): for returns
+    #: far from the reward's size, such as -1 per move.
+    value_normalization: bool = False
     #: Choice mode: the action head's learning rate as a multiple of the policy's.
     action_head_lr_scale: float = 1.0
     #: Env steps at the start during which only the value head trains.
@@ -192,6 +195,7 @@ class TrainConfig:
             "temperature": self.temperature,
             "trainable_layers": parse_trainable_layers(self.trainable_layers),
             "value_lr_scale": self.value_lr_scale,
+            "value_normalization": self.value_normalization,
             "action_head_lr_scale": self.action_head_lr_scale,
         }
         for name in ("choice_calibration", "action_head"):

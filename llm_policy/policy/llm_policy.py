@@ -12,9 +12,8 @@ sampler used. Two action modes share one network:
   top-k/top-p, whose truncation the stored log-probs would not account for); sampled token ids and
   their log-probs are kept as sampled, never decoded and re-tokenised.
 
-The critic is ``Linear(hidden, 1)`` on the last prompt token's final hidden state.
-
-The class is built in layers, one module each, every layer using only those below it:
+The critic is a linear head (:mod:`~gym_llm.policy.value_head`) on the last prompt token's final
+hidden state. The class is built in layers, one module each, every layer using only those below it:
 :mod:`~gym_llm.policy.encoding` (prompts, the shared prefix's KV cache, the prompt pass),
 :mod:`~gym_llm.policy.scoring` (action distributions for rollouts),
 :mod:`~gym_llm.policy.update` (re-evaluation with gradients), and this module (construction and
@@ -30,7 +29,6 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
-from torch import nn
 
 from gym_llm.policy.action_head import ActionHead, choice_extras
 from gym_llm.policy.adapters import enable_gradient_checkpointing, make_trainable, name_or_path
@@ -47,6 +45,7 @@ from gym_llm.policy.scoring import (
 from gym_llm.policy.top_layers import TopLayers, TrainableLayers, top_layers_supported
 from gym_llm.policy.trunk_cache import DEFAULT_TRUNK_CACHE_MB
 from gym_llm.policy.update import UpdatePasses
+from gym_llm.policy.value_head import ValueHead
 from gym_llm.spaces import TextActions, as_text_batch
 
 __all__ = [
@@ -112,6 +111,9 @@ class LLMPolicy(UpdatePasses):
             Costs ``new positions x hidden_size x 4`` bytes per stored turn.
         value_lr_scale: the value head's learning rate as a multiple of the policy's (a separate
             optimizer parameter group; PPO's learning-rate schedule scales both).
+        value_normalization: the critic learns returns in units of their running mean and std
+            (PopArt, :mod:`gym_llm.policy.value_head`), for returns far from the reward's size
+            (-1 per move), which a zero-started head needs thousands of steps to reach.
         action_head_lr_scale: the action head's learning rate as a multiple of the policy's
             (Adam moves the zero-initialised head by about its rate per step, so this sets how
             many updates it needs to tell the states apart).
@@ -174,6 +176,7 @@ class LLMPolicy(UpdatePasses):
         trunk_cache_mb: float = DEFAULT_TRUNK_CACHE_MB,
         max_prompt_tokens: int | None = None,
         value_lr_scale: float = 1.0,
+        value_normalization: bool = False,
         action_head_lr_scale: float = 1.0,
         choice_calibration: bool | None = None,
         action_head: bool | None = None,
@@ -225,9 +228,7 @@ class LLMPolicy(UpdatePasses):
         if gradient_checkpointing:
             enable_gradient_checkpointing(lm, self.uses_lora)
         hidden = int(lm.config.get_text_config().hidden_size)
-        self.value_head = nn.Linear(hidden, 1, device=lm.device, dtype=torch.float32)
-        nn.init.zeros_(self.value_head.weight)
-        nn.init.zeros_(self.value_head.bias)
+        self.value_head = ValueHead(hidden, lm.device, normalize=value_normalization)
         action_head, choice_calibration, self.centred_critic = choice_extras(
             self.action_mode,
             action_head,
@@ -305,6 +306,7 @@ class LLMPolicy(UpdatePasses):
             max_prompt_tokens=self.max_prompt_tokens,
             action_head=self.action_head is not None,
             centred_critic=self.centred_critic,
+            value_normalization=self.value_head.normalize,
             choice_calibration=self.choice_calibration is not None,
         )
         return data

@@ -246,7 +246,7 @@ class UpdatePasses(PerStateChoices):
         return {
             name: b.detach().cpu().clone()
             for name, b in self.named_buffers()
-            if name.startswith("action_head.")
+            if name.startswith(("action_head.", "value_head."))
         }
 
     def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
@@ -256,7 +256,9 @@ class UpdatePasses(PerStateChoices):
                 "weights into a freshly built agent (PPO.load) before learning."
             )
         params: dict[str, torch.Tensor] = dict(self.named_parameters())
-        params.update((n, b) for n, b in self.named_buffers() if n.startswith("action_head."))
+        params.update(
+            (n, b) for n, b in self.named_buffers() if n.startswith(("action_head.", "value_head."))
+        )
         missing = [name for name, p in params.items() if p.requires_grad and name not in state]
         missing += [name for name in self._head_buffers() if name not in state]
         unknown = [name for name in state if name not in params]

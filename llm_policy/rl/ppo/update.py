@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +16,7 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.common.utils import explained_variance
 
+from gym_llm.policy.value_head import ValueHead
 from gym_llm.rl.common.distributed import (
     any_process,
     average_gradients,
@@ -51,6 +52,18 @@ def _pad(arrays: list[np.ndarray], width: int, device: torch.device) -> torch.Te
     for i, a in enumerate(arrays):
         out[i, : len(a)] = torch.as_tensor(a, dtype=torch.float32)
     return out.to(device)
+
+
+def _norm(parameters: Iterable[torch.nn.Parameter]) -> float:
+    """The L2 norm of these parameters' gradients (0 for none)."""
+    grads = [p.grad.detach().float().norm() for p in parameters if p.grad is not None]
+    return float(torch.stack(grads).norm()) if grads else 0.0
+
+
+def _finite_mean(values: list[float]) -> float:
+    """The mean of the finite values (a skipped step's infinite norm would hide the rest)."""
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.mean(finite)) if finite else float("nan")
 
 
 class NonFiniteTrainingError(FloatingPointError):
@@ -89,6 +102,8 @@ class PPOUpdate(RolloutCollection):
     #: The NaN guard stops training after this many skipped steps in a row.
     max_consecutive_skips: int
     _consecutive_skips: int
+    #: The value head's std (return units per unit of its output) in this update.
+    _value_scale: float
     last_checkpoint: Path | None
 
     def train(self) -> None:
@@ -117,6 +132,7 @@ class PPOUpdate(RolloutCollection):
     def _train(self) -> None:
         lockstep = is_sharded(self.policy.lm)
         centre, scale = self._advantage_normalisation()
+        self._update_value_statistics()
         targets = self._choice_targets(centre, scale) if self.policy_update == "target" else None
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
@@ -131,6 +147,8 @@ class PPOUpdate(RolloutCollection):
                 "approx_kl",
                 "clip_fraction",
                 "rows_per_pass",
+                "grad_norm",
+                "value_grad_norm",
             )
         }
         continue_training, first, first_error = True, True, 0.0
@@ -180,9 +198,15 @@ class PPOUpdate(RolloutCollection):
                     surrogate = clipped_surrogate(
                         ev.token_log_probs, old, advantages[part], mask, clip
                     )
-                    critic = value_loss(
-                        ev.values, batch.returns[part], batch.old_values[part], self.clip_range_vf
-                    )
+                    critic = (
+                        value_loss(
+                            ev.values,
+                            batch.returns[part],
+                            batch.old_values[part],
+                            self.clip_range_vf,
+                        )
+                        / self._value_scale**2
+                    )  # in the head's units when normalising
                     entropy = entropy_bonus(ev.entropy)
                     policy_loss = surrogate.loss
                     if targets is not None and ev.choice_log_probs is not None:
@@ -221,10 +245,12 @@ class PPOUpdate(RolloutCollection):
                 average_gradients(trainable)  # data-parallel: the mean over the processes
                 for param in frozen_now:
                     param.grad = None
+                stats["value_grad_norm"].append(_norm(self.policy.value_head.parameters()))
                 if lockstep:  # sharded and whole gradients
                     norm = clip_grad_norm(trainable, self.max_grad_norm)
                 else:
                     norm = torch.nn.utils.clip_grad_norm_(trainable, self.max_grad_norm)
+                stats["grad_norm"].append(float(norm))
                 cause = bad_cause or ("gradient" if not torch.isfinite(norm) else None)
                 if cause is None and any_process(bad_cause is not None):
                     cause = "loss or value in another process"
@@ -253,6 +279,14 @@ class PPOUpdate(RolloutCollection):
         if stats["kl_ref"]:
             self.logger.record("train/kl_ref", float(np.mean(stats["kl_ref"])))
         self.logger.record("train/explained_variance", float(explained_variance(values, returns)))
+        # The critic's offset: explained variance cannot see a value head that is off by a
+        # constant, which is what a head too slow for the returns' scale looks like.
+        self.logger.record("train/value_offset", float(np.mean(values - returns)))
+        self.logger.record("train/return_mean", float(np.mean(returns)))
+        # Before clipping: when the value head's share is most of it, the global clip to
+        # max_grad_norm shrinks the policy's step too.
+        self.logger.record("train/grad_norm", _finite_mean(stats["grad_norm"]))
+        self.logger.record("train/value_grad_norm", _finite_mean(stats["value_grad_norm"]))
         self.logger.record("train/first_ratio_error", self.first_ratio_error)
         self.logger.record("train/early_stopped", int(not continue_training))
         self.logger.record("train/epochs", epoch + 1)
@@ -337,6 +371,17 @@ class PPOUpdate(RolloutCollection):
             np.asarray(mean, dtype=np.float64), np.asarray(var, dtype=np.float64), count
         )
         return mean, float(np.sqrt(self.advantage_scale.var)) + 1e-8
+
+    def _update_value_statistics(self) -> None:
+        """``value_normalization``: pool this rollout's returns into the value head's running
+        statistics (over every process, so that each holds the same head) before any step."""
+        head = self.policy.value_head
+        self._value_scale = head.std if isinstance(head, ValueHead) else 1.0
+        if not isinstance(head, ValueHead) or not head.normalize:
+            return
+        returns = self.rollout_buffer.returns
+        head.update_statistics(global_moments(returns[np.isfinite(returns)].reshape(-1)))
+        self._value_scale = head.std
 
     def _rows_are_shared(self, batch: TextBatch, lockstep: bool) -> bool:
         """Whether turns that share an observation share one row of a pass (choice mode from
