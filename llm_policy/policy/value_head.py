@@ -67,7 +67,8 @@ class ValueHead(nn.Linear):
         out = super().forward(features)
         if not self.normalize:
             return out
-        return out * self.std + float(self.mean)
+        std = self.var.sqrt().clamp(min=self.MIN_STD)  # tensors: no device sync per call
+        return out * std.to(out.dtype) + self.mean.to(out.dtype)
 
     def update_statistics(self, moments: tuple[float, float, float]) -> None:
         """Pool a rollout's returns' ``(mean, variance, count)`` into the running statistics
