@@ -23,12 +23,15 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.cli_args import new_parser
 from benchmarks.suite_diagnostics import diagnostics
 from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
 from gym_llm.policy.models import DEFAULT_MODEL
+
+if TYPE_CHECKING:
+    from gym_llm.experiments.plots import Series
 
 #: Issue 14's targets: (env id, env kwargs) -> (target mean return, env-step budget).
 TARGETS: dict[tuple[str, str], tuple[float, int]] = {
@@ -305,13 +308,38 @@ def summarize(files: Sequence[Path]) -> str:
     return "\n".join(lines)
 
 
-def plot(files: Sequence[Path], directory: Path) -> list[Path]:
-    """One PNG per env: per learner the mean over seeds with a 95 % band (3 seeds or more on the
-    same steps; else each seed's curve), random play, the optimum and the target as lines."""
+def seed_series(name: str, runs: Sequence[tuple[int, list[dict[str, Any]]]]) -> list[Series]:
+    """One learner's curves: with 3 seeds or more, their mean with a 95 % band over the points
+    every seed measured (a seed cut short ends the mean there, and the label says so, rather
+    than the mean changing which seeds it averages); else each seed's curve."""
     import numpy as np
 
+    from gym_llm.experiments.plots import Series
+
+    steps = [[p["env_steps"] for p in points] for _, points in runs]
+    shared = sorted(set.intersection(*(set(s) for s in steps))) if steps else []
+    if len(runs) >= 3 and shared:
+        values = np.array(
+            [[p["value"] for p in points if p["env_steps"] in shared] for _, points in runs]
+        )
+        label = f"{name}: mean of {len(runs)} seeds"
+        if shared[-1] < max(max(s) for s in steps):
+            label += f" (to {shared[-1]}, where every seed got)"
+        sems = values.std(0, ddof=1) / np.sqrt(len(runs))
+        return [Series(label, shared, values.mean(0), sems)]
+    return [
+        Series(
+            f"{name} seed {seed}", [p["env_steps"] for p in points], [p["value"] for p in points]
+        )
+        for seed, points in runs
+    ]
+
+
+def plot(files: Sequence[Path], directory: Path) -> list[Path]:
+    """One PNG per env: per learner the mean over seeds with a 95 % band (:func:`seed_series`),
+    random play, the optimum and the target as lines."""
     from gym_llm.evaluation.monte_carlo import reference_returns
-    from gym_llm.experiments.plots import Series, plot_curves
+    from gym_llm.experiments.plots import plot_curves
 
     by_env: dict[tuple[str, str], list[Series]] = defaultdict(list)
     groups: dict[tuple[Any, ...], list[tuple[int, list[dict[str, Any]]]]] = defaultdict(list)
@@ -323,18 +351,7 @@ def plot(files: Sequence[Path], directory: Path) -> list[Path]:
             + ("" if learner.startswith("dqn") else f", n_steps {n_steps}")
             + ")"
         )
-        curves = [[p["env_steps"] for p in points] for _, points in runs]
-        if len(runs) >= 3 and all(c == curves[0] for c in curves):  # the mean with a 95 % band
-            values = np.array([[p["value"] for p in points] for _, points in runs])
-            sems = values.std(0, ddof=1) / np.sqrt(len(runs))
-            label = f"{name}: mean of {len(runs)} seeds"
-            by_env[env, kwargs].append(Series(label, curves[0], values.mean(0), sems))
-            continue
-        for seed, points in runs:
-            values_one = [p["value"] for p in points]
-            by_env[env, kwargs].append(
-                Series(f"{name} seed {seed}", [p["env_steps"] for p in points], values_one)
-            )
+        by_env[env, kwargs].extend(seed_series(name, runs))
     paths = []
     for (env, kwargs), series in by_env.items():
         env_kwargs = parse_env_kwargs(kwargs.split(",") if kwargs else [])

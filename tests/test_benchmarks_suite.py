@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.suite import first_reaching, main, value_at
+from benchmarks.suite import first_reaching, main, seed_series, value_at
 
 
 def test_run_streams_points_then_summarize_plots_and_diagnostics(
@@ -97,3 +97,14 @@ def test_several_seeds_run_in_turn_in_one_process(
         (3, False), (3, False), (3, True), (4, False), (4, False), (4, True)
     ]  # fmt: skip
     assert (tmp_path / "run" / "seed3").is_dir() and (tmp_path / "run" / "seed4").is_dir()
+
+
+def test_the_mean_curve_ends_where_every_seed_got() -> None:
+    def points(n: int) -> list[dict[str, float]]:
+        return [{"env_steps": 512 * i, "value": float(i)} for i in range(n)]
+
+    mean, *rest = seed_series("gae", [(0, points(5)), (1, points(5)), (2, points(3))])
+    assert not rest and list(mean.steps) == [0, 512, 1024]
+    assert mean.label == "gae: mean of 3 seeds (to 1024, where every seed got)"
+    assert list(seed_series("gae", [(0, points(3))] * 3)[0].means) == [0.0, 1.0, 2.0]
+    assert [s.label for s in seed_series("gae", [(4, points(2))])] == ["gae seed 4"]

@@ -59,10 +59,13 @@ def plot_curves(
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize="small")
     fig.tight_layout()
+    if len(series) + len(references or {}) > 5:  # below the axes, where it hides no curve
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), fontsize="small")
+    else:
+        ax.legend(loc="best", fontsize="small")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)  # type: ignore[attr-defined]
     return path
