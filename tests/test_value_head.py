@@ -7,18 +7,19 @@ import numpy as np
 import pytest
 import torch
 
-from gym_llm.policy.value_head import ValueHead, merge_moments
+from gym_llm.policy.value_head import ValueHead
 
 
 def test_pooled_moments_equal_the_moments_of_the_pooled_sample() -> None:
     rng = np.random.default_rng(1)
     first, second = rng.normal(3, 2, size=17), rng.normal(-40, 9, size=64)
-    moments = (float(first.mean()), float(first.var()), float(first.size))
-    batch = (float(second.mean()), float(second.var()), float(second.size))
-    mean, var, count = merge_moments(moments, batch)
+    head = ValueHead(2, torch.device("cpu"), normalize=True)
+    head.update_statistics((float(first.mean()), float(first.var()), float(first.size)))
+    assert (float(head.mean), float(head.var)) == pytest.approx((first.mean(), first.var()))
+    head.update_statistics((float(second.mean()), float(second.var()), float(second.size)))
     pooled = np.concatenate([first, second])
-    assert (mean, var, count) == pytest.approx((pooled.mean(), pooled.var(), pooled.size))
-    assert merge_moments((0.0, 1.0, 0.0), batch) == pytest.approx(batch)  # nothing seen yet
+    moments = float(head.mean), float(head.var), float(head.count)
+    assert moments == pytest.approx((pooled.mean(), pooled.var(), pooled.size))
 
 
 def test_without_normalisation_it_is_a_zero_linear_layer() -> None:

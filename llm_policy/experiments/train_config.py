@@ -48,8 +48,8 @@ class TrainConfig:
     advantage_estimator: str = "gae"
     #: The value head's learning rate as a multiple of the policy's.
     value_lr_scale: float = 1.0
-    #: The critic learns returns in units of their running mean and std (PopArt): for returns
-    #: far from the reward's size, such as -1 per move.
+    #: The critic learns returns in units of their running mean and std (MAPPO's value
+    #: normalisation): for returns far from the reward's size, such as -1 per move.
     value_normalization: bool = False
     #: Choice mode: the action head's learning rate as a multiple of the policy's.
     action_head_lr_scale: float = 1.0

@@ -112,7 +112,7 @@ class LLMPolicy(UpdatePasses):
         value_lr_scale: the value head's learning rate as a multiple of the policy's (a separate
             optimizer parameter group; PPO's learning-rate schedule scales both).
         value_normalization: the critic learns returns in units of their running mean and std
-            (PopArt, :mod:`gym_llm.policy.value_head`), for returns far from the reward's size
+            (as MAPPO, :mod:`gym_llm.policy.value_head`), for returns far from the reward's size
             (-1 per move), which a zero-started head needs thousands of steps to reach.
         action_head_lr_scale: the action head's learning rate as a multiple of the policy's
             (Adam moves the zero-initialised head by about its rate per step, so this sets how

@@ -17,23 +17,10 @@ fixes, so the statistics here move the values with them.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+from stable_baselines3.common.running_mean_std import RunningMeanStd
 from torch import nn
-
-
-def merge_moments(
-    moments: tuple[float, float, float], batch: tuple[float, float, float]
-) -> tuple[float, float, float]:
-    """``(mean, variance, count)`` of two samples pooled, from each one's moments (Chan et al.)."""
-    mean, var, count = moments
-    batch_mean, batch_var, batch_count = batch
-    total = count + batch_count
-    if total == 0:
-        return mean, var, count
-    delta = batch_mean - mean
-    new_mean = mean + delta * batch_count / total
-    m2 = var * count + batch_var * batch_count + delta**2 * count * batch_count / total
-    return new_mean, m2 / total, total
 
 
 class ValueHead(nn.Linear):
@@ -75,8 +62,10 @@ class ValueHead(nn.Linear):
         (before the update that fits them)."""
         if not self.normalize or moments[2] == 0:
             return
-        running = float(self.mean), float(self.var), float(self.count)
-        for buffer, value in zip(
-            (self.mean, self.var, self.count), merge_moments(running, moments), strict=True
-        ):
-            buffer.fill_(value)
+        running = RunningMeanStd(shape=())  # SB3's pooling (Chan et al.), on the saved moments
+        running.mean, running.var = self.mean.cpu().numpy(), self.var.cpu().numpy()
+        running.count = float(self.count)
+        running.update_from_moments(np.asarray(moments[0]), np.asarray(moments[1]), moments[2])
+        self.mean.fill_(float(running.mean))
+        self.var.fill_(float(running.var))
+        self.count.fill_(running.count)

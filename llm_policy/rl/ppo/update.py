@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.common.utils import explained_variance
+from torch.nn.utils import get_total_norm
 
 from gym_llm.policy.value_head import ValueHead
 from gym_llm.rl.common.distributed import (
@@ -52,12 +54,6 @@ def _pad(arrays: list[np.ndarray], width: int, device: torch.device) -> torch.Te
     for i, a in enumerate(arrays):
         out[i, : len(a)] = torch.as_tensor(a, dtype=torch.float32)
     return out.to(device)
-
-
-def _norm(parameters: Iterable[torch.nn.Parameter]) -> float:
-    """The L2 norm of these parameters' gradients (0 for none)."""
-    grads = [p.grad.detach().float().norm() for p in parameters if p.grad is not None]
-    return float(torch.stack(grads).norm()) if grads else 0.0
 
 
 def _finite_mean(values: list[float]) -> float:
@@ -102,8 +98,6 @@ class PPOUpdate(RolloutCollection):
     #: The NaN guard stops training after this many skipped steps in a row.
     max_consecutive_skips: int
     _consecutive_skips: int
-    #: The value head's std (return units per unit of its output) in this update.
-    _value_scale: float
     last_checkpoint: Path | None
 
     def train(self) -> None:
@@ -132,7 +126,7 @@ class PPOUpdate(RolloutCollection):
     def _train(self) -> None:
         lockstep = is_sharded(self.policy.lm)
         centre, scale = self._advantage_normalisation()
-        self._update_value_statistics()
+        value_scale = self._update_value_statistics()
         targets = self._choice_targets(centre, scale) if self.policy_update == "target" else None
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
@@ -198,15 +192,9 @@ class PPOUpdate(RolloutCollection):
                     surrogate = clipped_surrogate(
                         ev.token_log_probs, old, advantages[part], mask, clip
                     )
-                    critic = (
-                        value_loss(
-                            ev.values,
-                            batch.returns[part],
-                            batch.old_values[part],
-                            self.clip_range_vf,
-                        )
-                        / self._value_scale**2
-                    )  # in the head's units when normalising
+                    critic = value_loss(  # in the head's units when normalising
+                        ev.values, batch.returns[part], batch.old_values[part], self.clip_range_vf
+                    ) / (value_scale**2)
                     entropy = entropy_bonus(ev.entropy)
                     policy_loss = surrogate.loss
                     if targets is not None and ev.choice_log_probs is not None:
@@ -245,7 +233,10 @@ class PPOUpdate(RolloutCollection):
                 average_gradients(trainable)  # data-parallel: the mean over the processes
                 for param in frozen_now:
                     param.grad = None
-                stats["value_grad_norm"].append(_norm(self.policy.value_head.parameters()))
+                value_grads = [
+                    p.grad for p in self.policy.value_head.parameters() if p.grad is not None
+                ]
+                stats["value_grad_norm"].append(float(get_total_norm(value_grads)))
                 if lockstep:  # sharded and whole gradients
                     norm = clip_grad_norm(trainable, self.max_grad_norm)
                 else:
@@ -372,16 +363,15 @@ class PPOUpdate(RolloutCollection):
         )
         return mean, float(np.sqrt(self.advantage_scale.var)) + 1e-8
 
-    def _update_value_statistics(self) -> None:
+    def _update_value_statistics(self) -> float:
         """``value_normalization``: pool this rollout's returns into the value head's running
-        statistics (over every process, so that each holds the same head) before any step."""
-        head = self.policy.value_head
-        self._value_scale = head.std if isinstance(head, ValueHead) else 1.0
-        if not isinstance(head, ValueHead) or not head.normalize:
-            return
-        returns = self.rollout_buffer.returns
-        head.update_statistics(global_moments(returns[np.isfinite(returns)].reshape(-1)))
-        self._value_scale = head.std
+        statistics (over every process, so that each holds the same head) before any step.
+        The head's std: return units per unit of its output, 1 without normalisation."""
+        head = cast(ValueHead, self.policy.value_head)
+        if head.normalize:
+            returns = self.rollout_buffer.returns
+            head.update_statistics(global_moments(returns[np.isfinite(returns)].reshape(-1)))
+        return head.std
 
     def _rows_are_shared(self, batch: TextBatch, lockstep: bool) -> bool:
         """Whether turns that share an observation share one row of a pass (choice mode from
