@@ -7,7 +7,8 @@
         --plots benchmarks/results/family/curves-tuning
 
 Each run is PPO as a user builds it (the library's defaults plus the arm's settings: an arm is
-``NAME`` or ``NAME:KEY=VALUE,...``, keys ``ppo_X`` for PPO's ``X`` and the others for ``LLMPolicy``) on
+``NAME`` or ``NAME:KEY=VALUE,...``, keys ``ppo_X`` for PPO's ``X``, ``parser_X`` for the training
+env's ``ActionParserWrapper`` (``parser_invalid_penalty=-0.1``) and the others for ``LLMPolicy``) on
 one task of ``gym_llm/Family-v0``, with the exact value of the greedy
 policy every ``--every`` env steps, as a fraction of the gap from the random policy (0) to the
 optimum (1). A seed *reaches* the target when that fraction is at least ``--target`` (0.9); the
@@ -58,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=["defaults"],
         metavar="NAME[:KEY=VALUE,...]",
-        help="settings to compare (ppo_KEY for PPO, else LLMPolicy)",
+        help="settings to compare (ppo_KEY for PPO, parser_KEY for the training env's "
+        "ActionParserWrapper, else LLMPolicy)",
     )
     add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
     add("--n-envs", type=int, default=8, help="parallel envs")
@@ -96,15 +98,18 @@ def _done(path: Path) -> set[tuple[str, int, str]]:
     return {(r["task"], r["seed"], r["arm"]) for r in rows}
 
 
-def parse_arm(text: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """``NAME:KEY=VALUE,...`` -> the name, the LLMPolicy kwargs and the PPO kwargs (``ppo_KEY``)."""
+def parse_arm(text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``NAME:KEY=VALUE,...`` -> the name, the LLMPolicy kwargs, the PPO kwargs (``ppo_KEY``) and
+    the training env's ActionParserWrapper kwargs (``parser_KEY``)."""
     from gym_llm.experiments.specs import parse_env_kwargs
 
     name, _, settings = text.partition(":")
     kwargs = parse_env_kwargs(settings, flag=f"--arms {name}")
-    policy = {k: v for k, v in kwargs.items() if not k.startswith("ppo_")}
-    ppo = {k[len("ppo_") :]: v for k, v in kwargs.items() if k.startswith("ppo_")}
-    return name, policy, ppo
+    groups: dict[str, dict[str, Any]] = {"ppo_": {}, "parser_": {}, "": {}}
+    for key, value in kwargs.items():
+        prefix = next(p for p in groups if key.startswith(p))
+        groups[prefix][key[len(prefix) :]] = value
+    return name, groups[""], groups["ppo_"], groups["parser_"]
 
 
 def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -115,12 +120,14 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
     from gym_llm.envs.family import FamilyEnv
     from gym_llm.evaluation.exact import exact_policy_value
 
-    name, policy, ppo = parse_arm(arm)
+    name, policy, ppo, parser = parse_arm(arm)
     kind = task.split("-")[0]
     steps = args.steps or STEPS.get(kind, WALK_STEPS)
     reference = FamilyEnv(task)
     low, high = reference.random_return, reference.optimal_return
-    env = make_text_env(ENV_ID, args.n_envs, env_kwargs={"task": task}, seed=seed)
+    env = make_text_env(
+        ENV_ID, args.n_envs, env_kwargs={"task": task}, action_kwargs=parser or None, seed=seed
+    )
     model = PPO(
         "LLMPolicy", env, n_steps=args.n_steps, batch_size=args.batch_size, seed=seed,
         policy_kwargs={"model": args.model, **policy}, **ppo,
@@ -149,7 +156,8 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
         "task": task,
         "seed": seed,
         "arm": name,
-        "settings": {"policy": policy, "ppo": ppo, "n_envs": args.n_envs,
+        "settings": {"policy": policy, "ppo": ppo, **({"parser": parser} if parser else {}),
+                     "n_envs": args.n_envs,
                      "n_steps": args.n_steps, "batch_size": args.batch_size, "steps": steps},
         "start_gap": curve[0]["gap"],
         "best_gap": max(p["gap"] for p in curve),

@@ -1,4 +1,4 @@
-"""The family sweep's bookkeeping and the diagnosis's pure measures (no model)."""
+"""The family sweep's bookkeeping, one run on a tiny model, and the diagnosis's pure measures."""
 
 from __future__ import annotations
 
@@ -68,12 +68,14 @@ def test_head_gradients_and_the_probe() -> None:
     assert ridge_loo_accuracy(rng.normal(size=(20, 5)), labels) < 0.8
 
 
-def test_arms_split_policy_from_ppo_settings() -> None:
+def test_arms_split_policy_ppo_and_parser_settings() -> None:
     from benchmarks.family_sweep import parse_arm
 
-    assert parse_arm("defaults") == ("defaults", {}, {})
-    name, policy, ppo = parse_arm("head:action_head=true,ppo_ent_coef=0.05,ppo_n_epochs=4")
-    assert (name, policy, ppo) == ("head", {"action_head": True}, {"ent_coef": 0.05, "n_epochs": 4})
+    assert parse_arm("defaults") == ("defaults", {}, {}, {})
+    arm = parse_arm("head:action_head=true,ppo_ent_coef=0.05,ppo_n_epochs=4")
+    assert arm == ("head", {"action_head": True}, {"ent_coef": 0.05, "n_epochs": 4}, {})
+    arm = parse_arm("gen:action_mode=generate,parser_invalid_penalty=-0.1")
+    assert arm == ("gen", {"action_mode": "generate"}, {}, {"invalid_penalty": -0.1})
     with pytest.raises(ValueError, match="--arms bad"):
         parse_arm("bad:action_head")
 
@@ -128,3 +130,21 @@ def test_summarize_pools_files_and_writes_a_plot_per_task(
     pngs = sorted(p.name for p in (tmp_path / "plots").iterdir())
     assert pngs == ["curves-grid-p1-s1.png", "curves-walk-p0-s0.png"]
     assert all((tmp_path / "plots" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+def test_a_run_takes_parser_settings_and_resumes(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from benchmarks.family_sweep import main
+
+    rows = tmp_path / "rows.jsonl"
+    arm = "gen:action_mode=generate,max_new_tokens=4,parser_invalid_penalty=-1.0"
+    command = ["run", "--tasks", "threshold-p0-s0", "--seeds", "0", "--arms", arm,
+               "--model", str(tiny_model_dir), "--n-envs", "2", "--n-steps", "4",
+               "--batch-size", "8", "--steps", "8", "--every", "8", "--jsonl", str(rows)]  # fmt: skip
+    main(command)
+    (row,) = [json.loads(line) for line in rows.read_text().splitlines()]
+    assert row["settings"]["parser"] == {"invalid_penalty": -1.0}
+    assert row["settings"]["policy"] == {"action_mode": "generate", "max_new_tokens": 4}
+    assert [p["env_steps"] for p in row["curve"]] == [0, 8]
+    assert 0.0 <= row["curve"][1]["invalid_action_rate"] <= 1.0
+    main(command)  # the run is in the file: skipped, nothing appended
+    assert len(rows.read_text().splitlines()) == 1

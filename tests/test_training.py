@@ -117,3 +117,72 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
     assert model.policy.value_head.normalize and float(model.policy.value_head.count) > 0
     assert model.policy.choice_calibration is not None
     assert model.policy.action_head is not None and model.policy.action_head.is_calibrated
+
+
+class _Echo:
+    """A one-turn text game: it takes any reply."""
+
+    def reset(self, seed: int | None = None) -> tuple[str, dict[str, object]]:
+        return "Say something.", {}
+
+    def step(self, text: str) -> tuple[str, float, bool, dict[str, object]]:
+        return "Done.", 0.0, True, {}
+
+
+def test_invalid_penalty_needs_replies_that_gym_llm_parses(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    import gymnasium as gym
+
+    from gym_llm.envs import TextGameEnv
+    from gym_llm.experiments.run import parses_actions
+    from gym_llm.rl.common.vec_env import make_text_env
+
+    assert parses_actions(make_text_env("Blackjack-v1").envs[0])
+    text = make_text_env(
+        lambda: TextGameEnv(_Echo()), action_kwargs={"invalid_penalty": -1.0}
+    ).envs[0]
+    assert not parses_actions(text)  # the parser would sit on a text space: it rejects nothing
+    gym.register("gym_llm_test/Echo-v0", entry_point=lambda: TextGameEnv(_Echo()))
+    try:
+        config = _config(
+            tiny_model_dir,
+            env="gym_llm_test/Echo-v0",
+            env_kwargs={},
+            mode="generate",
+            eval_episodes=1,
+            invalid_penalty=-1.0,
+        )
+        with pytest.raises(ValueError, match="takes text actions itself"):
+            run(config, tmp_path / "run", progress_bar=False)
+    finally:
+        del gym.registry["gym_llm_test/Echo-v0"]
+
+
+def test_invalid_penalty_reaches_the_training_reward_only(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with pytest.raises(ValueError, match=r"invalid_penalty .* must be <= 0"):
+        _config(tiny_model_dir, invalid_penalty=0.5)
+    config = _config(
+        tiny_model_dir,
+        mode="generate",
+        max_new_tokens=4,
+        invalid_penalty=-100.0,
+        timesteps=32,
+        eval_points=0,
+    )
+    result = run(config, tmp_path / "run", progress_bar=False)
+    (events,) = result.tensorboard_dir.rglob("events.out.tfevents*")
+    log = EventAccumulator(str(events))
+    log.Reload()
+    returns = [s.value for s in log.Scalars("rollout/ep_rew_mean")]
+    rates = [s.value for s in log.Scalars("rollout/invalid_action_rate")]
+    # A tiny random model's replies are almost never 'stick' or 'hit': each invalid one costs
+    # 100 in training, while Blackjack pays -1 to +1.5 an episode...
+    assert rates and min(rates) > 0.5
+    assert returns and max(returns) < -40.0
+    # ... and the evaluations score the game's own reward.
+    assert result.after.exact is not None and -1.0 <= result.after.exact <= 1.5

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
@@ -42,6 +43,7 @@ from gym_llm.rl.common.sharding import check_can_shard, requested_by_launcher
 from gym_llm.rl.common.vec_env import make_text_env
 from gym_llm.rl.dqn.dqn import DQN
 from gym_llm.rl.ppo import PPO
+from gym_llm.wrappers.action_parser import ActionParserWrapper
 from gym_llm.wrappers.count_bonus import check_count_key
 
 __all__ = ["TrainConfig", "TrainResult", "device_name", "plot_result", "run", "versions"]
@@ -128,6 +130,16 @@ def device_name(device: torch.device) -> str:
     return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
+def parses_actions(env: gym.Env[Any, Any]) -> bool:
+    """Whether ``env``'s replies go through an ActionParserWrapper over a non-text space: only
+    there does an invalid_penalty reach invalid replies without hiding a text env's own actions."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, ActionParserWrapper):
+            return not isinstance(env.env.action_space, gym.spaces.Text)
+        env = env.env
+    return False
+
+
 def run(
     config: TrainConfig,
     run_dir: str | Path,
@@ -165,7 +177,17 @@ def run(
             1, int(config.count_bonus_until * config.timesteps / world_size())
         ),
         count_bonus_key=check_count_key(config.count_bonus_key, "count_bonus_key"),
+        # only the training env: every evaluation scores the task's own reward
+        action_kwargs=(
+            {"invalid_penalty": config.invalid_penalty} if config.invalid_penalty else None
+        ),
     )
+    if config.invalid_penalty and not parses_actions(env.envs[0]):
+        raise ValueError(
+            f"invalid_penalty needs an env whose replies gym_llm parses (Discrete, Box, ...); "
+            f"{config.env} takes text actions itself. Give the penalty to its own parser "
+            "(make_text_env(..., action_kwargs={'invalid_penalty': ...}) in Python)."
+        )
     eval_env = make_text_env(
         config.env, config.n_envs, env_kwargs=config.env_kwargs, seed=config.seed + 10_000
     )

@@ -82,6 +82,11 @@ class TrainConfig:
     count_bonus_until: float = 0.5
     #: What the bonus counts: "next_state", or "state_action" for bandit-like tasks.
     count_bonus_key: str = "next_state"
+    #: Added to the training reward of a reply the parser cannot read, or a move the env
+    #: rejects (ActionParserWrapper's invalid_penalty): <= 0, e.g. -0.1. 0: an invalid reply
+    #: earns what its fallback action earns, so only the task's reward teaches the format.
+    #: Evaluations score the task's own reward.
+    invalid_penalty: float = 0.0
     #: Turns per forward/backward pass (gradient accumulation up to batch_size); none: as many
     #: as fit the update's memory budget.
     micro_batch_size: int | None = None
@@ -170,6 +175,11 @@ class TrainConfig:
                 f"{self.count_bonus} and {self.count_bonus_until}."
             )
         check_count_key(self.count_bonus_key, "count_bonus_key")
+        if not self.invalid_penalty <= 0:
+            raise ValueError(
+                f"invalid_penalty is added to an invalid reply's reward, so it must be <= 0 "
+                f"(e.g. -0.1); got {self.invalid_penalty}."
+            )
         if self.sft_demos is not None and self.sft_epochs <= 0:
             raise ValueError(f"sft_epochs must be > 0, got {self.sft_epochs}.")
         parse_trainable_layers(self.trainable_layers)  # a bad value fails here, not mid-run
