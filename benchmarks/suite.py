@@ -86,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         "0: none)")  # fmt: skip
     add("--algo", choices=["ppo", "dqn"], default="ppo", help="gym_llm.PPO or gym_llm.DQN")
     add("--set", "--dqn", dest="set", nargs="*", default=[], metavar="KEY=VALUE",
-        help="more TrainConfig settings, e.g. value_normalization=True (recorded in each row). "
+        help="more TrainConfig settings, e.g. value_normalization=True or ent_coef=auto "
+        "(recorded in each row; over a flag's value). "
         "With --algo dqn, DQN's (dqn_beta=1 gradient_steps=8); unset ones are SB3 DQN's as "
         "gym-llm bench scales them to --timesteps (gym_llm.evaluation.baselines.build_sb3), "
         "with gradient_steps = --n-envs so each env step is replayed as often as SB3's one-env "
@@ -136,28 +137,28 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
     rollout = args.n_envs * (dqn["train_freq"] if dqn else args.n_steps)
     iterations = max(1, -(-args.timesteps // rollout))
     every_rollouts = max(1, -(-args.every // rollout))
-    config = TrainConfig(
-        algo=args.algo,
-        **dqn,
-        **extra,
-        env=args.env,
-        env_kwargs=parse_env_kwargs(args.env_kwargs),
-        model=args.model,
-        mode=args.mode,
-        timesteps=args.timesteps,
-        n_envs=args.n_envs,
-        n_steps=args.n_steps,
-        batch_size=args.batch_size,
-        n_epochs=args.epochs,
-        learning_rate=args.lr,
-        ent_coef=args.ent_coef,
-        advantage_estimator=args.estimator,
-        eval_episodes=0,
-        eval_points=max(0, iterations // every_rollouts - 1),
-        seed=args.seed,
-        device=args.device,
-        count_bonus=args.count_bonus,
-    )
+    flags: dict[str, Any] = {
+        "algo": args.algo,
+        "env": args.env,
+        "env_kwargs": parse_env_kwargs(args.env_kwargs),
+        "model": args.model,
+        "mode": args.mode,
+        "timesteps": args.timesteps,
+        "n_envs": args.n_envs,
+        "n_steps": args.n_steps,
+        "batch_size": args.batch_size,
+        "n_epochs": args.epochs,
+        "learning_rate": args.lr,
+        "ent_coef": args.ent_coef,
+        "advantage_estimator": args.estimator,
+        "eval_episodes": 0,
+        "eval_points": max(0, iterations // every_rollouts - 1),
+        "seed": args.seed,
+        "device": args.device,
+        "count_bonus": args.count_bonus,
+    }
+    # a --set setting wins over a flag's (ent_coef=auto over --ent-coef's number)
+    config = TrainConfig(**{**flags, **dqn, **extra})
     env, kwargs = env_key(args.env, args.env_kwargs)
     base = {
         "env": env,

@@ -18,7 +18,7 @@ def test_run_streams_points_then_summarize_plots_and_diagnostics(
             "run", "--model", str(tiny_model_dir), "--env", "FrozenLake-v1", "--env-kwargs",
             "is_slippery=False", "--timesteps", "16", "--every", "8", "--n-envs", "2",
             "--n-steps", "4", "--batch-size", "4", "--epochs", "1", "--estimator", "gigpo",
-            "--set", "value_normalization=True", "lora_r=4", "--device", "cpu",
+            "--set", "value_normalization=True", "lora_r=4", "ent_coef=auto", "--device", "cpu",
             "--jsonl", str(jsonl), "--run-dir", str(tmp_path / "run"),
         ]
     )  # fmt: skip
@@ -27,11 +27,13 @@ def test_run_streams_points_then_summarize_plots_and_diagnostics(
     assert rows[-1]["done"] and rows[-1]["env_steps"] == 16 == totals["env_steps"]
     assert {r["estimator"] for r in rows} == {"gigpo"} and {r["n_epochs"] for r in rows} == {1}
     assert all(0.0 <= r["value"] <= 1.0 for r in rows)  # FrozenLake's exact goal probability
-    assert {json.dumps(r["set"]) for r in rows} == {'{"value_normalization": true, "lora_r": 4}'}
+    settings = {"value_normalization": True, "lora_r": 4, "ent_coef": "auto"}
+    assert all(r["set"] == settings for r in rows)  # ent_coef=auto over --ent-coef's 0.01
+    assert (tmp_path / "run" / "config.json").read_text().count('"ent_coef": "auto"') == 1
 
     table = main(["summarize", str(jsonl), "--plots", str(tmp_path / "plots")])
     # a setting that is not the default names its own learner
-    learner = "gigpo, n_epochs 1, value_normalization True, lora_r 4 (choice, 4)"
+    learner = "gigpo, n_epochs 1, value_normalization True, lora_r 4, ent_coef auto (choice, 4)"
     assert f"| FrozenLake-v1 is_slippery=False | {learner} | 1 |" in table
     assert "not reached" in table  # 16 steps never reach the 2,048-step budget
     assert (tmp_path / "plots" / "FrozenLake-v1-is_slippery=False.png").stat().st_size > 0

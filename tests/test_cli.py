@@ -218,10 +218,22 @@ def test_bad_flags_and_settings(tmp_path: Path, capsys: pytest.CaptureFixture[st
         capsys,
     )
     assert "max_number must be between 2 and 64" in err
+    assert "'auto' or 'auto_<start>'" in _usage_error(
+        ["train", "--ent-coef", "often", "--dry-run"], capsys
+    )
+    err = _usage_error(["train", "--ent-coef", "auto", "--mode", "generate", "--dry-run"], capsys)
+    assert "choice mode" in err
+    assert "must be <= 0" in _usage_error(["train", "--invalid-penalty", "1", "--dry-run"], capsys)
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.json").write_text("{}")
     assert "--overwrite" in _usage_error(["train", "--out", str(run), "--dry-run"], capsys)
+
+
+def test_entropy_coefficient_takes_a_number_or_auto(capsys: pytest.CaptureFixture[str]) -> None:
+    for flag, value in (("auto_0.05", "auto_0.05"), ("0.02", 0.02)):
+        assert cli.main(["train", "--ent-coef", flag, "--dry-run"]) == 0
+        assert json.loads(capsys.readouterr().out)["ent_coef"] == value
 
 
 def test_eval_needs_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -98,6 +98,8 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
         _config(tiny_model_dir, mode="generate", choice_calibration=True)
     with pytest.raises(ValueError, match="action_head needs mode='choice'"):
         _config(tiny_model_dir, mode="generate", action_head=True)
+    with pytest.raises(ValueError, match="ent_coef='auto' holds an entropy target"):
+        _config(tiny_model_dir, mode="generate", ent_coef="auto")
     config = _config(
         tiny_model_dir,
         timesteps=32,
@@ -107,12 +109,14 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
         critic_warmup_steps=32,
         choice_calibration=True,
         action_head=True,
+        ent_coef="auto_0.02",
         keep_best=False,
     )
     run(config, tmp_path / "run")
     assert not (tmp_path / "run" / "best").exists()
     model = PPO.load(tmp_path / "run" / "agent", device="cpu")
     assert model.advantage_estimator == "rloo" and model.critic_warmup_steps == 32
+    assert model.ent_coef_auto  # the entropy target, adapted from 0.02, saved with the agent
     assert model.policy.value_lr_scale == 10.0
     assert model.policy.value_head.normalize and float(model.policy.value_head.count) > 0
     assert model.policy.choice_calibration is not None

@@ -10,6 +10,7 @@ from gym_llm.evaluation.exact import exact_evaluation_supported
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.top_layers import parse_trainable_layers
 from gym_llm.rl.ppo.advantages import check_estimator
+from gym_llm.rl.ppo.entropy_control import parse_ent_coef
 from gym_llm.rl.ppo.ppo import DEFAULT_N_EPOCHS
 from gym_llm.wrappers.count_bonus import check_count_key
 
@@ -66,8 +67,9 @@ class TrainConfig:
     #: "all", a count ("8") or a share ("0.25"). The update starts from the hidden states the
     #: rollout computed below them, so fewer layers make it cheaper.
     trainable_layers: str = "auto"
-    #: Entropy bonus coefficient.
-    ent_coef: float = 0.0
+    #: Entropy bonus coefficient, or "auto" ("auto_0.05": its start) to hold the mean per-state
+    #: entropy at 0.3 of log K with SAC-discrete's temperature rule (choice mode).
+    ent_coef: float | str = 0.0
     #: Coefficient of the KL penalty to the base model (adapter disabled).
     kl_coef: float = 0.0
     #: Stop an update's epochs early when the approximate KL exceeds this (None: never).
@@ -183,6 +185,8 @@ class TrainConfig:
         if self.sft_demos is not None and self.sft_epochs <= 0:
             raise ValueError(f"sft_epochs must be > 0, got {self.sft_epochs}.")
         parse_trainable_layers(self.trainable_layers)  # a bad value fails here, not mid-run
+        if parse_ent_coef(self.ent_coef)[1] and (self.mode != "choice" or self.algo != "ppo"):
+            raise ValueError("ent_coef='auto' holds an entropy target of PPO in choice mode.")
         check_estimator(self.advantage_estimator)
         for name in ("choice_calibration", "action_head"):
             if getattr(self, name) and self.mode != "choice":
