@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import unwrap_wrapper
 
 from gym_llm.evaluation.curve import CurvePoint, CurveRecorder, no_score
 from gym_llm.evaluation.exact import exact_evaluation_supported, exact_policy_value
@@ -133,11 +134,8 @@ def device_name(device: torch.device) -> str:
 def parses_actions(env: gym.Env[Any, Any]) -> bool:
     """Whether ``env``'s replies go through an ActionParserWrapper over a non-text space: only
     there does an invalid_penalty reach invalid replies without hiding a text env's own actions."""
-    while isinstance(env, gym.Wrapper):
-        if isinstance(env, ActionParserWrapper):
-            return not isinstance(env.env.action_space, gym.spaces.Text)
-        env = env.env
-    return False
+    parser = unwrap_wrapper(env, ActionParserWrapper)
+    return parser is not None and not isinstance(parser.env.action_space, gym.spaces.Text)
 
 
 def run(
