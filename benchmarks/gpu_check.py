@@ -172,17 +172,21 @@ def report(result: dict[str, Any]) -> str:
             f"{row['learn_env_steps_per_s']:.1f} | {row['update_tokens_per_s']:.0f} | {mfu} | "
             f"{cuda} | {row['peak_rss_mb']:.0f} |"
         )
-    sweep = result["sweep"]
-    per_seed = sum(r["wall_s"] for r in sweep["runs"]) / max(1, len(sweep["runs"]))
-    finals = " / ".join(f"{r['values'][-1]:.2f}" for r in sweep["runs"])
-    lines += [
-        "",
-        f"FrozenLake 4x4 (not slippery), {result['sweep_steps']} env steps, exact evaluation "
-        f"every 256: **{sweep['reached']} of {sweep['seeds']} seeds reached the optimum "
-        f"({sweep['optimum']:.2f})**; final values {finals}; {per_seed:.0f} s per seed.",
-        "",
-    ]
+    lines += ["", sweep_line(result["sweep"], result["sweep_steps"]), ""]
     return "\n".join(lines)
+
+
+def sweep_line(sweep: dict[str, Any], steps: int) -> str:
+    """The sweep's sentence; ``--seeds 0`` (a short lease) says it was skipped, not "0 of 0"."""
+    if not sweep["runs"]:
+        return "FrozenLake sweep: skipped (`--seeds 0`)."
+    per_seed = sum(r["wall_s"] for r in sweep["runs"]) / len(sweep["runs"])
+    finals = " / ".join(f"{r['values'][-1]:.2f}" for r in sweep["runs"])
+    return (
+        f"FrozenLake 4x4 (not slippery), {steps} env steps, exact evaluation every 256: "
+        f"**{sweep['reached']} of {sweep['seeds']} seeds reached the optimum "
+        f"({sweep['optimum']:.2f})**; final values {finals}; {per_seed:.0f} s per seed."
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
