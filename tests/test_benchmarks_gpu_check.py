@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.gpu_check import main
+from benchmarks.gpu_check import main, sweep_line
 
 
 def test_the_checklist_measures_every_item_and_appends_its_section(
@@ -37,3 +37,15 @@ def test_the_checklist_measures_every_item_and_appends_its_section(
     assert all(len(r["values"]) == 2 for r in sweep["runs"])  # before and after 256 steps
     assert 0 <= sweep["reached"] <= 2 and sweep["optimum"] == 1.0
     assert f"{sweep['reached']} of 2 seeds reached the optimum" in text
+
+
+def test_a_skipped_sweep_says_so_instead_of_zero_of_zero() -> None:
+    skipped = {"optimum": 1.0, "reached": 0, "seeds": 0, "runs": []}
+    assert sweep_line(skipped, 2048) == "FrozenLake sweep: skipped (`--seeds 0`)."
+    ran = {"optimum": 1.0, "reached": 1, "seeds": 2, "runs": [
+        {"seed": 0, "wall_s": 10.0, "values": [0.0, 1.0]},
+        {"seed": 1, "wall_s": 30.0, "values": [0.0, 0.0]},
+    ]}  # fmt: skip
+    line = sweep_line(ran, 2048)
+    assert "**1 of 2 seeds reached the optimum (1.00)**" in line
+    assert "final values 1.00 / 0.00; 20 s per seed" in line
