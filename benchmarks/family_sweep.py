@@ -69,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("--steps", type=int, default=None, help="env steps per run (default: per kind)")
     add("--every", type=int, default=128, help="env steps between exact evaluations")
     add("--target", type=float, default=0.9, help="share of the random-to-optimum gap")
+    add(
+        "--replies",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also record, at every point, each state's greedy reply and the actions of N "
+        "sampled replies (benchmarks/state_replies.py; the run trains as without them)",
+    )
     add("--jsonl", type=Path, required=True, help="append rows here (and resume from it)")
     summary = commands.add_parser("summarize", help="k of N per task and arm")
     summary.add_argument("jsonl", type=Path, nargs="+", help="one or more sweeps' rows")
@@ -116,6 +124,7 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
     """Train one seed on one task; the exact gap fraction every ``args.every`` env steps."""
     from stable_baselines3.common.logger import configure
 
+    from benchmarks.state_replies import best_actions, reply_figures, state_replies
     from gym_llm import PPO, make_text_env
     from gym_llm.envs.family import FamilyEnv
     from gym_llm.evaluation.exact import exact_policy_value
@@ -137,11 +146,18 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
     logger.record = keeping(logger.record, DIAGNOSTICS, figures)
     model.set_logger(logger)
 
+    best = best_actions(task) if args.replies else []
+
     def point(seconds: float) -> dict[str, Any]:
         value = exact_policy_value(model, ENV_ID, {"task": task})
         gap = (value - low) / (high - low)
         row = {"env_steps": model.num_timesteps, "train_s": round(seconds, 2), "value": value}
         row.update(gap=round(gap, 4), **{k: round(v, 5) for k, v in figures.items()})
+        if args.replies:
+            replies = state_replies(model, task, args.replies)
+            found = reply_figures(best, replies["greedy_action"], replies["sampled"])
+            row.update({f"replies_{k}": round(v, 5) for k, v in found.items()})
+            row["replies"] = replies
         return row
 
     curve, train_s = [point(0.0)], 0.0
@@ -158,7 +174,9 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
         "arm": name,
         "settings": {"policy": policy, "ppo": ppo, **({"parser": parser} if parser else {}),
                      "n_envs": args.n_envs,
-                     "n_steps": args.n_steps, "batch_size": args.batch_size, "steps": steps},
+                     "n_steps": args.n_steps, "batch_size": args.batch_size, "steps": steps,
+                     **({"replies": args.replies} if args.replies else {})},
+        **({"best_actions": best} if args.replies else {}),
         "start_gap": curve[0]["gap"],
         "best_gap": max(p["gap"] for p in curve),
         "final_gap": curve[-1]["gap"],
