@@ -234,6 +234,11 @@ def test_entropy_coefficient_takes_a_number_or_auto(capsys: pytest.CaptureFixtur
     for flag, value in (("auto_0.05", "auto_0.05"), ("0.02", 0.02)):
         assert cli.main(["train", "--ent-coef", flag, "--dry-run"]) == 0
         assert json.loads(capsys.readouterr().out)["ent_coef"] == value
+    argv = ["train", "--ent-coef", "auto", "--target-entropy-of", "marginal", "--dry-run"]
+    assert cli.main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["target_entropy_of"] == "marginal"
+    err = _usage_error(["train", "--target-entropy-of", "marginal", "--dry-run"], capsys)
+    assert "set ent_coef='auto' as well" in err
 
 
 def test_eval_needs_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,12 +6,15 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from gym_llm import PPO, make_text_env
 from gym_llm.rl.ppo.entropy_control import (
     MAX_COEF,
     MIN_COEF,
+    check_entropy_of,
     default_target,
+    marginal_entropy,
     next_ent_coef,
     parse_ent_coef,
 )
@@ -35,6 +38,34 @@ def test_the_rule_moves_toward_the_target_and_stays_bounded() -> None:
     assert next_ent_coef(MIN_COEF, 5.0, target, 2) == MIN_COEF
     with pytest.raises(ValueError, match="at least 2 actions"):
         default_target(1)
+
+
+def test_the_marginal_entropy_tells_a_learned_rule_from_a_collapse() -> None:
+    rule = torch.tensor([[0.99, 0.01], [0.01, 0.99]])  # certain per state, by state
+    collapse = torch.tensor([[0.99, 0.01], [0.99, 0.01]])  # the same action everywhere
+    per_state = float(-(rule * rule.log()).sum(1).mean())
+    assert per_state < 0.06  # both look alike to the per-state entropy ...
+    assert marginal_entropy([rule]) == pytest.approx(math.log(2))  # ... not to the marginal
+    assert marginal_entropy([collapse]) == pytest.approx(per_state, rel=1e-5)
+    assert marginal_entropy([rule[:1], rule[1:]]) == pytest.approx(marginal_entropy([rule]))
+    assert next_ent_coef(0.01, marginal_entropy([rule]), None, 2) < 0.01  # the rule: it shrinks
+    assert next_ent_coef(0.01, marginal_entropy([collapse]), None, 2) > 0.01  # the collapse
+
+
+def test_the_module_examples_hold() -> None:
+    import doctest
+
+    from gym_llm.rl.ppo import entropy_control
+
+    assert doctest.testmod(entropy_control).failed == 0
+
+
+def test_entropy_of_is_checked() -> None:
+    assert check_entropy_of("marginal", adaptive=True) == "marginal"
+    with pytest.raises(ValueError, match="'state' or 'marginal'"):
+        check_entropy_of("batch", adaptive=True)
+    with pytest.raises(ValueError, match="set ent_coef='auto' as well"):
+        check_entropy_of("marginal", adaptive=False)
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +112,37 @@ def test_auto_needs_choice_mode(model_dir: Path) -> None:
         _ppo(model_dir, ent_coef="auto", policy={"action_mode": "generate"})
     with pytest.raises(ValueError, match="target_entropy"):
         _ppo(model_dir, ent_coef="auto", target_entropy=0.0)
+
+
+def test_marginal_holds_the_entropy_of_the_mean_distribution(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    policy = {"temperature": 0.01, "choice_calibration": False}
+    model = _ppo(
+        model_dir, ent_coef="auto", target_entropy_of="marginal", n_epochs=2, policy=policy
+    )
+    seen: list[float] = []
+    adapt = model._adapt_ent_coef
+
+    def spy(entropy: float) -> None:
+        seen.append(entropy)
+        adapt(entropy)
+
+    probs: list[torch.Tensor] = []
+    evaluate = model.policy.evaluate_actions
+
+    def keep(*args: object, **kwargs: object) -> object:
+        ev = evaluate(*args, **kwargs)  # type: ignore[arg-type]
+        probs.append(ev.choice_log_probs.detach().exp())  # type: ignore[union-attr]
+        return ev
+
+    model._adapt_ent_coef = spy
+    model.policy.evaluate_actions = keep  # type: ignore[method-assign]
+    model.learn(32)
+    assert len(seen) == 4 and len(probs) == 4  # one pass per minibatch here
+    for entropy, p in zip(seen, probs, strict=True):
+        assert entropy == pytest.approx(marginal_entropy([p]), abs=1e-6)
+    model.save(tmp_path / "agent")
+    assert PPO.load(tmp_path / "agent", device="cpu").target_entropy_of == "marginal"
+    with pytest.raises(ValueError, match="set ent_coef='auto' as well"):
+        _ppo(model_dir, target_entropy_of="marginal")

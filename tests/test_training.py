@@ -100,6 +100,8 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
         _config(tiny_model_dir, mode="generate", action_head=True)
     with pytest.raises(ValueError, match="ent_coef='auto' holds an entropy target"):
         _config(tiny_model_dir, mode="generate", ent_coef="auto")
+    with pytest.raises(ValueError, match="set ent_coef='auto' as well"):
+        _config(tiny_model_dir, target_entropy_of="marginal")
     config = _config(
         tiny_model_dir,
         timesteps=32,
@@ -110,6 +112,7 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
         choice_calibration=True,
         action_head=True,
         ent_coef="auto_0.02",
+        target_entropy_of="marginal",
         keep_best=False,
     )
     run(config, tmp_path / "run")
@@ -117,6 +120,7 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
     model = PPO.load(tmp_path / "run" / "agent", device="cpu")
     assert model.advantage_estimator == "rloo" and model.critic_warmup_steps == 32
     assert model.ent_coef_auto  # the entropy target, adapted from 0.02, saved with the agent
+    assert model.target_entropy_of == "marginal"
     assert model.policy.value_lr_scale == 10.0
     assert model.policy.value_head.normalize and float(model.policy.value_head.count) > 0
     assert model.policy.choice_calibration is not None

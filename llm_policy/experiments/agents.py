@@ -50,6 +50,7 @@ def build_agent(config: TrainConfig, env: Any, run_dir: Path, verbose: int = 0) 
         n_steps=config.n_steps,
         n_epochs=config.n_epochs,
         ent_coef=config.ent_coef,
+        target_entropy_of=config.target_entropy_of,
         kl_coef=config.kl_coef,
         target_kl=config.target_kl,
         micro_batch_size=config.micro_batch_size,

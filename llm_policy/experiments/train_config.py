@@ -10,7 +10,7 @@ from gym_llm.evaluation.exact import exact_evaluation_supported
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.top_layers import parse_trainable_layers
 from gym_llm.rl.ppo.advantages import check_estimator
-from gym_llm.rl.ppo.entropy_control import parse_ent_coef
+from gym_llm.rl.ppo.entropy_control import check_entropy_of, parse_ent_coef
 from gym_llm.rl.ppo.ppo import DEFAULT_N_EPOCHS
 from gym_llm.wrappers.count_bonus import check_count_key
 
@@ -70,6 +70,10 @@ class TrainConfig:
     #: Entropy bonus coefficient, or "auto" ("auto_0.05": its start) to hold the mean per-state
     #: entropy at 0.3 of log K with SAC-discrete's temperature rule (choice mode).
     ent_coef: float | str = 0.0
+    #: With ent_coef="auto": which entropy it holds, "state" (the mean per-state entropy) or
+    #: "marginal" (that of the mean action distribution over states: high for a policy that is
+    #: certain in each state but answers by state, 0 for one that plays one action everywhere).
+    target_entropy_of: str = "state"
     #: Coefficient of the KL penalty to the base model (adapter disabled).
     kl_coef: float = 0.0
     #: Stop an update's epochs early when the approximate KL exceeds this (None: never).
@@ -187,6 +191,7 @@ class TrainConfig:
         parse_trainable_layers(self.trainable_layers)  # a bad value fails here, not mid-run
         if parse_ent_coef(self.ent_coef)[1] and (self.mode != "choice" or self.algo != "ppo"):
             raise ValueError("ent_coef='auto' holds an entropy target of PPO in choice mode.")
+        check_entropy_of(self.target_entropy_of, parse_ent_coef(self.ent_coef)[1])
         check_estimator(self.advantage_estimator)
         for name in ("choice_calibration", "action_head"):
             if getattr(self, name) and self.mode != "choice":

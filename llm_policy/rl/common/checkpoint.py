@@ -68,6 +68,7 @@ SAVED_HYPERPARAMETERS = (
     "target_kl",
     "kl_coef",
     "target_entropy",
+    "target_entropy_of",
     "policy_update",
     "kl_step",
     "micro_batch_size",

@@ -14,6 +14,9 @@ a slow Adam step on ``log alpha``), within ``[MIN_COEF, MAX_COEF]``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+
+import torch
 
 #: Where ``"auto"`` starts, and the bounds of the coefficient.
 INITIAL_COEF, MIN_COEF, MAX_COEF = 0.01, 1e-4, 1.0
@@ -21,6 +24,8 @@ INITIAL_COEF, MIN_COEF, MAX_COEF = 0.01, 1e-4, 1.0
 TARGET_SHARE = 0.3
 #: How fast the coefficient follows: ``exp(RATE * gap / log K)`` per optimizer step.
 RATE = 1.0
+#: Which entropy ``"auto"`` holds at the target (``PPO(target_entropy_of=...)``).
+ENTROPY_OF = ("state", "marginal")
 
 
 def parse_ent_coef(value: float | str) -> tuple[float, bool]:
@@ -55,14 +60,43 @@ def default_target(n_actions: int) -> float:
     return TARGET_SHARE * math.log(n_actions)
 
 
-def next_ent_coef(coef: float, entropy: float, target: float, n_actions: int) -> float:
-    """The coefficient after one optimizer step whose batch had mean entropy ``entropy``.
+def next_ent_coef(coef: float, entropy: float, target: float | None, n_actions: int) -> float:
+    """The coefficient after one optimizer step whose batch had mean entropy ``entropy``
+    (``target`` ``None``: :func:`default_target`).
 
     >>> round(next_ent_coef(0.01, entropy=0.1, target=0.2, n_actions=2), 5)  # below: grows
     0.01155
     >>> next_ent_coef(0.01, entropy=0.3, target=0.2, n_actions=2) < 0.01  # above: shrinks
     True
     """
+    target = default_target(n_actions) if target is None else target
     scale = math.log(max(n_actions, 2))
     updated = coef * math.exp(RATE * (target - entropy) / scale)
     return min(max(updated, MIN_COEF), MAX_COEF)
+
+
+def check_entropy_of(value: str, adaptive: bool) -> str:
+    """``target_entropy_of``, checked: ``"state"`` or ``"marginal"``, the latter with ``"auto"``."""
+    if value not in ENTROPY_OF:
+        raise ValueError(f"target_entropy_of must be 'state' or 'marginal', got {value!r}.")
+    if value == "marginal" and not adaptive:
+        raise ValueError(
+            "target_entropy_of='marginal' chooses what ent_coef='auto' holds at the target; "
+            "set ent_coef='auto' as well, or leave target_entropy_of='state'."
+        )
+    return value
+
+
+def marginal_entropy(probs: Sequence[torch.Tensor]) -> float:
+    """Entropy (nats) of the mean action distribution over every row of ``probs`` (``(n, K)``
+    each): H(A) = H(A|S) + I(S; A). A policy that is certain in each state but answers
+    differently across states keeps it high; one that plays the same action everywhere (the
+    collapse that ``"auto"`` exists to undo) takes it to 0, as the per-state entropy does.
+
+    >>> round(marginal_entropy([torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]])]), 4)
+    0.6931
+    >>> marginal_entropy([torch.tensor([[1.0, 0.0], [1.0, 0.0]])])  # the same action everywhere
+    0.0
+    """
+    mean = torch.cat(list(probs)).float().mean(dim=0)
+    return max(0.0, float(-(mean * mean.clamp_min(1e-12).log()).sum()))

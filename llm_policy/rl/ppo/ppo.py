@@ -33,7 +33,7 @@ from gym_llm.rl.common.vec_env import TextVecEnv, check_text_env
 from gym_llm.rl.ppo.advantages import check_estimator
 from gym_llm.rl.ppo.buffer import TextRolloutBuffer
 from gym_llm.rl.ppo.data_parallel import DataParallel
-from gym_llm.rl.ppo.entropy_control import parse_ent_coef
+from gym_llm.rl.ppo.entropy_control import check_entropy_of, parse_ent_coef
 from gym_llm.spaces import TextActions, TextObservations
 
 SelfPPO = TypeVar("SelfPPO", bound="PPO")
@@ -86,6 +86,8 @@ class PPO(DataParallel):
             ``target_entropy`` (SAC-discrete's rule, :mod:`gym_llm.rl.ppo.entropy_control`; choice
             mode). Logged as ``train/ent_coef``.
         target_entropy: the entropy ``"auto"`` holds, in nats; ``None``: 0.3 of ``log K``.
+        target_entropy_of: ``"state"`` (the mean per-state entropy) or ``"marginal"`` (the batch's
+            mean action distribution's, which a policy certain per state but state-dependent keeps).
         policy_update: ``"clip"`` (default): PPO's clipped surrogate. ``"target"`` (choice
             mode): cross-entropy to the old policy tilted by each state's mean advantage per
             action, ``pi_old · exp(A / eta)``, a step of ``kl_step`` nats
@@ -140,6 +142,7 @@ class PPO(DataParallel):
         normalize_advantage: bool = True,
         ent_coef: float | str = 0.0,
         target_entropy: float | None = None,
+        target_entropy_of: str = "state",
         policy_update: str = "clip",
         kl_step: float = 0.05,
         vf_coef: float = 0.5,
@@ -211,6 +214,7 @@ class PPO(DataParallel):
         if target_entropy is not None and not target_entropy > 0:
             raise ValueError(f"target_entropy must be > 0 nats (or None), got {target_entropy}.")
         self.target_entropy = target_entropy
+        self.target_entropy_of = check_entropy_of(target_entropy_of, self.ent_coef_auto)
         if policy_update not in ("clip", "target"):
             raise ValueError(f"policy_update must be 'clip' or 'target', got {policy_update!r}.")
         if not kl_step > 0:

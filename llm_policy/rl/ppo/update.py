@@ -36,7 +36,7 @@ from gym_llm.rl.common.sharding import (
     sharded_update,
 )
 from gym_llm.rl.ppo.buffer import TextBatch, grouped_passes
-from gym_llm.rl.ppo.entropy_control import default_target, next_ent_coef
+from gym_llm.rl.ppo.entropy_control import marginal_entropy, next_ent_coef
 from gym_llm.rl.ppo.losses import clipped_surrogate, entropy_bonus, k3_kl, value_loss
 from gym_llm.rl.ppo.rollout import RolloutCollection
 from gym_llm.rl.ppo.target_update import (
@@ -79,6 +79,7 @@ class PPOUpdate(RolloutCollection):
     #: ``ent_coef="auto"``: the coefficient follows the entropy's gap to ``target_entropy``.
     ent_coef_auto: bool
     target_entropy: float | None
+    target_entropy_of: str
     policy_update: str
     kl_step: float
     micro_batch_size: int | None
@@ -109,10 +110,10 @@ class PPOUpdate(RolloutCollection):
             self._train()
 
     def _adapt_ent_coef(self, entropy: float) -> None:
-        """``ent_coef="auto"``: after a step whose minibatch had mean entropy ``entropy``."""
-        n_actions = len(self.policy.actions_list)
-        target = self.target_entropy or default_target(n_actions)
-        self.ent_coef = next_ent_coef(self.ent_coef, entropy, target, n_actions)
+        """``ent_coef="auto"``: after a step, from its minibatch's ``entropy`` (of states or
+        marginal: ``target_entropy_of``)."""
+        k = len(self.policy.actions_list)
+        self.ent_coef = next_ent_coef(self.ent_coef, entropy, self.target_entropy, k)
 
     def _calibrate_action_head(self) -> None:
         """Before the first step, the action head's centre and scale from this rollout's
@@ -131,20 +132,8 @@ class PPOUpdate(RolloutCollection):
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         clip = self.clip_range(self._current_progress_remaining)
-        stats: dict[str, list[float]] = {
-            k: []
-            for k in (
-                "pg",
-                "value",
-                "entropy",
-                "kl_ref",
-                "approx_kl",
-                "clip_fraction",
-                "rows_per_pass",
-                "grad_norm",
-                "value_grad_norm",
-            )
-        }
+        names = "pg value entropy kl_ref approx_kl clip_fraction rows_per_pass grad_norm"
+        stats: dict[str, list[float]] = {k: [] for k in [*names.split(), "value_grad_norm"]}
         continue_training, first, first_error = True, True, 0.0
         epoch = 0
         finite = self.rollout_buffer.finite_turns()
@@ -170,6 +159,7 @@ class PPOUpdate(RolloutCollection):
                 n = len(batch.observations)
                 batch_kl: list[float] = []
                 batch_entropy: list[float] = []
+                batch_probs: list[torch.Tensor] = []  # target_entropy_of="marginal"
                 bad_cause: str | None = None
                 rows = self._rows_per_pass(batch.observations, batch.actions)
                 if lockstep:  # FSDP: as many passes in every process
@@ -218,6 +208,8 @@ class PPOUpdate(RolloutCollection):
                     stats["value"].append(critic.item())
                     stats["entropy"].append(entropy.item())
                     batch_entropy.append(-entropy.item() * len(observations) / n)
+                    if self.target_entropy_of == "marginal" and ev.choice_log_probs is not None:
+                        batch_probs.append(ev.choice_log_probs.detach().exp())
                     stats["approx_kl"].append(surrogate.approx_kl)
                     stats["clip_fraction"].append(surrogate.clip_fraction)
                 if first:
@@ -254,7 +246,8 @@ class PPOUpdate(RolloutCollection):
                 if lockstep:  # the whole weights from the stepped shards
                     refresh(self.policy.lm)
                 if self.ent_coef_auto:
-                    self._adapt_ent_coef(global_mean(float(np.sum(batch_entropy))))
+                    held = marginal_entropy(batch_probs) if batch_probs else np.sum(batch_entropy)
+                    self._adapt_ent_coef(global_mean(float(held)))
                 self._n_updates += 1
             if not continue_training:
                 break
