@@ -132,12 +132,12 @@ def test_marginal_holds_the_entropy_of_the_mean_distribution(
     evaluate = model.policy.evaluate_actions
 
     def keep(*args: object, **kwargs: object) -> object:
-        ev = evaluate(*args, **kwargs)  # type: ignore[arg-type]
-        probs.append(ev.choice_log_probs.detach().exp())  # type: ignore[union-attr]
+        ev = evaluate(*args, **kwargs)
+        probs.append(ev.choice_log_probs.detach().exp())
         return ev
 
     model._adapt_ent_coef = spy
-    model.policy.evaluate_actions = keep  # type: ignore[method-assign]
+    model.policy.evaluate_actions = keep
     model.learn(32)
     assert len(seen) == 4 and len(probs) == 4  # one pass per minibatch here
     for entropy, p in zip(seen, probs, strict=True):
