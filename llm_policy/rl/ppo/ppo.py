@@ -86,8 +86,8 @@ class PPO(DataParallel):
             ``target_entropy`` (SAC-discrete's rule, :mod:`gym_llm.rl.ppo.entropy_control`; choice
             mode). Logged as ``train/ent_coef``.
         target_entropy: the entropy ``"auto"`` holds, in nats; ``None``: 0.3 of ``log K``.
-        target_entropy_of: ``"state"`` (the mean per-state entropy) or ``"marginal"`` (the batch's
-            mean action distribution's, which a policy certain per state but state-dependent keeps).
+        target_entropy_of: ``"state"`` (the mean per-state entropy) or ``"marginal"`` (that of the
+            batch's mean action distribution: high for a state-dependent policy, however certain).
         policy_update: ``"clip"`` (default): PPO's clipped surrogate. ``"target"`` (choice
             mode): cross-entropy to the old policy tilted by each state's mean advantage per
             action, ``pi_old · exp(A / eta)``, a step of ``kl_step`` nats
