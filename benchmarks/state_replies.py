@@ -95,18 +95,18 @@ def reply_figures(
 
 def mutual_information(counts: np.ndarray) -> float:
     """I(state; action) in nats of a ``[state, action]`` count table, states weighted equally
-    (each state's row normalised; rows without counts are left out).
+    (each state's row normalised; rows without counts are left out): the rollout diagnostic
+    :func:`gym_llm.rl.common.diagnostics.mutual_information` on sampled counts.
 
     >>> round(mutual_information(np.array([[4, 0], [0, 4]])), 4)  # action = state: ln 2
     0.6931
     >>> mutual_information(np.array([[2, 2], [1, 1]]))  # the same spread everywhere: none
     0.0
     """
+    from gym_llm.rl.common.diagnostics import mutual_information as information
+
     rows = counts[counts.sum(axis=1) > 0].astype(float)
     if len(rows) == 0:
         return math.nan
-    p = rows / rows.sum(axis=1, keepdims=True)
-    marginal = p.mean(axis=0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(p > 0, p * np.log(p / marginal), 0.0)
-    return max(0.0, float(terms.sum(axis=1).mean()))
+    weights = np.full(len(rows), 1.0 / len(rows))
+    return max(0.0, information(rows / rows.sum(axis=1, keepdims=True), weights))

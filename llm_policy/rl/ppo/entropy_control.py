@@ -16,7 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
+
+from gym_llm.rl.common.diagnostics import entropy
+from gym_llm.rl.common.distributed import global_sums
 
 #: Where ``"auto"`` starts, and the bounds of the coefficient.
 INITIAL_COEF, MIN_COEF, MAX_COEF = 0.01, 1e-4, 1.0
@@ -89,14 +93,16 @@ def check_entropy_of(value: str, adaptive: bool) -> str:
 
 def marginal_entropy(probs: Sequence[torch.Tensor]) -> float:
     """Entropy (nats) of the mean action distribution over every row of ``probs`` (``(n, K)``
-    each): H(A) = H(A|S) + I(S; A). A policy that is certain in each state but answers
-    differently across states keeps it high; one that plays the same action everywhere (the
-    collapse that ``"auto"`` exists to undo) takes it to 0, as the per-state entropy does.
+    each), in every process of a data-parallel run: H(A) = H(A|S) + I(S; A). A policy that is
+    certain in each state but answers differently across states keeps it high; one that plays
+    the same action everywhere (the collapse that ``"auto"`` exists to undo) takes it to 0, as
+    the per-state entropy does.
 
     >>> round(marginal_entropy([torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]])]), 4)
     0.6931
     >>> marginal_entropy([torch.tensor([[1.0, 0.0], [1.0, 0.0]])])  # the same action everywhere
     0.0
     """
-    mean = torch.cat(list(probs)).float().mean(dim=0)
-    return max(0.0, float(-(mean * mean.clamp_min(1e-12).log()).sum()))
+    rows = torch.cat(list(probs)).float()
+    *sums, count = global_sums([*rows.sum(dim=0).tolist(), len(rows)])
+    return max(0.0, float(entropy(np.asarray(sums) / count)))

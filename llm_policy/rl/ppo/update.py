@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
@@ -132,8 +133,7 @@ class PPOUpdate(RolloutCollection):
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         clip = self.clip_range(self._current_progress_remaining)
-        names = "pg value entropy kl_ref approx_kl clip_fraction rows_per_pass grad_norm"
-        stats: dict[str, list[float]] = {k: [] for k in [*names.split(), "value_grad_norm"]}
+        stats: defaultdict[str, list[float]] = defaultdict(list)
         continue_training, first, first_error = True, True, 0.0
         epoch = 0
         finite = self.rollout_buffer.finite_turns()
@@ -246,8 +246,11 @@ class PPOUpdate(RolloutCollection):
                 if lockstep:  # the whole weights from the stepped shards
                     refresh(self.policy.lm)
                 if self.ent_coef_auto:
-                    held = marginal_entropy(batch_probs) if batch_probs else np.sum(batch_entropy)
-                    self._adapt_ent_coef(global_mean(float(held)))
+                    if self.target_entropy_of == "marginal":  # over every process already
+                        held = marginal_entropy(batch_probs)
+                    else:
+                        held = global_mean(float(np.sum(batch_entropy)))
+                    self._adapt_ent_coef(held)
                 self._n_updates += 1
             if not continue_training:
                 break
