@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         "ActionParserWrapper, else LLMPolicy)",
     )
     add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
+    add("--device", default="auto", help="cpu, cuda or auto (cuda when there is one)")
     add("--n-envs", type=int, default=8, help="parallel envs")
     add("--n-steps", type=int, default=8, help="PPO n_steps")
     add("--batch-size", type=int, default=64, help="PPO minibatch size")
@@ -139,7 +140,7 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
     )
     model = PPO(
         "LLMPolicy", env, n_steps=args.n_steps, batch_size=args.batch_size, seed=seed,
-        policy_kwargs={"model": args.model, **policy}, **ppo,
+        policy_kwargs={"model": args.model, **policy}, device=args.device, **ppo,
     )  # fmt: skip
     figures: dict[str, float] = {}
     logger = configure(None, [])
@@ -182,6 +183,7 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
         "final_gap": curve[-1]["gap"],
         "reached_at": reached,
         "train_s": round(train_s, 1),
+        "device": f"{model.device.type}, {model.policy.lm.dtype}".replace("torch.", ""),
         "curve": curve,
     }  # fmt: skip
 

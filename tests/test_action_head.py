@@ -103,9 +103,9 @@ def test_the_head_and_its_calibration_are_saved(model_dir: Path, tmp_path: Path)
         plain.policy.load_trainable_state_dict(model.policy.trainable_state_dict())
 
 
-def test_generate_mode_has_no_head(model_dir: Path) -> None:
-    with pytest.raises(ValueError, match="action_head needs choice mode"):
-        _ppo(model_dir, True, action_mode="generate")
+def test_generate_mode_has_no_calibration(model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="choice_calibration needs choice mode"):
+        _ppo(model_dir, True, action_mode="generate", choice_calibration=True)
 
 
 def test_on_by_default_in_choice_mode_only() -> None:
@@ -120,6 +120,10 @@ def test_on_by_default_in_choice_mode_only() -> None:
         choice_extras("generate", None, True, None)
     with pytest.raises(ValueError, match="pass action_head=True"):
         choice_extras("choice", False, None, True)
+    # generate mode: the head only when asked, and only on listed actions
+    assert choice_extras("generate", True, None, None) == (True, False, True)
+    with pytest.raises(ValueError, match="lists none"):
+        choice_extras("generate", True, None, None, listed=False)
 
 
 def test_the_defaults_are_saved_and_older_agents_load_without(

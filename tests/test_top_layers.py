@@ -163,13 +163,15 @@ def _twins(model_dir: Path, **kwargs) -> tuple[LLMPolicy, LLMPolicy]:
 
 
 @pytest.mark.parametrize(
-    ("mode", "model", "share_prefix"),
+    ("mode", "model", "share_prefix", "head"),
     [
-        ("choice", "deep", True),
-        ("choice", "bytes", True),  # multi-token candidates
-        ("choice", "deep", False),
-        ("generate", "deep", True),
-        ("generate", "bytes", False),
+        ("choice", "deep", True, None),
+        ("choice", "bytes", True, None),  # multi-token candidates
+        ("choice", "deep", False, None),
+        ("generate", "deep", True, None),
+        ("generate", "bytes", False, None),
+        ("generate", "deep", True, True),  # the head on the action words' tokens
+        ("generate", "bytes", False, True),
     ],
 )
 def test_update_from_states_equals_the_whole_model(
@@ -179,11 +181,14 @@ def test_update_from_states_equals_the_whole_model(
     mode: str,
     model: str,
     share_prefix: bool,
+    head: bool | None,
 ) -> None:
     model_dir = deep_model_dir if model == "deep" else bytes_model_dir
     fast, slow = _twins(
-        model_dir, lora={"r": 2}, action_mode=mode, max_new_tokens=4, share_prefix=share_prefix
-    )
+        model_dir, lora={"r": 2}, action_mode=mode, max_new_tokens=4, share_prefix=share_prefix,
+        action_head=head,
+    )  # fmt: skip
+    assert (fast.action_head is not None) == (mode == "choice" or bool(head))
     observations = [*OBS, OBS[0], OBS[0]]  # repeated observations share one row in choice mode
     torch.manual_seed(0)
     with torch.inference_mode():

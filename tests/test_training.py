@@ -96,8 +96,9 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
         _config(tiny_model_dir, advantage_estimator="ppo")
     with pytest.raises(ValueError, match="choice_calibration"):
         _config(tiny_model_dir, mode="generate", choice_calibration=True)
-    with pytest.raises(ValueError, match="action_head needs mode='choice'"):
-        _config(tiny_model_dir, mode="generate", action_head=True)
+    # generate mode takes the action head (on the actions' word tokens)
+    generate_head = _config(tiny_model_dir, mode="generate", action_head=True)
+    assert generate_head.policy_kwargs()["action_head"] is True
     with pytest.raises(ValueError, match="ent_coef='auto' holds an entropy target"):
         _config(tiny_model_dir, mode="generate", ent_coef="auto")
     with pytest.raises(ValueError, match="set ent_coef='auto' as well"):

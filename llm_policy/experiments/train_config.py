@@ -52,16 +52,16 @@ class TrainConfig:
     #: The critic learns returns in units of their running mean and std (MAPPO's value
     #: normalisation): for returns far from the reward's size, such as -1 per move.
     value_normalization: bool = False
-    #: Choice mode: the action head's learning rate as a multiple of the policy's.
+    #: The action head's learning rate as a multiple of the policy's.
     action_head_lr_scale: float = 1.0
     #: Env steps at the start during which only the value head trains.
     critic_warmup_steps: int = 0
     #: Choice mode: subtract each action's score under a content-free prompt (default: on in
     #: choice mode).
     choice_calibration: bool | None = None
-    #: Choice mode: a linear action head on the centred hidden state of the first trainable
-    #: layer's input (the critic reads it too); see LLMPolicy's action_head (default: on in
-    #: choice mode).
+    #: A linear action head on the centred hidden state of the first trainable layer's input
+    #: (the critic reads it too); see LLMPolicy's action_head (default: on in choice mode; in
+    #: generate mode off unless set, and then added to the logits of the actions' word tokens).
     action_head: bool | None = None
     #: Decoder layers that train, from the top: "auto" (a quarter with LoRA, all without),
     #: "all", a count ("8") or a share ("0.25"). The update starts from the hidden states the
@@ -193,9 +193,8 @@ class TrainConfig:
             raise ValueError("ent_coef='auto' holds an entropy target of PPO in choice mode.")
         check_entropy_of(self.target_entropy_of, parse_ent_coef(self.ent_coef)[1])
         check_estimator(self.advantage_estimator)
-        for name in ("choice_calibration", "action_head"):
-            if getattr(self, name) and self.mode != "choice":
-                raise ValueError(f"{name} needs mode='choice'.")
+        if self.choice_calibration and self.mode != "choice":
+            raise ValueError("choice_calibration needs mode='choice'.")
         if self.checkpoint_every is not None and self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}.")
         if self.keep_checkpoints < 1:

@@ -51,13 +51,16 @@ def choice_extras(
     centred_critic: bool | None,
     frozen_below: bool = True,
     per_state: bool = False,
+    listed: bool = True,
 ) -> tuple[bool, bool, bool]:
     """``(action_head, choice_calibration, centred_critic)`` as the policy uses them.
 
     ``None`` means the default: the calibration is on in choice mode, and so is the head when
     frozen layers lie below the trainable ones (``frozen_below``: the head reads their output,
     which training leaves in place); both are off in generate mode, where replies are free text
-    with no fixed actions to score. They became the default because together they reached the
+    with no fixed actions to score. There the head can be asked for when the env lists its
+    actions (``listed``): it then adds to the logits of each action's word tokens
+    (:mod:`gym_llm.policy.action_words`); the calibration stays choice mode's. They became the default because together they reached the
     target on the task family's tuning split where the plain policy reached it on no task, and
     the calibration alone takes the policy out of a near-certain prior (``benchmarks/
     RESULTS.md``). When every layer trains, the head would read features that move under it: on
@@ -73,23 +76,30 @@ def choice_extras(
     (False, False, False)
     >>> choice_extras("choice", None, None, None, per_state=True)  # lists change per state
     (False, False, False)
+    >>> choice_extras("generate", True, None, None)  # the head on the actions' word tokens
+    (True, False, True)
     """
     choice = action_mode == "choice"
     fixed = choice and not per_state  # per action index: meaningless when lists change
     head = fixed and frozen_below if action_head is None else bool(action_head)
     calibration = fixed if choice_calibration is None else bool(choice_calibration)
     for name, on in (("action_head", head), ("choice_calibration", calibration)):
-        if on and choice and per_state:
+        if on and per_state:
             raise ValueError(
                 f"{name} scores a fixed list of actions by index; this env brings its own list "
                 "in every state (TextActions(per_state=True)). Leave it off."
             )
-    for name, on in (("action_head", head), ("choice_calibration", calibration)):
-        if on and not choice:
-            raise ValueError(
-                f"{name} needs choice mode (the env must list its actions); in generate mode "
-                "replies are free text, with no fixed set of actions to score."
-            )
+    if calibration and not choice:
+        raise ValueError(
+            "choice_calibration needs choice mode (the env must list its actions); in generate "
+            "mode replies are free text, with no fixed set of actions to score."
+        )
+    if head and not choice and not listed:
+        raise ValueError(
+            "action_head in generate mode raises the listed actions' word tokens, and this env "
+            "lists none (its action space is free text). List them (TextActions(actions=[...])) "
+            "or leave action_head off."
+        )
     critic = head if centred_critic is None else bool(centred_critic)
     if critic and not head:
         raise ValueError(

@@ -22,7 +22,6 @@ the SB3 policy interface).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,11 +30,11 @@ import torch
 from gymnasium import spaces
 
 from gym_llm.policy.action_head import ActionHead, choice_extras
+from gym_llm.policy.action_words import action_words
 from gym_llm.policy.adapters import enable_gradient_checkpointing, make_trainable, name_or_path
 from gym_llm.policy.arguments import check_arguments, resolve_mode
 from gym_llm.policy.models import MODEL_REGISTRY, float32_logits, load_model
 from gym_llm.policy.outputs import Evaluation, PolicyStep, UpdateWork
-from gym_llm.policy.packed_linear import PackedLinears
 from gym_llm.policy.param_groups import check_lr_scale, param_groups
 from gym_llm.policy.scoring import (
     CONTENT_FREE_OBSERVATION,
@@ -128,7 +127,10 @@ class LLMPolicy(UpdatePasses):
             what tells states apart, which the LoRA gradient barely moves (99 % shared).
             ``None`` (default): on in choice mode when layers below the trainable ones are
             frozen (the default ``trainable_layers``; with the calibration, it learned the task
-            family's tuning split where the plain policy learned none of it).
+            family's tuning split where the plain policy learned none of it). In generate mode
+            (off unless ``True``; the env must list its actions) its scores are added to the
+            logits of each action's word tokens at every reply position
+            (:mod:`gym_llm.policy.action_words`).
         centred_critic: the critic reads the head's centred features too (its raw input is
             99.9 % the same in every state); ``None``: on with ``action_head``.
         max_prompt_tokens: the most prompt tokens a turn may take (``None``: no limit). Longer
@@ -236,9 +238,14 @@ class LLMPolicy(UpdatePasses):
             centred_critic,
             frozen_below=bool(self.first_trainable_layer),
             per_state=self.per_state,
+            listed=bool(listed),
         )
         self.action_head = (
             ActionHead(hidden, len(self.actions_list), device=lm.device) if action_head else None
+        )
+        generating = action_head and self.action_mode == "generate"
+        self.action_words = (
+            action_words(self.tokenizer, self.actions_list, lm.device) if generating else None
         )
 
         self.stop_ids = self._stop_token_ids()
@@ -311,19 +318,6 @@ class LLMPolicy(UpdatePasses):
         )
         return data
 
-    def rollout_kernels(self) -> contextlib.AbstractContextManager[None]:
-        """The block inside which no-gradient passes use the packed frozen weights (if on)."""
-        if not self.pack_frozen_weights:
-            return contextlib.nullcontext()
-        if self._packed is None:
-            self._packed = PackedLinears(self.lm)
-        return self._packed.active()
-
-    @property
-    def packed_weight_bytes(self) -> int:
-        """Memory the packed frozen weights in use hold (0 with packing off)."""
-        return self._packed.packed_bytes if self.pack_frozen_weights and self._packed else 0
-
     def act(self, observations: Sequence[str], deterministic: bool = False) -> PolicyStep:
         """Replies for a batch of observations, with exact log-probs and values (one LM batch)."""
         with self.rollout_kernels():
@@ -375,24 +369,6 @@ class LLMPolicy(UpdatePasses):
             step = self.act(batch, deterministic=deterministic)
         replies = np.array(step.replies, dtype=object)
         return (replies[0] if single else replies), state
-
-    def calibrate_action_head(self, observations: Sequence[str]) -> bool:
-        """Set the action head's centre and scale from these observations, once, before its first
-        step (its weights are zero: no logit moves). Whether it calibrated now."""
-        head = self.action_head
-        if head is None or head.is_calibrated:
-            return False
-        if self.centred_critic and bool(self.value_head.weight.detach().any()):
-            raise RuntimeError(  # centring its input now would change its values
-                "The critic has trained already: calibrate before the first update (PPO does)."
-            )
-        distinct = list(dict.fromkeys(str(o) for o in observations))
-        with torch.no_grad(), self.rollout_kernels(), self._without_states():
-            features = torch.cat(
-                [self._prompt_pass(distinct[i : i + 32])[5] for i in range(0, len(distinct), 32)]
-            )
-        head.calibrate(features)
-        return True
 
     def predict_values(self, observations: Sequence[str]) -> torch.Tensor:
         """Critic values ``(n,)`` (no candidates, no generation: just the prompt pass)."""

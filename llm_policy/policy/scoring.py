@@ -3,17 +3,22 @@
 Choice mode scores every listed action as a continuation of the prompt (from the cached frozen
 trunk where the bottom layers are frozen, :mod:`gym_llm.policy.trunk`; else one prompt pass, its
 KV cache shared by the candidates) and remembers each distinct observation's scores per weights
-version; generate mode samples replies token by token with the log-probs as sampled.
+version; generate mode samples replies token by token with the log-probs as sampled (with the
+action head, its scores added at the action words' tokens: :mod:`gym_llm.policy.action_words`).
+Rollout passes run through the packed frozen weights where packing is on.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 import torch
 
+from gym_llm.policy.action_words import ActionWords
+from gym_llm.policy.packed_linear import PackedLinears
 from gym_llm.policy.sampling import sample
 from gym_llm.policy.top_layers import TurnStates
 from gym_llm.policy.trunk import TrunkPasses, distinct_rows
@@ -39,6 +44,8 @@ class ActionScoring(TrunkPasses):
     stop_ids: list[int]
     memoize_choice_scores: bool
     uses_lora: bool
+    #: Generate mode with the action head: the tokens its scores are added to (else ``None``).
+    action_words: ActionWords | None
     #: Choice mode: observation -> (action logits, value, states) under the current weights.
     _memo: dict[str, tuple[torch.Tensor, torch.Tensor, TurnStates | None]]
     _memo_version: tuple[tuple[int, float], int, float, str, float | None] | None
@@ -247,6 +254,37 @@ class ActionScoring(TrunkPasses):
         self._memo.clear()
         self._memo_bytes = 0
 
+    def rollout_kernels(self) -> contextlib.AbstractContextManager[None]:
+        """The block inside which no-gradient passes use the packed frozen weights (if on)."""
+        if not self.pack_frozen_weights:
+            return contextlib.nullcontext()
+        if self._packed is None:
+            self._packed = PackedLinears(self.lm)
+        return self._packed.active()
+
+    @property
+    def packed_weight_bytes(self) -> int:
+        """Memory the packed frozen weights in use hold (0 with packing off)."""
+        return self._packed.packed_bytes if self.pack_frozen_weights and self._packed else 0
+
+    def calibrate_action_head(self, observations: Sequence[str]) -> bool:
+        """Set the action head's centre and scale from these observations, once, before its first
+        step (its weights are zero: no logit moves). Whether it calibrated now."""
+        head = self.action_head
+        if head is None or head.is_calibrated:
+            return False
+        if self.centred_critic and bool(self.value_head.weight.detach().any()):
+            raise RuntimeError(  # centring its input now would change its values
+                "The critic has trained already: calibrate before the first update (PPO does)."
+            )
+        distinct = list(dict.fromkeys(str(o) for o in observations))
+        with torch.no_grad(), self.rollout_kernels(), self._without_states():
+            features = torch.cat(
+                [self._prompt_pass(distinct[i : i + 32])[5] for i in range(0, len(distinct), 32)]
+            )
+        head.calibrate(features)
+        return True
+
     def content_free_scores(self) -> torch.Tensor:
         """Each action's score (sum or mean of its token log-probs) after the content-free
         observation ``"N/A"`` ("Calibrate Before Use", Zhao et al. 2021): the model's prior
@@ -266,7 +304,8 @@ class ActionScoring(TrunkPasses):
         """Sample replies for all envs at once; a row leaves the decode batch at its stop token,
         so short replies do not pay for the longest one."""
         reserve = self.max_new_tokens if self.reserve_kv_cache else None
-        logits, values, cache, mask, states, _ = self._prompt_pass(observations, reserve)
+        logits, values, cache, mask, states, head_input = self._prompt_pass(observations, reserve)
+        words = self._word_scores(head_input)
         n = mask.shape[0]
         next_logits = logits
         stop = torch.tensor(self.stop_ids, device=self.device)
@@ -276,7 +315,8 @@ class ActionScoring(TrunkPasses):
         fed: list[list[torch.Tensor]] = [[] for _ in range(n)]  # states of tokens fed back
         position = mask.sum(-1)
         for step in range(self.max_new_tokens):
-            dist = torch.log_softmax(next_logits.float() / self.temperature, dim=-1)
+            next_logits = self._with_words(next_logits.float(), words)
+            dist = torch.log_softmax(next_logits / self.temperature, dim=-1)
             token = dist.argmax(-1) if deterministic else sample(dist)
             chosen_lp = dist.gather(-1, token.unsqueeze(-1)).squeeze(-1)
             for row, tok, lp in zip(rows, token.tolist(), chosen_lp.tolist(), strict=True):
@@ -290,6 +330,7 @@ class ActionScoring(TrunkPasses):
                 cache.batch_select_indices(keep)
                 rows = [rows[i] for i in keep.tolist()]
                 token, mask, position = token[keep], mask[keep], position[keep]
+                words = None if words is None else words[keep]
             ones = torch.ones((len(rows), 1), dtype=mask.dtype, device=self.device)
             mask = torch.cat([mask, ones], -1)
             with self._capturing() as captured:
@@ -309,6 +350,21 @@ class ActionScoring(TrunkPasses):
             for turn, hidden in zip(states, fed, strict=True):
                 turn.action = torch.cat(hidden) if hidden else None
         return actions, token_lps, values, states
+
+    def _word_scores(self, head_input: torch.Tensor) -> torch.Tensor | None:
+        """Generate mode: the action head's ``(n, K)`` scores from its input (``None`` without
+        it), added at each action's word tokens by :meth:`_with_words`."""
+        if self.action_words is None or self.action_head is None:
+            return None
+        scores: torch.Tensor = self.action_head(head_input)
+        return scores
+
+    def _with_words(self, logits: torch.Tensor, scores: torch.Tensor | None) -> torch.Tensor:
+        """Next-token logits ``(n, V)`` or ``(n, T, V)`` with the head's scores at the action
+        words' tokens (:mod:`gym_llm.policy.action_words`); unchanged without the head."""
+        if scores is None or self.action_words is None:
+            return logits
+        return self.action_words.add(logits, scores)
 
     def decode(self, token_ids: np.ndarray) -> str:
         """Reply text from sampled ids (stop tokens dropped)."""

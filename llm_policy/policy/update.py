@@ -66,8 +66,11 @@ class UpdatePasses(PerStateChoices):
             output_hidden_states=True,
             logits_to_keep=width + 1,
         )
-        values = self._values(out.hidden_states[-1][:, prompt_width - 1].float())
-        return self._generation_evaluation(out.logits[:, :-1], values, actions)
+        layer = self._head_layer(len(out.hidden_states))
+        head_input = out.hidden_states[layer][:, prompt_width - 1].float()
+        values = self._values(out.hidden_states[-1][:, prompt_width - 1].float(), head_input)
+        logits = self._with_words(out.logits[:, :-1].float(), self._word_scores(head_input))
+        return self._generation_evaluation(logits, values, actions)
 
     def _count_work(
         self, observations: Sequence[str], actions: Sequence[np.ndarray], from_states: bool
@@ -141,8 +144,11 @@ class UpdatePasses(PerStateChoices):
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, size:]
         cache = self._top_prefix_cache(n) if size else None
         final = top(hidden, mask, positions, cache)
-        values = self._values(final[:, width - 1].float())
-        return self._generation_evaluation(top.logits(final[:, width - 1 :]), values, actions)
+        head_input = hidden[:, width - 1].float()  # the first trainable layer's input
+        values = self._values(final[:, width - 1].float(), head_input)
+        logits = top.logits(final[:, width - 1 :]).float()
+        logits = self._with_words(logits, self._word_scores(head_input))
+        return self._generation_evaluation(logits, values, actions)
 
     def _shared_prompt_replies(
         self,
@@ -164,13 +170,16 @@ class UpdatePasses(PerStateChoices):
         cache = self._top_prefix_cache(d) if size else top.new_cache()
         final = top(hidden, mask, positions, cache)
         last = final[:, width - 1]
-        values = self._values(last.float())[index]
+        head_input = hidden[:, width - 1].float()  # the first trainable layer's input
+        values = self._values(last.float(), head_input)[index]
+        words = self._word_scores(head_input[index])
         first_logits = top.logits(last)[index].unsqueeze(1)  # (n, 1, V): each reply's 1st token
         n = len(actions)
         cache.batch_select_indices(index)  # every turn's row of its prompt's keys and values
         reply_states = [t.action for t in turns]
         longest = max((r.shape[0] for r in reply_states if r is not None), default=0)
         if not longest:  # one-token replies: nothing was fed back
+            first_logits = self._with_words(first_logits.float(), words)
             return self._generation_evaluation(first_logits, values, actions)
         fed = last.new_zeros((n, longest, last.shape[-1]))
         fed_mask = torch.zeros((n, longest), dtype=mask.dtype, device=mask.device)
@@ -181,8 +190,8 @@ class UpdatePasses(PerStateChoices):
         full_mask = torch.cat([mask[index], fed_mask], 1)
         fed_positions = mask[index].sum(-1, keepdim=True) + torch.arange(longest, device=fed.device)
         out = top(fed, full_mask, fed_positions, cache)
-        logits = torch.cat([first_logits, top.logits(out)], 1)
-        return self._generation_evaluation(logits, values, actions)
+        logits = torch.cat([first_logits, top.logits(out)], 1).float()
+        return self._generation_evaluation(self._with_words(logits, words), values, actions)
 
     def _generation_evaluation(
         self, logits: torch.Tensor, values: torch.Tensor, actions: Sequence[np.ndarray]

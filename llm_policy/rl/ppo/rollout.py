@@ -203,11 +203,13 @@ class RolloutCollection(OnPolicyAlgorithm):
 
     def _remedies(self) -> str:
         """What to try against an input-independent policy, leaving out what is already on."""
+        policy = self.policy
+        choice = policy.action_mode == "choice"
         off = [
             f"policy_kwargs={{'{name}': True}}"
             for name, on in (
-                ("action_head", self.policy.action_head is not None),
-                ("choice_calibration", self.policy.choice_calibration is not None),
+                ("action_head", policy.action_head is not None or not policy.actions_list),
+                ("choice_calibration", policy.choice_calibration is not None or not choice),
             )
             if not on
         ]

@@ -1,0 +1,106 @@
+"""The action head in generate mode: its per-action scores added to the logits of the tokens
+that spell each listed action, at every reply position.
+
+Measured on the task family's threshold task (``benchmarks/RESULTS.md``, ``family_sweep
+--replies``): a generate-mode policy moves every state's reply the same way (the sampled share of
+the majority word doubled in the states where it is wrong too) and its greedy reply ends the same
+in every state. That is the shared gradient that choice mode's action head
+(:mod:`gym_llm.policy.action_head`) removed there. In generate mode the word that decides the
+action is one token of a free sentence, so the head's score for action ``k`` in state ``s`` is
+added to the logit of each token that starts a spelling of ``k`` (``low``, `` low``, ``Low``, ...)
+at every position of the reply. The head starts at zero, so the policy starts as the LM; the
+scores are part of the distribution that samples, so the stored log-probs stay exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+#: How a reply may spell an action: as given, after a space, capitalised, upper case.
+SPELLINGS: tuple[Callable[[str], str], ...] = (
+    lambda a: a,
+    lambda a: " " + a,
+    lambda a: a[:1].upper() + a[1:],
+    lambda a: " " + a[:1].upper() + a[1:],
+    str.upper,
+    lambda a: " " + a.upper(),
+)
+
+
+def distinguishing_tokens(spelled: Sequence[Sequence[int]]) -> list[int | None]:
+    """For each action's token ids (one spelling), its first token that no other action has at
+    the same position (``None`` if it has none): the token where a reply commits to it.
+
+    >>> distinguishing_tokens([[7, 1], [7, 2], [9]])  # "move left", "move right", "stay"
+    [1, 2, 9]
+    >>> distinguishing_tokens([[7], [7, 2]])  # the first is a prefix of the second
+    [None, 2]
+    """
+    out: list[int | None] = []
+    for k, ids in enumerate(spelled):
+        others = [o for j, o in enumerate(spelled) if j != k]
+        found = None
+        for i, token in enumerate(ids):
+            if all(i >= len(o) or o[i] != token for o in others):
+                found = token
+                break
+        out.append(found)
+    return out
+
+
+@dataclass(frozen=True)
+class ActionWords:
+    """Token ids that spell the listed actions, each with the action it stands for."""
+
+    ids: torch.Tensor  # (m,) token ids
+    owners: torch.Tensor  # (m,) the action index of each
+
+    def add(self, logits: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """``logits`` ``(n, V)`` or ``(n, T, V)`` plus ``scores`` ``(n, K)`` at each action's
+        tokens (at every position), with gradients to both."""
+        extra = scores[:, self.owners].to(logits.dtype)
+        if logits.ndim == 3:
+            extra = extra.unsqueeze(1).expand(-1, logits.shape[1], -1)
+        return logits.index_add(-1, self.ids, extra)
+
+
+def action_words(
+    tokenizer: Any, actions: Sequence[str], device: torch.device | str | None = None
+) -> ActionWords:
+    """The tokens that start each action's distinguishing word in every spelling of
+    :data:`SPELLINGS`. A token two actions would share is left out, and so is a one-character
+    token where the action has longer ones (``S`` of ``Sell`` starts too many other words; a
+    character-level tokenizer has only those).
+
+    Raises:
+        ValueError: an action has no token of its own (the head could not raise it alone).
+    """
+    found: dict[int, set[int]] = {}
+    for spell in SPELLINGS:
+        spelled = [tokenizer.encode(spell(a), add_special_tokens=False) for a in actions]
+        for k, token in enumerate(distinguishing_tokens(spelled)):
+            if token is not None:
+                found.setdefault(token, set()).add(k)
+    own: dict[int, int] = {t: next(iter(k)) for t, k in found.items() if len(k) == 1}
+    longer = {k for t, k in own.items() if len(str(tokenizer.decode([t])).strip()) > 1}
+    own = {
+        t: k
+        for t, k in own.items()
+        if k not in longer or len(str(tokenizer.decode([t])).strip()) > 1
+    }
+    missing = [a for k, a in enumerate(actions) if k not in own.values()]
+    if missing:
+        raise ValueError(
+            f"action_head in generate mode raises each action's own word tokens, and {missing} "
+            "share all of theirs with other actions under this tokenizer. Reword the actions "
+            "(e.g. TextActions with distinct first words) or leave action_head off."
+        )
+    ids = sorted(own)
+    return ActionWords(
+        torch.tensor(ids, dtype=torch.long, device=device),
+        torch.tensor([own[t] for t in ids], dtype=torch.long, device=device),
+    )

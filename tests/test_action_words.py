@@ -1,0 +1,143 @@
+"""The action head in generate mode: which tokens it raises, that it starts as the LM, that it
+moves replies at every position, and that it trains with exact ratios and is saved (tiny model).
+The update from stored states is checked against the whole model in test_top_layers."""
+
+from __future__ import annotations
+
+import doctest
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import gym_llm.policy.action_words
+from gym_llm import PPO, LLMPolicy, make_text_env
+from gym_llm.policy.action_words import ActionWords, action_words, distinguishing_tokens
+from gym_llm.spaces import TextActions, TextObservations
+from gym_llm.testing import make_tiny_tokenizer, save_tiny_model
+
+WORDS = ["low", "high"]
+OBS = ["The number is 2.", "The number is 8.", "The number is 5."]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("words"), words=WORDS)
+
+
+def _ppo(model_dir: Path, head: bool | None, **policy: object) -> PPO:
+    env = make_text_env("gym_llm/HighLow-v0", n_envs=2, seed=0)
+    kwargs = {"model": str(model_dir), "lora": {"r": 4}, "action_mode": "generate",
+              "max_new_tokens": 4, "action_head": head, **policy}  # fmt: skip
+    return PPO(
+        LLMPolicy, env, policy_kwargs=kwargs, n_steps=8, batch_size=16, n_epochs=2, seed=0,
+        device="cpu", learning_rate=1e-2,
+    )  # fmt: skip
+
+
+def test_docstring_examples() -> None:
+    assert doctest.testmod(gym_llm.policy.action_words).failed == 0
+
+
+def test_distinguishing_tokens_find_where_a_reply_commits() -> None:
+    assert distinguishing_tokens([[1], [2]]) == [1, 2]
+    assert distinguishing_tokens([[5, 1, 3], [5, 1, 4], [5, 2]]) == [3, 4, 2]
+    assert distinguishing_tokens([[5, 1], [5, 1]]) == [None, None]  # the same spelling
+
+
+def test_scores_are_added_at_their_actions_tokens_with_gradients() -> None:
+    words = ActionWords(torch.tensor([1, 3, 4]), torch.tensor([0, 1, 0]))
+    scores = torch.tensor([[2.0, -1.0], [0.5, 0.0]], requires_grad=True)
+    out = words.add(torch.zeros(2, 6), scores)
+    assert out.tolist() == [[0, 2, 0, -1, 2, 0], [0, 0.5, 0, 0, 0.5, 0]]
+    out3 = words.add(torch.ones(2, 3, 6), scores)  # every position alike
+    assert torch.equal(out3, (out + 1).unsqueeze(1).expand(-1, 3, -1))
+    out3[:, :, 1].sum().backward()  # token 1 belongs to action 0, at 3 positions
+    assert scores.grad is not None and scores.grad.tolist() == [[3.0, 0.0], [3.0, 0.0]]
+
+
+def test_action_words_are_each_actions_own_tokens() -> None:
+    tokenizer = make_tiny_tokenizer(WORDS)
+    words = action_words(tokenizer, WORDS)
+    by_action = {k: [tokenizer.decode([int(t)]).strip() for t, o in
+                     zip(words.ids, words.owners, strict=True) if int(o) == k]
+                 for k in range(2)}  # fmt: skip
+    assert "low" in by_action[0] and "high" in by_action[1]
+    assert all(t.lower().startswith("l") for t in by_action[0])  # nothing of "high"'s
+    # a character-level tokenizer: the first letters are all there is, and they differ
+    chars = action_words(make_tiny_tokenizer([]), ["apple", "banana"])
+    assert len(set(chars.owners.tolist())) == 2
+    with pytest.raises(ValueError, match=r"\['go', 'go'\] share all"):
+        action_words(tokenizer, ["go", "go"])
+
+
+def test_the_head_needs_a_fixed_list_of_actions(model_dir: Path) -> None:
+    free = TextActions(max_length=16)  # free text: no words to raise
+    with pytest.raises(ValueError, match="lists none"):
+        LLMPolicy(TextObservations(64), free, lambda _: 1e-3, model=str(model_dir),
+                  action_mode="generate", action_head=True)  # fmt: skip
+    per_state = TextActions(max_length=16, per_state=True)
+    with pytest.raises(ValueError, match="per_state=True"):
+        LLMPolicy(TextObservations(64), per_state, lambda _: 1e-3, model=str(model_dir),
+                  action_mode="generate", action_head=True)  # fmt: skip
+    with pytest.raises(ValueError, match="choice_calibration needs choice mode"):
+        _ppo(model_dir, None, choice_calibration=True)
+
+
+def test_generate_mode_keeps_the_head_off_unless_asked(model_dir: Path) -> None:
+    model = _ppo(model_dir, None)
+    assert model.policy.action_head is None and model.policy.action_words is None
+
+
+def test_a_fresh_head_samples_what_the_lm_samples(model_dir: Path) -> None:
+    steps = []
+    for head in (True, False):
+        policy = _ppo(model_dir, head).policy
+        torch.manual_seed(3)
+        with torch.inference_mode():
+            steps.append(policy.act(OBS * 2))
+    with_head, without = steps
+    assert with_head.replies == without.replies
+    for a, b in zip(with_head.token_log_probs, without.token_log_probs, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_the_head_raises_its_words_at_every_position(model_dir: Path) -> None:
+    policy = _ppo(model_dir, True).policy
+    assert policy.action_head is not None and policy.action_words is not None
+    with torch.no_grad():
+        policy.action_head.linear.bias.copy_(torch.tensor([0.0, 40.0]))  # "high" everywhere
+    with torch.inference_mode():
+        step = policy.act(OBS)
+    high = set(policy.action_words.ids[policy.action_words.owners == 1].tolist())
+    for tokens in step.actions:
+        assert len(tokens) == 4 and set(tokens.tolist()) <= high
+    policy.set_training_mode(True)  # the update sees the sampler's numbers
+    ev = policy.evaluate_actions(OBS, step.actions, step.states)
+    for i, stored in enumerate(step.token_log_probs):
+        np.testing.assert_allclose(ev.token_log_probs[i].detach().numpy(), stored, atol=1e-5)
+
+
+def test_learning_calibrates_and_moves_the_head_with_exact_ratios(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    model = _ppo(model_dir, True)
+    head = model.policy.action_head
+    assert head is not None and not head.is_calibrated
+    model.learn(16)
+    assert head.is_calibrated
+    assert float(head.linear.weight.detach().abs().sum()) > 0  # it trained
+    assert model.first_ratio_error < 1e-5  # the rollout's log-probs are the update's
+    model.save(tmp_path / "agent")
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    assert loaded.policy.action_words is not None
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        step = model.policy.act(OBS)
+    for policy in (model.policy, loaded.policy):
+        policy.set_training_mode(False)
+    with torch.no_grad():
+        ours = model.policy.evaluate_actions(OBS, step.actions).token_log_probs
+        theirs = loaded.policy.evaluate_actions(OBS, step.actions).token_log_probs
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
