@@ -167,6 +167,11 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
         model.learn(args.every, reset_num_timesteps=False)
         train_s += time.perf_counter() - start
         curve.append(point(train_s))
+        print(  # progress, and what a run stopped short leaves in its log
+            f"{task} seed {seed} {name}: {curve[-1]['env_steps']} env steps, "
+            f"gap {curve[-1]['gap']:.2f}, {train_s:.0f} s",
+            flush=True,
+        )
     reached = next((p["env_steps"] for p in curve if p["gap"] >= args.target), None)
     env.close()
     return {
