@@ -49,12 +49,13 @@ def test_distinguishing_tokens_find_where_a_reply_commits() -> None:
 def test_scores_are_added_at_their_actions_tokens_with_gradients() -> None:
     words = ActionWords(torch.tensor([1, 3, 4]), torch.tensor([0, 1, 0]))
     scores = torch.tensor([[2.0, -1.0], [0.5, 0.0]], requires_grad=True)
-    out = words.add(torch.zeros(2, 6), scores)
-    assert out.tolist() == [[0, 2, 0, -1, 2, 0], [0, 0.5, 0, 0, 0.5, 0]]
+    out = words.add(torch.zeros(2, 6), scores)  # centred over the actions
+    assert out.tolist() == [[0, 1.5, 0, -1.5, 1.5, 0], [0, 0.25, 0, -0.25, 0.25, 0]]
+    assert torch.equal(words.add(torch.zeros(2, 6), scores + 7.0), out)  # no common part
     out3 = words.add(torch.ones(2, 3, 6), scores)  # every position alike
     assert torch.equal(out3, (out + 1).unsqueeze(1).expand(-1, 3, -1))
     out3[:, :, 1].sum().backward()  # token 1 belongs to action 0, at 3 positions
-    assert scores.grad is not None and scores.grad.tolist() == [[3.0, 0.0], [3.0, 0.0]]
+    assert scores.grad is not None and scores.grad.tolist() == [[1.5, -1.5], [1.5, -1.5]]
 
 
 def test_action_words_are_each_actions_own_tokens() -> None:
@@ -107,7 +108,7 @@ def test_the_head_raises_its_words_at_every_position(model_dir: Path) -> None:
     policy = _ppo(model_dir, True).policy
     assert policy.action_head is not None and policy.action_words is not None
     with torch.no_grad():
-        policy.action_head.linear.bias.copy_(torch.tensor([0.0, 40.0]))  # "high" everywhere
+        policy.action_head.linear.bias.copy_(torch.tensor([-40.0, 40.0]))  # "high" everywhere
     with torch.inference_mode():
         step = policy.act(OBS)
     high = set(policy.action_words.ids[policy.action_words.owners == 1].tolist())

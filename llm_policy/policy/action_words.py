@@ -60,8 +60,14 @@ class ActionWords:
     owners: torch.Tensor  # (m,) the action index of each
 
     def add(self, logits: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        """``logits`` ``(n, V)`` or ``(n, T, V)`` plus ``scores`` ``(n, K)`` at each action's
-        tokens (at every position), with gradients to both."""
+        """``logits`` ``(n, V)`` or ``(n, T, V)`` plus ``scores`` ``(n, K)``, centred over the
+        actions, at each action's tokens (at every position), with gradients to both.
+
+        Centred, because the head is there to say *which* action, not *whether* to name one:
+        uncentred, the scores' common part moved every action word down together, and the
+        greedy reply stopped naming any action (measured on the task family's threshold task,
+        ``benchmarks/RESULTS.md``). Choice mode's softmax ignores that part anyway."""
+        scores = scores - scores.mean(-1, keepdim=True)
         extra = scores[:, self.owners].to(logits.dtype)
         if logits.ndim == 3:
             extra = extra.unsqueeze(1).expand(-1, logits.shape[1], -1)
