@@ -60,13 +60,14 @@ def choice_extras(
     which training leaves in place); both are off in generate mode, where replies are free text
     with no fixed actions to score. There the head can be asked for when the env lists its
     actions (``listed``): it then adds to the logits of each action's word tokens
-    (:mod:`gym_llm.policy.action_words`); the calibration stays choice mode's. They became the default because together they reached the
-    target on the task family's tuning split where the plain policy reached it on no task, and
-    the calibration alone takes the policy out of a near-certain prior (``benchmarks/
-    RESULTS.md``). When every layer trains, the head would read features that move under it: on
-    a tiny fully fine-tuned model that made 5 of 20 seeds fall back after learning, so it stays
-    off there unless asked for. Asking for either in generate mode is an error, as is a centred
-    critic without the head whose features it reads.
+    (:mod:`gym_llm.policy.action_words`); the calibration stays choice mode's. They became the
+    default because together they reached the target on the task family's tuning split where
+    the plain policy reached it on no task, and the calibration alone takes the policy out of a
+    near-certain prior (``benchmarks/RESULTS.md``). When every layer trains, the head would
+    read features that move under it: on a tiny fully fine-tuned model that made 5 of 20 seeds
+    fall back after learning, so it stays off there unless asked for. Asking for the
+    calibration in generate mode is an error, as is the head there without listed actions, or
+    a centred critic without the head whose features it reads.
 
     >>> choice_extras("choice", None, None, None)
     (True, True, True)
