@@ -68,14 +68,21 @@ def test_the_policy_starts_as_without_a_head(model_dir: Path) -> None:
     torch.testing.assert_close(_logits(_ppo(model_dir, True)), _logits(_ppo(model_dir, False)))
 
 
-def test_learning_calibrates_then_moves_the_head_with_exact_ratios(model_dir: Path) -> None:
-    model = _ppo(model_dir, True)
+def learn_and_check_head(model: PPO) -> ActionHead:
+    """One short ``learn``: the head calibrates before its first step, then trains, and the
+    update's first ratio is the rollout's (invariant 1). Shared with generate mode's tests."""
     head = model.policy.action_head
     assert head is not None and not head.is_calibrated
     model.learn(16)
     assert head.is_calibrated
     assert float(head.linear.weight.detach().abs().sum()) > 0  # it trained
     assert model.first_ratio_error < 1e-5  # the rollout's log-probs are the update's (invariant 1)
+    return head
+
+
+def test_learning_calibrates_then_moves_the_head_with_exact_ratios(model_dir: Path) -> None:
+    model = _ppo(model_dir, True)
+    head = learn_and_check_head(model)
     centre = head.centre.clone()
     model.learn(16, reset_num_timesteps=False)
     assert torch.equal(head.centre, centre)  # fixed after the first update

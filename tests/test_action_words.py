@@ -16,6 +16,7 @@ from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.policy.action_words import ActionWords, action_words, distinguishing_tokens
 from gym_llm.spaces import TextActions, TextObservations
 from gym_llm.testing import make_tiny_tokenizer, save_tiny_model
+from tests.test_action_head import learn_and_check_head
 
 WORDS = ["low", "high"]
 OBS = ["The number is 2.", "The number is 8.", "The number is 5."]
@@ -124,12 +125,7 @@ def test_learning_calibrates_and_moves_the_head_with_exact_ratios(
     model_dir: Path, tmp_path: Path
 ) -> None:
     model = _ppo(model_dir, True)
-    head = model.policy.action_head
-    assert head is not None and not head.is_calibrated
-    model.learn(16)
-    assert head.is_calibrated
-    assert float(head.linear.weight.detach().abs().sum()) > 0  # it trained
-    assert model.first_ratio_error < 1e-5  # the rollout's log-probs are the update's
+    learn_and_check_head(model)
     model.save(tmp_path / "agent")
     loaded = PPO.load(tmp_path / "agent", device="cpu")
     assert loaded.policy.action_words is not None

@@ -91,13 +91,10 @@ def action_words(
         for k, token in enumerate(distinguishing_tokens(spelled)):
             if token is not None:
                 found.setdefault(token, set()).add(k)
-    own: dict[int, int] = {t: next(iter(k)) for t, k in found.items() if len(k) == 1}
-    longer = {k for t, k in own.items() if len(str(tokenizer.decode([t])).strip()) > 1}
-    own = {
-        t: k
-        for t, k in own.items()
-        if k not in longer or len(str(tokenizer.decode([t])).strip()) > 1
-    }
+    own = {t: next(iter(k)) for t, k in found.items() if len(k) == 1}
+    wide = {t: len(str(tokenizer.decode([t])).strip()) > 1 for t in own}
+    longer = {k for t, k in own.items() if wide[t]}
+    own = {t: k for t, k in own.items() if wide[t] or k not in longer}
     missing = [a for k, a in enumerate(actions) if k not in own.values()]
     if missing:
         raise ValueError(
