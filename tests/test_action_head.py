@@ -72,7 +72,7 @@ def learn_and_check_head(model: PPO) -> ActionHead:
     """One short ``learn``: the head calibrates before its first step, then trains, and the
     update's first ratio is the rollout's (invariant 1). Shared with generate mode's tests."""
     head = model.policy.action_head
-    assert head is not None and not head.is_calibrated
+    assert isinstance(head, ActionHead) and not head.is_calibrated
     model.learn(16)
     assert head.is_calibrated
     assert float(head.linear.weight.detach().abs().sum()) > 0  # it trained
