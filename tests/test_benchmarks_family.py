@@ -148,3 +148,14 @@ def test_a_run_takes_parser_settings_and_resumes(tiny_model_dir: Path, tmp_path:
     assert 0.0 <= row["curve"][1]["invalid_action_rate"] <= 1.0
     main(command)  # the run is in the file: skipped, nothing appended
     assert len(rows.read_text().splitlines()) == 1
+
+
+def test_first_action_word_verdicts() -> None:
+    import doctest
+
+    import benchmarks.first_action_word as faw
+
+    assert doctest.testmod(faw).failed == 0
+    assert faw.first_action([3, 4, 3], {4: 1, 3: 0}) == 0
+    verdicts = [faw.verdict(f, p) for f, p in [(None, None), (0, 0), (0, 1), (1, None), (None, 1)]]
+    assert verdicts == ["none", "agree", "disagree", "invalid", "parsed without an action word"]
