@@ -1,5 +1,5 @@
 """The action head in generate mode: which tokens it raises, that it starts as the LM, that it
-moves replies up to their first action word and not after, and that it trains with exact ratios and is saved (tiny model).
+moves replies at every position, and that it trains with exact ratios and is saved (tiny model).
 The update from stored states is checked against the whole model in test_top_layers."""
 
 from __future__ import annotations
@@ -57,20 +57,6 @@ def test_scores_are_added_at_their_actions_tokens_with_gradients() -> None:
     assert torch.equal(out3, (out + 1).unsqueeze(1).expand(-1, 3, -1))
     out3[:, :, 1].sum().backward()  # token 1 belongs to action 0, at 3 positions
     assert scores.grad is not None and scores.grad.tolist() == [[1.5, -1.5], [1.5, -1.5]]
-    live = torch.tensor([[True, False, False], [True, True, False]])
-    masked = words.add(torch.ones(2, 3, 6), scores, live)
-    assert torch.equal(masked[0, 0], out3[0, 0]) and torch.equal(masked[1, 1], out3[1, 1])
-    assert torch.equal(masked[0, 1:], torch.ones(2, 6)) and torch.equal(masked[1, 2], torch.ones(6))
-
-
-def test_the_live_positions_end_after_the_first_action_word() -> None:
-    words = ActionWords(torch.tensor([3, 4]), torch.tensor([0, 1]))
-    replies = torch.tensor([[3, 4, 0], [0, 0, 4], [0, 0, 0], [-1, -1, -1]])
-    assert words.live(replies).tolist() == [
-        [True, False, False], [True, True, True], [True, True, True], [True, True, True],
-    ]  # fmt: skip
-    step = words.still_live(torch.tensor([True, True, False]), torch.tensor([4, 0, 0]))
-    assert step.tolist() == [False, True, False]
 
 
 def test_action_words_are_each_actions_own_tokens() -> None:
@@ -119,36 +105,20 @@ def test_a_fresh_head_samples_what_the_lm_samples(model_dir: Path) -> None:
         np.testing.assert_allclose(a, b, atol=1e-6)
 
 
-def test_the_head_raises_its_words_until_the_reply_names_one(model_dir: Path) -> None:
+def test_the_head_raises_its_words_at_every_position(model_dir: Path) -> None:
     policy = _ppo(model_dir, True).policy
     assert policy.action_head is not None and policy.action_words is not None
     with torch.no_grad():
         policy.action_head.linear.bias.copy_(torch.tensor([-40.0, 40.0]))  # "high" everywhere
-    observations = [*OBS, OBS[0]]  # a repeated prompt: the update shares its row
     with torch.inference_mode():
-        step = policy.act(observations)
-    words = policy.action_words
-    high = set(words.ids[words.owners == 1].tolist())
+        step = policy.act(OBS)
+    high = set(policy.action_words.ids[policy.action_words.owners == 1].tolist())
     for tokens in step.actions:
-        assert int(tokens[0]) in high  # the head decides the first word
-    lm_only = _ppo(model_dir, False).policy
-    with torch.no_grad():  # after it, the reply is the LM's: its log-probs, unraised
-        later = [a[1:] for a in step.actions if len(a) > 1]
-        assert later, "the replies stopped at one token: the test needs longer ones"
-        first = [a[:1] for a in step.actions if len(a) > 1]
-        both = [np.concatenate([f, r]) for f, r in zip(first, later, strict=True)]
-        obs = [o for o, a in zip(observations, step.actions, strict=True) if len(a) > 1]
-        plain = lm_only.evaluate_actions(obs, both).token_log_probs
-        stored = [lp[1:] for lp in step.token_log_probs if len(lp) > 1]
-        for i, lps in enumerate(stored):
-            np.testing.assert_allclose(plain[i, 1 : 1 + len(lps)].numpy(), lps, atol=1e-5)
-    assert step.states is not None
-    policy.set_training_mode(True)  # every update path sees the sampler's numbers
-    for rows, states in [(4, step.states), (3, step.states[:3]), (4, None)]:
-        with torch.no_grad():
-            ev = policy.evaluate_actions(observations[:rows], step.actions[:rows], states)
-        for i, stored in enumerate(step.token_log_probs[:rows]):
-            np.testing.assert_allclose(ev.token_log_probs[i, : len(stored)], stored, atol=1e-5)
+        assert len(tokens) == 4 and set(tokens.tolist()) <= high
+    policy.set_training_mode(True)  # the update sees the sampler's numbers
+    ev = policy.evaluate_actions(OBS, step.actions, step.states)
+    for i, stored in enumerate(step.token_log_probs):
+        np.testing.assert_allclose(ev.token_log_probs[i].detach().numpy(), stored, atol=1e-5)
 
 
 def test_learning_calibrates_and_moves_the_head_with_exact_ratios(

@@ -1,5 +1,5 @@
 """The action head in generate mode: its per-action scores added to the logits of the tokens
-that spell each listed action, at every reply position up to the first of them.
+that spell each listed action, at every reply position.
 
 Measured on the task family's threshold task (``benchmarks/RESULTS.md``, ``family_sweep
 --replies``): a generate-mode policy moves every state's reply the same way (the sampled share of
@@ -8,11 +8,8 @@ in every state. That is the shared gradient that choice mode's action head
 (:mod:`gym_llm.policy.action_head`) removed there. In generate mode the word that decides the
 action is one token of a free sentence, so the head's score for action ``k`` in state ``s`` is
 added to the logit of each token that starts a spelling of ``k`` (``low``, `` low``, ``Low``, ...)
-at every position of the reply until one of those tokens has been sampled. After it the reply is
-the LM's own: added at every position, the scores made the learned greedy reply repeat the word
-to the token budget ("Low. Low low low ..."). The head starts at zero, so the policy starts as
-the LM; the scores are part of the distribution that samples, and the sampler and the update
-apply the same rule (:meth:`ActionWords.live`), so the stored log-probs stay exact.
+at every position of the reply. The head starts at zero, so the policy starts as the LM; the
+scores are part of the distribution that samples, so the stored log-probs stay exact.
 """
 
 from __future__ import annotations
@@ -62,12 +59,9 @@ class ActionWords:
     ids: torch.Tensor  # (m,) token ids
     owners: torch.Tensor  # (m,) the action index of each
 
-    def add(
-        self, logits: torch.Tensor, scores: torch.Tensor, live: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def add(self, logits: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         """``logits`` ``(n, V)`` or ``(n, T, V)`` plus ``scores`` ``(n, K)``, centred over the
-        actions, at each action's tokens, with gradients to both; only where ``live`` (``(n,)``
-        or ``(n, T)`` booleans, see :meth:`live`) is true, everywhere without it.
+        actions, at each action's tokens (at every position), with gradients to both.
 
         Centred, because the head is there to say *which* action, not *whether* to name one:
         uncentred, the scores' common part moved every action word down together, and the
@@ -77,25 +71,7 @@ class ActionWords:
         extra = scores[:, self.owners].to(logits.dtype)
         if logits.ndim == 3:
             extra = extra.unsqueeze(1).expand(-1, logits.shape[1], -1)
-        if live is not None:
-            extra = extra * live.unsqueeze(-1).to(extra.dtype)
         return logits.index_add(-1, self.ids, extra)
-
-    def live(self, replies: torch.Tensor) -> torch.Tensor:
-        """``(n, T)`` booleans for reply token ids ``(n, T)``: which positions come before any
-        action-word token, or are the first of them (where the head still speaks). Padding must
-        be a token that is not an action word.
-
-        >>> words = ActionWords(torch.tensor([7]), torch.tensor([0]))
-        >>> words.live(torch.tensor([[1, 7, 7, 2], [1, 2, 3, 4]])).int().tolist()
-        [[1, 1, 0, 0], [1, 1, 1, 1]]
-        """
-        hit = torch.isin(replies, self.ids).int()
-        return (hit.cumsum(-1) - hit) == 0
-
-    def still_live(self, live: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        """The sampler's step of :meth:`live`: rows stay live until they sample an action word."""
-        return live & ~torch.isin(tokens, self.ids)
 
 
 def action_words(

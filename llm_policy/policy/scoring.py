@@ -307,7 +307,6 @@ class ActionScoring(TrunkPasses):
         logits, values, cache, mask, states, head_input = self._prompt_pass(observations, reserve)
         words = self._word_scores(head_input)
         n = mask.shape[0]
-        live = torch.ones(n, dtype=torch.bool, device=self.device)  # no action word sampled yet
         next_logits = logits
         stop = torch.tensor(self.stop_ids, device=self.device)
         rows = list(range(n))  # which original row each batch row is
@@ -316,11 +315,9 @@ class ActionScoring(TrunkPasses):
         fed: list[list[torch.Tensor]] = [[] for _ in range(n)]  # states of tokens fed back
         position = mask.sum(-1)
         for step in range(self.max_new_tokens):
-            next_logits = self._with_words(next_logits.float(), words, live)
+            next_logits = self._with_words(next_logits.float(), words)
             dist = torch.log_softmax(next_logits / self.temperature, dim=-1)
             token = dist.argmax(-1) if deterministic else sample(dist)
-            if self.action_words is not None:
-                live = self.action_words.still_live(live, token)
             chosen_lp = dist.gather(-1, token.unsqueeze(-1)).squeeze(-1)
             for row, tok, lp in zip(rows, token.tolist(), chosen_lp.tolist(), strict=True):
                 tokens[row].append(tok)
@@ -333,7 +330,7 @@ class ActionScoring(TrunkPasses):
                 cache.batch_select_indices(keep)
                 rows = [rows[i] for i in keep.tolist()]
                 token, mask, position = token[keep], mask[keep], position[keep]
-                words, live = None if words is None else words[keep], live[keep]
+                words = None if words is None else words[keep]
             ones = torch.ones((len(rows), 1), dtype=mask.dtype, device=self.device)
             mask = torch.cat([mask, ones], -1)
             with self._capturing() as captured:
@@ -362,26 +359,12 @@ class ActionScoring(TrunkPasses):
         scores: torch.Tensor = self.action_head(head_input)
         return scores
 
-    def _with_words(
-        self, logits: torch.Tensor, scores: torch.Tensor | None, live: torch.Tensor | None
-    ) -> torch.Tensor:
+    def _with_words(self, logits: torch.Tensor, scores: torch.Tensor | None) -> torch.Tensor:
         """Next-token logits ``(n, V)`` or ``(n, T, V)`` with the head's scores at the action
-        words' tokens where ``live`` (:mod:`gym_llm.policy.action_words`); unchanged without
-        the head."""
+        words' tokens (:mod:`gym_llm.policy.action_words`); unchanged without the head."""
         if scores is None or self.action_words is None:
             return logits
-        return self.action_words.add(logits, scores, live)
-
-    def _words_live(self, actions: Sequence[np.ndarray], width: int) -> torch.Tensor | None:
-        """The update's copy of the sampler's rule: ``(n, width)``, position ``t`` of a reply
-        is live until an action word was sampled before it (``None`` without the head)."""
-        if self.action_words is None:
-            return None
-        replies = torch.full((len(actions), width), -1, dtype=torch.long)
-        for i, reply in enumerate(actions):
-            kept = min(len(reply), width)
-            replies[i, :kept] = torch.as_tensor(np.asarray(reply[:kept], dtype=np.int64))
-        return self.action_words.live(replies.to(self.device))
+        return self.action_words.add(logits, scores)
 
     def decode(self, token_ids: np.ndarray) -> str:
         """Reply text from sampled ids (stop tokens dropped)."""

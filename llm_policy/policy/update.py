@@ -69,9 +69,7 @@ class UpdatePasses(PerStateChoices):
         layer = self._head_layer(len(out.hidden_states))
         head_input = out.hidden_states[layer][:, prompt_width - 1].float()
         values = self._values(out.hidden_states[-1][:, prompt_width - 1].float(), head_input)
-        logits = out.logits[:, :-1].float()
-        live = self._words_live(actions, logits.shape[1])
-        logits = self._with_words(logits, self._word_scores(head_input), live)
+        logits = self._with_words(out.logits[:, :-1].float(), self._word_scores(head_input))
         return self._generation_evaluation(logits, values, actions)
 
     def _count_work(
@@ -149,8 +147,7 @@ class UpdatePasses(PerStateChoices):
         head_input = hidden[:, width - 1].float()  # the first trainable layer's input
         values = self._values(final[:, width - 1].float(), head_input)
         logits = top.logits(final[:, width - 1 :]).float()
-        live = self._words_live(actions, logits.shape[1])
-        logits = self._with_words(logits, self._word_scores(head_input), live)
+        logits = self._with_words(logits, self._word_scores(head_input))
         return self._generation_evaluation(logits, values, actions)
 
     def _shared_prompt_replies(
@@ -182,8 +179,7 @@ class UpdatePasses(PerStateChoices):
         reply_states = [t.action for t in turns]
         longest = max((r.shape[0] for r in reply_states if r is not None), default=0)
         if not longest:  # one-token replies: nothing was fed back
-            live = self._words_live(actions, 1)
-            first_logits = self._with_words(first_logits.float(), words, live)
+            first_logits = self._with_words(first_logits.float(), words)
             return self._generation_evaluation(first_logits, values, actions)
         fed = last.new_zeros((n, longest, last.shape[-1]))
         fed_mask = torch.zeros((n, longest), dtype=mask.dtype, device=mask.device)
@@ -195,8 +191,7 @@ class UpdatePasses(PerStateChoices):
         fed_positions = mask[index].sum(-1, keepdim=True) + torch.arange(longest, device=fed.device)
         out = top(fed, full_mask, fed_positions, cache)
         logits = torch.cat([first_logits, top.logits(out)], 1).float()
-        logits = self._with_words(logits, words, self._words_live(actions, logits.shape[1]))
-        return self._generation_evaluation(logits, values, actions)
+        return self._generation_evaluation(self._with_words(logits, words), values, actions)
 
     def _generation_evaluation(
         self, logits: torch.Tensor, values: torch.Tensor, actions: Sequence[np.ndarray]
