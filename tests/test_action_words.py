@@ -110,15 +110,19 @@ def test_the_head_raises_its_words_at_every_position(model_dir: Path) -> None:
     assert policy.action_head is not None and policy.action_words is not None
     with torch.no_grad():
         policy.action_head.linear.bias.copy_(torch.tensor([-40.0, 40.0]))  # "high" everywhere
+    observations = [*OBS, OBS[0]]  # a repeated prompt: the update shares its row
     with torch.inference_mode():
-        step = policy.act(OBS)
+        step = policy.act(observations)
     high = set(policy.action_words.ids[policy.action_words.owners == 1].tolist())
     for tokens in step.actions:
         assert len(tokens) == 4 and set(tokens.tolist()) <= high
-    policy.set_training_mode(True)  # the update sees the sampler's numbers
-    ev = policy.evaluate_actions(OBS, step.actions, step.states)
-    for i, stored in enumerate(step.token_log_probs):
-        np.testing.assert_allclose(ev.token_log_probs[i].detach().numpy(), stored, atol=1e-5)
+    assert step.states is not None
+    policy.set_training_mode(True)  # every update path sees the sampler's numbers
+    for rows, states in [(4, step.states), (3, step.states[:3]), (4, None)]:
+        with torch.no_grad():
+            ev = policy.evaluate_actions(observations[:rows], step.actions[:rows], states)
+        for i, stored in enumerate(step.token_log_probs[:rows]):
+            np.testing.assert_allclose(ev.token_log_probs[i, : len(stored)], stored, atol=1e-5)
 
 
 def test_learning_calibrates_and_moves_the_head_with_exact_ratios(
