@@ -1,10 +1,11 @@
 """Does a generate-mode reply's first action word name the action the parser reads?
 
 The generate-mode action head (``LLMPolicy(action_mode="generate", action_head=True)``) adds its
-scores to the action words' logits only up to the first action word of a reply. That is the
+scores to the action words' logits at every reply position, which makes a learned greedy reply
+repeat the word ("Low low low ..."). Adding them only up to the first action word would be the
 right place only if the parser's verdict is that word whenever the reply is valid; the parser
 reads the *last* clause that plainly names an action, so a reply such as ``"Low. No, high."``
-would take its action from a later word the head never saw. This samples replies in every
+would take its action from a later word. This samples replies in every
 state of a family task and counts, per reply: no action word, or a first action word that the
 parser agrees with, disagrees with, or finds invalid (a condition, a question, two actions).
 
