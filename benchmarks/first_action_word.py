@@ -49,19 +49,15 @@ def verdict(first: int | None, parsed: int | None) -> str:
 def measure(task: str, rounds: int, model: str, seed: int) -> dict[str, Any]:
     """Counts of :func:`verdict` over ``rounds`` sampled replies in every state (fresh head: the
     LM's own replies), and a few examples of replies that name an action."""
-    import gymnasium as gym
     import torch
 
+    from benchmarks.state_replies import state_texts
     from gym_llm import PPO, make_text_env
-    from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 
     env = make_text_env("gym_llm/Family-v0", 2, env_kwargs={"task": task}, seed=seed)
     policy_kwargs = {"model": model, "action_mode": "generate", "action_head": True}
     policy = PPO("LLMPolicy", env, n_steps=8, seed=seed, policy_kwargs=policy_kwargs).policy
-    inner = gym.make("gym_llm/Family-v0", task=task)
-    text_env = TextObservationWrapper(inner)
-    parser = ActionParserWrapper(text_env)
-    texts = [text_env.format(s) for s in range(int(inner.observation_space.n))]
+    texts, parser = state_texts(task)
     words = policy.action_words
     assert words is not None
     owner = dict(zip(words.ids.tolist(), words.owners.tolist(), strict=True))

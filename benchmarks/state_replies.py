@@ -33,6 +33,19 @@ def best_actions(task: str) -> list[list[int]]:
     return [np.flatnonzero(np.isclose(row, row.max())).tolist() for row in q]
 
 
+def state_texts(task: str) -> tuple[list[str], Any]:
+    """Every state's observation text of a family task, in state order, and the parser the
+    training env reads replies with (an ``ActionParserWrapper``: ``.parse(reply)``)."""
+    import gymnasium as gym
+
+    from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
+
+    inner = gym.make("gym_llm/Family-v0", task=task)
+    text_env = TextObservationWrapper(inner)
+    texts = [text_env.format(s) for s in range(int(inner.observation_space.n))]
+    return texts, ActionParserWrapper(text_env)
+
+
 def state_replies(model: Any, task: str, samples: int) -> dict[str, Any]:
     """The greedy reply, its parsed action (``-1``: invalid) and the counts of ``samples``
     sampled replies' actions (the last column: invalid) for every state of ``task``.
@@ -40,17 +53,9 @@ def state_replies(model: Any, task: str, samples: int) -> dict[str, Any]:
     The sampling runs under a forked torch RNG, so a run that records replies trains exactly as
     one that does not.
     """
-    import gymnasium as gym
-
-    from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
-
-    inner = gym.make("gym_llm/Family-v0", task=task)
-    n_states = int(inner.observation_space.n)
-    text_env = TextObservationWrapper(inner)
-    parser = ActionParserWrapper(text_env)
-    n_actions = int(text_env.action_space.n)
-    texts = [text_env.format(s) for s in range(n_states)]
-    text_env.close()
+    texts, parser = state_texts(task)
+    n_states, n_actions = len(texts), int(parser.env.action_space.n)
+    parser.close()
 
     def parse(reply: Any) -> int:
         parsed = parser.parse(str(reply))
