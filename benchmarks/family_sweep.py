@@ -13,7 +13,8 @@ one task of ``gym_llm/Family-v0``, with the exact value of the greedy
 policy every ``--every`` env steps, as a fraction of the gap from the random policy (0) to the
 optimum (1). A seed *reaches* the target when that fraction is at least ``--target`` (0.9); the
 headline is "k of N seeds reach it, by how many env steps". Rows are appended to ``--jsonl`` as
-each run ends, and runs already there (same task, seed and arm) are skipped: a sweep cut short
+each run ends (and each point to ``NAME.points.jsonl`` as it is measured, which
+``summarize --cut-short`` reads for runs that never finished), and runs already there (same task, seed and arm) are skipped: a sweep cut short
 keeps what it measured and the next call resumes it. Runs share one process (and the trunk
 cache: each distinct prompt's frozen layers once for the whole sweep), seed by seed (every task
 and arm for seed 0, then seed 1, ...), so that a sweep cut short is balanced.
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cli_args import keeping, new_parser, seed_list
+from benchmarks.sweep_points import append_point, partial_rows, points_path
 from gym_llm.policy.models import DEFAULT_MODEL
 
 ENV_ID = "gym_llm/Family-v0"
@@ -78,7 +80,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="also record, at every point, each state's greedy reply and the actions of N "
         "sampled replies (benchmarks/state_replies.py; the run trains as without them)",
     )
-    add("--jsonl", type=Path, required=True, help="append rows here (and resume from it)")
+    add(
+        "--jsonl",
+        type=Path,
+        required=True,
+        help="append a row per finished run here (and resume from it); every point also goes "
+        "to NAME.points.jsonl beside it as it is measured",
+    )
     summary = commands.add_parser("summarize", help="k of N per task and arm")
     summary.add_argument("jsonl", type=Path, nargs="+", help="one or more sweeps' rows")
     summary.add_argument("--target", type=float, default=0.9)
@@ -96,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DIR",
         help="also write one PNG of every seed's curve per task here (curves-TASK.png)",
+    )
+    summary.add_argument(
+        "--cut-short",
+        action="store_true",
+        help="also count the runs found only in the points files beside JSONL (stopped before "
+        "their last point), as arm 'ARM (cut short)'",
     )
     return parser
 
@@ -162,11 +176,13 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
         return row
 
     curve, train_s = [point(0.0)], 0.0
+    append_point(points_path(args.jsonl), task, seed, name, curve[0])
     while model.num_timesteps < steps:
         start = time.perf_counter()
         model.learn(args.every, reset_num_timesteps=False)
         train_s += time.perf_counter() - start
         curve.append(point(train_s))
+        append_point(points_path(args.jsonl), task, seed, name, curve[-1])
         print(  # progress, and what a run stopped short leaves in its log
             f"{task} seed {seed} {name}: {curve[-1]['env_steps']} env steps, "
             f"gap {curve[-1]['gap']:.2f}, {train_s:.0f} s",
@@ -337,6 +353,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         run(args)
         return
     rows = load_rows(*args.jsonl)
+    if args.cut_short:
+        rows += [
+            {**r, "arm": f"{r['arm']} (cut short)"}
+            for path in args.jsonl
+            if points_path(path).exists()
+            for r in partial_rows(points_path(path), rows, args.target)
+        ]
     renames = dict(_rename(text) for text in args.rename)
     rows = [{**r, "arm": renames.get(r["arm"], r["arm"])} for r in rows]
     table = summarize_rows(rows, args.target)

@@ -146,8 +146,32 @@ def test_a_run_takes_parser_settings_and_resumes(tiny_model_dir: Path, tmp_path:
     assert row["settings"]["policy"] == {"action_mode": "generate", "max_new_tokens": 4}
     assert [p["env_steps"] for p in row["curve"]] == [0, 8]
     assert 0.0 <= row["curve"][1]["invalid_action_rate"] <= 1.0
+    points = [json.loads(line) for line in (tmp_path / "rows.points.jsonl").read_text().split("\n")
+              if line]  # fmt: skip
+    assert [p["point"]["env_steps"] for p in points] == [0, 8]  # each point as it was measured
+    assert points[1]["point"]["gap"] == row["curve"][1]["gap"] and points[0]["arm"] == "gen"
     main(command)  # the run is in the file: skipped, nothing appended
     assert len(rows.read_text().splitlines()) == 1
+
+
+def test_summarize_counts_cut_short_runs_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks.family_sweep import main
+    from benchmarks.sweep_points import append_point
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(_row("walk-p0-s0", 0, "head", [0.0, 0.95])) + "\n")
+    for seed, gaps in [(0, [0.0, 0.95]), (1, [0.0, 0.91]), (2, [0.1])]:
+        for i, gap in enumerate(gaps):  # seed 0 finished; seeds 1 and 2 were cut short
+            append_point(tmp_path / "rows.points.jsonl", "walk-p0-s0", seed, "head",
+                         {"env_steps": 128 * i, "gap": gap})  # fmt: skip
+    main(["summarize", str(rows)])
+    assert "(cut short)" not in capsys.readouterr().out
+    main(["summarize", str(rows), "--cut-short"])
+    lines = capsys.readouterr().out.splitlines()
+    assert any("head (cut short)" in line and " 1 of 2 " in line for line in lines)
+    assert any(line.split()[1] == "head" and " 1 of 1 " in line for line in lines)
 
 
 def test_first_action_word_verdicts() -> None:
