@@ -14,6 +14,7 @@ from gym_llm.rl.common.diagnostics import (
     input_ignored,
     mutual_information,
     observation_key,
+    sampled_diagnostics,
 )
 
 
@@ -63,3 +64,16 @@ def test_input_ignored_is_committed_and_uninformed_only() -> None:
     decided = figures([[0.99, 0.01], [0.01, 0.99]])  # committed, and the input decides
     assert not input_ignored(decided, 2)
     assert not input_ignored(figures([[0.99, 0.01]]), 2)  # one observation says nothing
+
+
+def test_sampled_diagnostics_count_each_observations_replies() -> None:
+    # "a" seen 3 times (2 x action 0, 1 x action 1), "b" once (action 1): weights 3/4 and 1/4.
+    out = sampled_diagnostics(["a", "a", "b", "a"], [0, 0, 1, 1], 3)
+    h_a = -(2 / 3) * math.log(2 / 3) - (1 / 3) * math.log(1 / 3)
+    assert out["state_entropy"] == pytest.approx(0.75 * h_a)
+    marginal = -(0.5 * math.log(0.5)) * 2  # actions 0 and 1 each half of the replies
+    assert out["mutual_information"] == pytest.approx(marginal - 0.75 * h_a)
+    assert out["distinct_observations"] == 2.0
+    same = sampled_diagnostics(["a", "b", "c"], [2, 2, 2], 3)
+    assert same["mutual_information"] == 0.0 and same["state_entropy"] == 0.0
+    assert input_ignored(same, 3)  # every observation got the same parsed action

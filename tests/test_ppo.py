@@ -383,3 +383,53 @@ def test_a_policy_that_ignores_its_input_is_flagged_once(tmp_path: Path) -> None
     assert seen == [1.0, 1.0]
     warned, seen = run(1.0)  # exploring: not flagged
     assert warned == [] and seen == [0.0, 0.0]
+
+
+def test_generate_mode_estimates_the_figures_from_parsed_replies(tmp_path: Path) -> None:
+    """Generate mode has no distribution to read: the figures come from the actions the parser
+    took, and the alarm fires when every observation got the same one."""
+    import dataclasses
+
+    from stable_baselines3.common.logger import configure
+
+    model_dir = save_tiny_model(tmp_path / "m", words=["low", "high"])
+    env = make_text_env("gym_llm/HighLow-v0", 2, seed=0)
+
+    def run(reply: Any) -> tuple[list[str], dict[str, list[float]]]:
+        model = PPO(
+            "LLMPolicy", env, n_steps=8, batch_size=16, seed=0, device="cpu",
+            policy_kwargs={"model": str(model_dir), "action_mode": "generate",
+                           "max_new_tokens": 2},
+        )  # fmt: skip
+        act = model.policy.act
+
+        def scripted(observations: Any, deterministic: bool = False) -> Any:
+            step = act(observations, deterministic)  # the sampled tokens train as usual
+            return dataclasses.replace(step, replies=[reply(str(o)) for o in observations])
+
+        model.policy.act = scripted
+        seen: dict[str, list[float]] = {}
+        logger = configure(None, [])
+        record = logger.record
+
+        def keep(key: str, value: Any, exclude: Any = None) -> None:
+            if key in ("rollout/input_ignored", "rollout/mutual_information"):
+                seen.setdefault(key, []).append(float(value))
+            record(key, value, exclude)
+
+        logger.record = keep
+        model.set_logger(logger)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.learn(32)
+        return [str(w.message) for w in caught if "ignores its input" in str(w.message)], seen
+
+    warned, seen = run(lambda obs: "low")  # the same action in every observation
+    assert len(warned) == 1 and seen["rollout/input_ignored"] == [1.0, 1.0]
+    assert seen["rollout/mutual_information"] == [0.0, 0.0]
+    digits = "0123456789"
+    warned, seen = run(
+        lambda obs: "low" if int(next(c for c in obs if c in digits)) < 5 else "high"
+    )
+    assert warned == [] and seen["rollout/input_ignored"] == [0.0, 0.0]
+    assert min(seen["rollout/mutual_information"]) > 0.1

@@ -10,6 +10,11 @@ often the rollout saw it:
   the action depends on the observation; 0 when every state gets the same distribution.
 - ``greedy_changed``: the share of observations (among those whose first greedy action is
   known) whose greedy action now differs from the one they had when first seen.
+
+In generate mode there is no distribution to read, only the actions the parser took from the
+sampled replies: :func:`sampled_diagnostics` estimates the first two figures from those counts
+(plug-in estimates: with few replies per observation the entropy reads low and the mutual
+information high, so a collapse they report is one the samples show plainly).
 """
 
 from __future__ import annotations
@@ -105,4 +110,32 @@ def choice_diagnostics(
         "mutual_information": mutual_information(dists, weights),
         "greedy_changed": float(np.mean(changed)) if changed else 0.0,
         "distinct_observations": float(len(texts)),
+    }
+
+
+def sampled_diagnostics(
+    observations: Sequence[str], actions: Sequence[int], n_actions: int
+) -> dict[str, float]:
+    """``state_entropy``, ``mutual_information`` and ``distinct_observations`` from sampled
+    actions: each observation's distribution is its share of each action among the replies
+    sampled for it, weighted by how often it occurs.
+
+    >>> figures = sampled_diagnostics(["a", "a", "b", "b"], [0, 0, 1, 1], 2)
+    >>> round(figures["mutual_information"], 4), figures["state_entropy"]
+    (0.6931, 0.0)
+    >>> sampled_diagnostics(["a", "b", "a", "b"], [1, 1, 1, 1], 2)["mutual_information"]
+    0.0
+    """
+    position: dict[str, int] = {}
+    for obs in observations:
+        position.setdefault(obs, len(position))
+    counts = np.zeros((len(position), n_actions))
+    for obs, action in zip(observations, actions, strict=True):
+        counts[position[obs], action] += 1
+    totals = counts.sum(1)
+    dists, weights = counts / totals[:, None], totals / totals.sum()
+    return {
+        "state_entropy": float((weights * entropy(dists)).sum()),
+        "mutual_information": max(0.0, mutual_information(dists, weights)),  # not -0.0
+        "distinct_observations": float(len(position)),
     }

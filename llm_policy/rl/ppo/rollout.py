@@ -17,7 +17,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecEnv
 
 from gym_llm.policy.llm_policy import LLMPolicy
-from gym_llm.rl.common.diagnostics import choice_diagnostics, input_ignored
+from gym_llm.rl.common.diagnostics import choice_diagnostics, input_ignored, sampled_diagnostics
 from gym_llm.rl.common.distributed import (
     every_process,
     gather_objects,
@@ -79,6 +79,9 @@ class RolloutCollection(OnPolicyAlgorithm):
         samples: list[str] = []
         seen: list[str] = []
         probs: list[np.ndarray] = []
+        # Generate mode over a fixed list: each valid reply's observation and parsed action.
+        listed = self.policy.actions_list if self.policy.action_mode == "generate" else None
+        parsed: list[tuple[str, int]] = []
         dones = np.zeros(env.num_envs, dtype=bool)
         while n_steps < n_rollout_steps:
             observations: np.ndarray = self._last_obs  # type: ignore[assignment]
@@ -97,6 +100,14 @@ class RolloutCollection(OnPolicyAlgorithm):
                 finished.extend(info["episode"] for info in infos if "episode" in info)
             n_steps += 1
             invalid += sum(not info.get("action_valid", True) for info in infos)
+            if listed:
+                parsed.extend(
+                    (str(obs), int(info["action"]))
+                    for obs, info in zip(observations, infos, strict=True)
+                    if info.get("action_valid", True)
+                    and isinstance(info.get("action"), int | np.integer)
+                    and not isinstance(info.get("action"), bool)
+                )
             paid = [float(info["intrinsic_reward"]) for info in infos if "intrinsic_reward" in info]
             if paid:
                 bonus = (bonus or 0.0) + sum(paid)
@@ -165,26 +176,14 @@ class RolloutCollection(OnPolicyAlgorithm):
                 [np.pad(p, ((0, 0), (0, width - p.shape[1]))) for p in probs]
             )
             self.rollout_action_probs = dict(zip(seen, all_probs, strict=True))
-            figures = choice_diagnostics(seen, all_probs, self._first_greedy)
             # Across per-state action lists an index means different actions: no such alarm.
             per_state = getattr(self.policy, "per_state", False)
-            figures["input_ignored"] = float(
-                not per_state and input_ignored(figures, all_probs.shape[1])
-            )
-            for name, value in figures.items():
-                self.logger.record(f"rollout/{name}", value)
-            if figures["input_ignored"] and not self._warned_input_ignored:
-                self._warned_input_ignored = True
-                warnings.warn(
-                    f"At {self.num_timesteps} env steps the policy plays the same near-certain "
-                    f"action distribution in all {int(figures['distinct_observations'])} "
-                    "observations of the rollout (mutual information "
-                    f"{figures['mutual_information']:.4f} nats, per-state entropy "
-                    f"{figures['state_entropy']:.3f}): it ignores its input. Unless the task's "
-                    f"best action is the same everywhere, it has collapsed: try {self._remedies()}."
-                    " Logged as rollout/input_ignored.",
-                    stacklevel=2,
-                )
+            figures = choice_diagnostics(seen, all_probs, self._first_greedy)
+            self._report_diagnostics(figures, 0 if per_state else all_probs.shape[1])
+        elif listed and parsed and not getattr(self.policy, "per_state", False):
+            texts, actions = zip(*parsed, strict=True)
+            n_actions = max(len(listed), max(actions) + 1)
+            self._report_diagnostics(sampled_diagnostics(texts, actions, n_actions), n_actions)
         self.logger.record("rollout/invalid_action_rate", self.invalid_action_rate)
         self.logger.record("rollout/nonfinite_rewards", nonfinite)
         if bonus is not None:  # per env step, in reward units (CountBonusWrapper)
@@ -200,6 +199,25 @@ class RolloutCollection(OnPolicyAlgorithm):
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
+
+    def _report_diagnostics(self, figures: dict[str, float], n_actions: int) -> None:
+        """Log a rollout's figures and raise the input-ignored alarm (warned once per process);
+        ``n_actions`` 0 turns the alarm off."""
+        figures["input_ignored"] = float(n_actions > 0 and input_ignored(figures, n_actions))
+        for name, value in figures.items():
+            self.logger.record(f"rollout/{name}", value)
+        if figures["input_ignored"] and not self._warned_input_ignored:
+            self._warned_input_ignored = True
+            warnings.warn(
+                f"At {self.num_timesteps} env steps the policy plays the same near-certain "
+                f"action distribution in all {int(figures['distinct_observations'])} "
+                "observations of the rollout (mutual information "
+                f"{figures['mutual_information']:.4f} nats, per-state entropy "
+                f"{figures['state_entropy']:.3f}): it ignores its input. Unless the task's "
+                f"best action is the same everywhere, it has collapsed: try {self._remedies()}."
+                " Logged as rollout/input_ignored.",
+                stacklevel=3,
+            )
 
     def _remedies(self) -> str:
         """What to try against an input-independent policy, leaving out what is already on."""
