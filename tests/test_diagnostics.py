@@ -74,6 +74,23 @@ def test_sampled_diagnostics_count_each_observations_replies() -> None:
     marginal = -(0.5 * math.log(0.5)) * 2  # actions 0 and 1 each half of the replies
     assert out["mutual_information"] == pytest.approx(marginal - 0.75 * h_a)
     assert out["distinct_observations"] == 2.0
+    assert out["input_ignored"] == 0.0  # "a" mostly 0, "b" 1
     same = sampled_diagnostics(["a", "b", "c"], [2, 2, 2], 3)
     assert same["mutual_information"] == 0.0 and same["state_entropy"] == 0.0
-    assert input_ignored(same, 3)  # every observation got the same parsed action
+    assert same["input_ignored"] == 1.0  # every observation got the same parsed action
+
+
+def test_sampled_alarm_survives_a_stray_reply_but_not_a_tie_or_exploration() -> None:
+    # A collapse as the held-out threshold task showed it: "sell" (1) in all ten states, one
+    # stray "buy" (0). The plug-in mutual information is above input_ignored's threshold.
+    observations = [str(s) for s in range(10) for _ in range(6)]
+    actions = [1] * 60
+    actions[3] = 0
+    collapsed = sampled_diagnostics(observations, actions, 2)
+    assert collapsed["mutual_information"] > 0.01 * math.log(2)
+    assert not input_ignored(collapsed, 2) and collapsed["input_ignored"] == 1.0
+    tie = sampled_diagnostics(["a", "a", "b"], [0, 1, 0], 2)  # "a" is a tie: no shared answer
+    assert tie["input_ignored"] == 0.0
+    exploring = sampled_diagnostics(["a", "a", "a", "b", "b", "b"], [0, 0, 1, 0, 0, 1], 2)
+    assert exploring["state_entropy"] > 0.5 * math.log(2) and exploring["input_ignored"] == 0.0
+    assert sampled_diagnostics(["a", "a"], [1, 1], 2)["input_ignored"] == 0.0  # one observation

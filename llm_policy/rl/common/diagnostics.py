@@ -14,7 +14,7 @@ often the rollout saw it:
 In generate mode there is no distribution to read, only the actions the parser took from the
 sampled replies: :func:`sampled_diagnostics` estimates the first two figures from those counts
 (plug-in estimates: with few replies per observation the entropy reads low and the mutual
-information high, so a collapse they report is one the samples show plainly).
+information high) and raises the alarm on what the counts can show plainly.
 """
 
 from __future__ import annotations
@@ -117,14 +117,19 @@ def sampled_diagnostics(
     observations: Sequence[str], actions: Sequence[int], n_actions: int
 ) -> dict[str, float]:
     """``state_entropy``, ``mutual_information`` and ``distinct_observations`` from sampled
-    actions: each observation's distribution is its share of each action among the replies
-    sampled for it, weighted by how often it occurs.
+    actions (each observation's distribution is its share of each action among the replies
+    sampled for it, weighted by how often it occurs), and ``input_ignored``.
+
+    The plug-in mutual information is not ~0 for a collapsed policy: one stray reply among 64
+    lifts it to ~0.03 nats, above :func:`input_ignored`'s threshold. So here the alarm asks
+    instead whether every observation's most frequent action is the same one, with the
+    per-state entropy under half of ``log K`` as there.
 
     >>> figures = sampled_diagnostics(["a", "a", "b", "b"], [0, 0, 1, 1], 2)
-    >>> round(figures["mutual_information"], 4), figures["state_entropy"]
-    (0.6931, 0.0)
-    >>> sampled_diagnostics(["a", "b", "a", "b"], [1, 1, 1, 1], 2)["mutual_information"]
-    0.0
+    >>> round(figures["mutual_information"], 4), figures["state_entropy"], figures["input_ignored"]
+    (0.6931, 0.0, 0.0)
+    >>> sampled_diagnostics(["a", "b", "a", "b"], [1, 1, 1, 1], 2)["input_ignored"]
+    1.0
     """
     position: dict[str, int] = {}
     for obs in observations:
@@ -134,8 +139,18 @@ def sampled_diagnostics(
         counts[position[obs], action] += 1
     totals = counts.sum(1)
     dists, weights = counts / totals[:, None], totals / totals.sum()
+    state_entropy = float((weights * entropy(dists)).sum())
+    modes = {int(row.argmax()) if (row == row.max()).sum() == 1 else -1 for row in counts}
+    ignored = (
+        len(position) >= 2
+        and n_actions >= 2
+        and len(modes) == 1
+        and -1 not in modes  # a tie in some observation is no evidence of a shared answer
+        and state_entropy < COMMITTED_ENTROPY * float(np.log(n_actions))
+    )
     return {
-        "state_entropy": float((weights * entropy(dists)).sum()),
+        "state_entropy": state_entropy,
         "mutual_information": max(0.0, mutual_information(dists, weights)),  # not -0.0
         "distinct_observations": float(len(position)),
+        "input_ignored": float(ignored),
     }

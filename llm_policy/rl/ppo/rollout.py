@@ -202,8 +202,10 @@ class RolloutCollection(OnPolicyAlgorithm):
 
     def _report_diagnostics(self, figures: dict[str, float], n_actions: int) -> None:
         """Log a rollout's figures and raise the input-ignored alarm (warned once per process);
-        ``n_actions`` 0 turns the alarm off."""
-        figures["input_ignored"] = float(n_actions > 0 and input_ignored(figures, n_actions))
+        figures that hold no ``input_ignored`` get :func:`input_ignored`'s, and ``n_actions``
+        0 turns the alarm off."""
+        if "input_ignored" not in figures:
+            figures["input_ignored"] = float(n_actions > 0 and input_ignored(figures, n_actions))
         for name, value in figures.items():
             self.logger.record(f"rollout/{name}", value)
         if figures["input_ignored"] and not self._warned_input_ignored:
