@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cli_args import keeping, new_parser, seed_list
-from benchmarks.sweep_points import append_point, partial_rows, points_path
+from benchmarks.sweep_points import append_point, partial_rows, points_path, reached_at
 from gym_llm.policy.models import DEFAULT_MODEL
 
 ENV_ID = "gym_llm/Family-v0"
@@ -188,7 +188,7 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
             f"gap {curve[-1]['gap']:.2f}, {train_s:.0f} s",
             flush=True,
         )
-    reached = next((p["env_steps"] for p in curve if p["gap"] >= args.target), None)
+    reached = reached_at({"curve": curve}, args.target)
     env.close()
     return {
         "task": task,
@@ -242,11 +242,6 @@ def load_rows(*paths: Path) -> list[dict[str, Any]]:
     return [
         json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()
     ]
-
-
-def reached_at(row: dict[str, Any], target: float) -> int | None:
-    """The first evaluated env step at which a run's greedy gap was at least ``target``."""
-    return next((p["env_steps"] for p in row["curve"] if p["gap"] >= target), None)
 
 
 def summarize(path: Path, target: float = 0.9) -> list[dict[str, Any]]:

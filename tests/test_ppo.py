@@ -347,9 +347,29 @@ def test_passes_split_by_memory_give_the_one_pass_update(
             torch.testing.assert_close(param, params[name], atol=1e-5, rtol=0, msg=name)
 
 
-def test_a_policy_that_ignores_its_input_is_flagged_once(tmp_path: Path) -> None:
+def _learn_recording(model: PPO, keys: tuple[str, ...]) -> tuple[list[str], dict[str, list[float]]]:
+    """``model.learn(32)`` with every logged value of ``keys`` kept, and the input-ignored
+    warnings it raised."""
     from stable_baselines3.common.logger import configure
 
+    seen: dict[str, list[float]] = {key: [] for key in keys}
+    logger = configure(None, [])
+    record = logger.record
+
+    def keep(key: str, value: Any, exclude: Any = None) -> None:
+        if key in seen:
+            seen[key].append(float(value))
+        record(key, value, exclude)
+
+    logger.record = keep
+    model.set_logger(logger)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.learn(32)
+    return [str(w.message) for w in caught if "ignores its input" in str(w.message)], seen
+
+
+def test_a_policy_that_ignores_its_input_is_flagged_once(tmp_path: Path) -> None:
     model_dir = save_tiny_model(tmp_path / "m", words=["low", "high"])
     env = make_text_env("gym_llm/HighLow-v0", 2, seed=0)
 
@@ -360,21 +380,8 @@ def test_a_policy_that_ignores_its_input_is_flagged_once(tmp_path: Path) -> None
                 "model": str(model_dir), "temperature": temperature, "choice_calibration": False
             },
         )  # fmt: skip
-        seen: list[float] = []
-        logger = configure(None, [])
-        record = logger.record
-
-        def keep(key: str, value: Any, exclude: Any = None) -> None:
-            if key == "rollout/input_ignored":
-                seen.append(float(value))
-            record(key, value, exclude)
-
-        logger.record = keep
-        model.set_logger(logger)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            model.learn(32)
-        return [str(w.message) for w in caught if "ignores its input" in str(w.message)], seen
+        warned, seen = _learn_recording(model, ("rollout/input_ignored",))
+        return warned, seen["rollout/input_ignored"]
 
     # An untrained tiny model at a very low temperature: the same near-certain action everywhere.
     warned, seen = run(0.01)
@@ -389,8 +396,6 @@ def test_generate_mode_estimates_the_figures_from_parsed_replies(tmp_path: Path)
     """Generate mode has no distribution to read: the figures come from the actions the parser
     took, and the alarm fires when every observation got the same one."""
     import dataclasses
-
-    from stable_baselines3.common.logger import configure
 
     model_dir = save_tiny_model(tmp_path / "m", words=["low", "high"])
     env = make_text_env("gym_llm/HighLow-v0", 2, seed=0)
@@ -408,21 +413,7 @@ def test_generate_mode_estimates_the_figures_from_parsed_replies(tmp_path: Path)
             return dataclasses.replace(step, replies=[reply(str(o)) for o in observations])
 
         model.policy.act = scripted
-        seen: dict[str, list[float]] = {}
-        logger = configure(None, [])
-        record = logger.record
-
-        def keep(key: str, value: Any, exclude: Any = None) -> None:
-            if key in ("rollout/input_ignored", "rollout/mutual_information"):
-                seen.setdefault(key, []).append(float(value))
-            record(key, value, exclude)
-
-        logger.record = keep
-        model.set_logger(logger)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            model.learn(32)
-        return [str(w.message) for w in caught if "ignores its input" in str(w.message)], seen
+        return _learn_recording(model, ("rollout/input_ignored", "rollout/mutual_information"))
 
     warned, seen = run(lambda obs: "low")  # the same action in every observation
     assert len(warned) == 1 and seen["rollout/input_ignored"] == [1.0, 1.0]

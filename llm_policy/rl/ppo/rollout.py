@@ -179,11 +179,14 @@ class RolloutCollection(OnPolicyAlgorithm):
             # Across per-state action lists an index means different actions: no such alarm.
             per_state = getattr(self.policy, "per_state", False)
             figures = choice_diagnostics(seen, all_probs, self._first_greedy)
-            self._report_diagnostics(figures, 0 if per_state else all_probs.shape[1])
+            figures["input_ignored"] = float(
+                not per_state and input_ignored(figures, all_probs.shape[1])
+            )
+            self._report_diagnostics(figures)
         elif listed and parsed and not getattr(self.policy, "per_state", False):
             texts, actions = zip(*parsed, strict=True)
             n_actions = max(len(listed), max(actions) + 1)
-            self._report_diagnostics(sampled_diagnostics(texts, actions, n_actions), n_actions)
+            self._report_diagnostics(sampled_diagnostics(texts, actions, n_actions))
         self.logger.record("rollout/invalid_action_rate", self.invalid_action_rate)
         self.logger.record("rollout/nonfinite_rewards", nonfinite)
         if bonus is not None:  # per env step, in reward units (CountBonusWrapper)
@@ -200,12 +203,8 @@ class RolloutCollection(OnPolicyAlgorithm):
         callback.on_rollout_end()
         return True
 
-    def _report_diagnostics(self, figures: dict[str, float], n_actions: int) -> None:
-        """Log a rollout's figures and raise the input-ignored alarm (warned once per process);
-        figures that hold no ``input_ignored`` get :func:`input_ignored`'s, and ``n_actions``
-        0 turns the alarm off."""
-        if "input_ignored" not in figures:
-            figures["input_ignored"] = float(n_actions > 0 and input_ignored(figures, n_actions))
+    def _report_diagnostics(self, figures: dict[str, float]) -> None:
+        """Log a rollout's figures and warn (once per process) when they say ``input_ignored``."""
         for name, value in figures.items():
             self.logger.record(f"rollout/{name}", value)
         if figures["input_ignored"] and not self._warned_input_ignored:
