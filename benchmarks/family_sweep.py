@@ -238,10 +238,17 @@ def _report(row: dict[str, Any]) -> None:
 
 
 def load_rows(*paths: Path) -> list[dict[str, Any]]:
-    """Every run of one or more sweep files, in file order."""
-    return [
-        json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()
-    ]
+    """Every run of one or more sweep files, in file order. A points file passed by mistake (a
+    shell glob picks it up) is refused by name: its lines are single points, not runs."""
+    rows = []
+    for path in paths:
+        if path.name.endswith(".points.jsonl"):
+            raise SystemExit(
+                f"{path} is a points file (one line per evaluation point), not a sweep file: "
+                "pass the sweep file beside it; --cut-short reads its points"
+            )
+        rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return rows
 
 
 def summarize(path: Path, target: float = 0.9) -> list[dict[str, Any]]:

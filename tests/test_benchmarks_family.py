@@ -172,6 +172,8 @@ def test_summarize_counts_cut_short_runs_apart(
     lines = capsys.readouterr().out.splitlines()
     assert any("head (cut short)" in line and " 1 of 2 " in line for line in lines)
     assert any(line.split()[1] == "head" and " 1 of 1 " in line for line in lines)
+    with pytest.raises(SystemExit, match="is a points file"):  # a glob that caught it
+        main(["summarize", str(rows), str(tmp_path / "rows.points.jsonl")])
 
 
 def test_first_action_word_verdicts() -> None:
