@@ -103,6 +103,6 @@ def main(mode: str, model_dir: str, out: str, env_kind: str = "choice") -> None:
 if __name__ == "__main__":
     main(*sys.argv[1:5])
     if torch.distributed.is_initialized():  # the results are written: leave without gloo's
-        from tests.test_distributed import leave_process_group  # teardown (its docstring)
+        from gym_llm.rl.common.distributed import leave_job  # teardown (its docstring)
 
-        leave_process_group()
+        leave_job()

@@ -335,7 +335,7 @@ def test_module_entry_point_and_console_script() -> None:
     )
     assert done.returncode == 0 and "train" in done.stdout and "bench" in done.stdout
     pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
-    assert 'gym-llm = "gym_llm.cli:main"' in pyproject.read_text()
+    assert 'gym-llm = "gym_llm.cli.commands:entry"' in pyproject.read_text()
 
 
 def test_resume_extends_a_run_and_refuses_conflicting_flags(

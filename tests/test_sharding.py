@@ -15,9 +15,8 @@ import torch.multiprocessing as mp
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor, init_device_mesh
 
 from gym_llm import PPO
-from gym_llm.rl import sharding
+from gym_llm.rl import distributed, sharding
 from tests.test_data_parallel import HELPER, ROOT, _run, _torchrun
-from tests.test_distributed import leave_process_group
 
 ACCELERATE_FSDP = [
     sys.executable, "-m", "accelerate.commands.launch", "--config_file",
@@ -197,7 +196,7 @@ def _sharded_helpers(rank: int, directory: str) -> None:
     except BaseException:
         dist.destroy_process_group()
         raise
-    leave_process_group()
+    distributed.leave_job()  # the results are written
 
 
 def test_sharded_helpers_in_two_processes(tmp_path: Path) -> None:

@@ -300,5 +300,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def entry() -> None:
+    """The ``gym-llm`` executable (and ``python -m gym_llm.cli``): :func:`main`, then the end
+    of the process; one of several processes (``torchrun``) that succeeded leaves the job
+    through :func:`~gym_llm.rl.common.distributed.leave_job`, which a plain exit can abort."""
+    code = main()
+    if code == 0:
+        from gym_llm.rl.common.distributed import leave_job
+
+        leave_job(0)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
