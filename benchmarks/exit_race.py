@@ -23,7 +23,8 @@ HOW = {
     "plain": "",
     "destroy": "dist.barrier(); dist.destroy_process_group()",
     "destroy-held": "held = dist.group.WORLD; dist.barrier(); dist.destroy_process_group()",
-    "leave-held": "held = dist.group.WORLD; leave_job()",
+    # SystemExit(3): leave_job returned, which it must not do in a job of two processes.
+    "leave-held": "held = dist.group.WORLD; leave_job(); raise SystemExit(3)",
 }
 
 _JOB = """
@@ -35,21 +36,27 @@ dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_
 for _ in range(20):
     box = [{"x": list(range(100))}] if rank == 0 else [None]
     dist.broadcast_object_list(box, src=0)
+print("done", box[0]["x"][-1], flush=True)
 if rank == 0:
     time.sleep(0.3)
 """
 
 
-def one_job(how: str, store: Path) -> bool:
-    """Whether a process of one job ended by a signal."""
+def run_job(how: str, store: Path) -> list[tuple[int, str]]:
+    """One job: each process's exit status (negative: the signal that ended it) and output."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     code = _JOB + HOW[how] + "\n"
     procs = [
         subprocess.Popen([sys.executable, "-c", code, str(rank), str(store)], env=env,
-                         stderr=subprocess.DEVNULL)
+                         text=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         for rank in (0, 1)
     ]  # fmt: skip
-    return any(p.wait(timeout=300) < 0 for p in procs)
+    return [(p.wait(timeout=300), p.communicate()[0]) for p in procs]
+
+
+def one_job(how: str, store: Path) -> bool:
+    """Whether a process of one job ended by a signal."""
+    return any(status < 0 for status, _ in run_job(how, store))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -188,7 +188,7 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
             f"gap {curve[-1]['gap']:.2f}, {train_s:.0f} s",
             flush=True,
         )
-    reached = reached_at({"curve": curve}, args.target)
+    reached = reached_at(curve, args.target)
     env.close()
     return {
         "task": task,
@@ -263,7 +263,7 @@ def summarize_rows(rows: Sequence[dict[str, Any]], target: float = 0.9) -> list[
         groups[r["task"], r["arm"]].append(r)
     table = []
     for (task, arm), runs in sorted(groups.items()):
-        hits = [reached_at(r, target) for r in runs]
+        hits = [reached_at(r["curve"], target) for r in runs]
         reached = sorted(h for h in hits if h is not None)
         table.append({
             "task": task, "arm": arm, "seeds": len(runs), "reached": len(reached),
@@ -331,7 +331,7 @@ def plot_curves(rows: Sequence[dict[str, Any]], out_dir: Path, target: float = 0
                     by_step[step].append(gap)
             xs = sorted(by_step)
             medians = [sorted(by_step[x])[len(by_step[x]) // 2] for x in xs]
-            reached = sum(reached_at(r, target) is not None for r in runs)
+            reached = sum(reached_at(r["curve"], target) is not None for r in runs)
             ax.plot(xs, medians, color=color, linewidth=2.2,
                     label=f"{arm}: {reached} of {len(runs)} reach {target:.0%}")  # fmt: skip
         ax.axhline(target, color="gray", linestyle="--", linewidth=1)

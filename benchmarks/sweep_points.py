@@ -30,9 +30,9 @@ def append_point(path: Path, task: str, seed: int, arm: str, point: dict[str, An
         f.write(json.dumps({"task": task, "seed": seed, "arm": arm, "point": light}) + "\n")
 
 
-def reached_at(row: dict[str, Any], target: float) -> int | None:
+def reached_at(curve: list[dict[str, Any]], target: float) -> int | None:
     """The first evaluated env step at which a run's greedy gap was at least ``target``."""
-    return next((p["env_steps"] for p in row["curve"] if p["gap"] >= target), None)
+    return next((p["env_steps"] for p in curve if p["gap"] >= target), None)
 
 
 def partial_rows(
@@ -57,7 +57,9 @@ def partial_rows(
     rows = []
     for (task, seed, arm), curve in curves.items():
         gaps = [p["gap"] for p in curve]
-        row = {"task": task, "seed": seed, "arm": arm, "cut_short": True, "curve": curve,
-               "start_gap": gaps[0], "best_gap": max(gaps), "final_gap": gaps[-1]}  # fmt: skip
-        rows.append({**row, "reached_at": reached_at(row, target)})
+        rows.append({
+            "task": task, "seed": seed, "arm": arm, "cut_short": True, "curve": curve,
+            "start_gap": gaps[0], "best_gap": max(gaps), "final_gap": gaps[-1],
+            "reached_at": reached_at(curve, target),
+        })  # fmt: skip
     return rows

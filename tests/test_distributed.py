@@ -3,10 +3,7 @@ a rollout, end with the weights of one process trained on the whole rollout."""
 
 from __future__ import annotations
 
-import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -120,33 +117,11 @@ def test_one_process_is_unchanged() -> None:
     distributed.leave_job()  # returns: the process goes on
 
 
-# One process of two: broadcasts (tensors made in Python) and leaves right after, holding the
-# group as FSDP does. A plain exit aborted in 28 of 60 such jobs on this machine.
-_LEAVER = """
-import sys
-import torch.distributed as dist
-from gym_llm.rl.common.distributed import leave_job
-rank, store = int(sys.argv[1]), sys.argv[2]
-dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-held = dist.group.WORLD
-for _ in range(20):
-    box = [{"x": list(range(100))}] if rank == 0 else [None]
-    dist.broadcast_object_list(box, src=0)
-print("done", box[0]["x"][-1], flush=True)
-leave_job(0)
-raise SystemExit(3)  # not reached: leave_job ends the process
-"""
-
-
 def test_a_finished_job_leaves_without_aborting(tmp_path: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # One process of two broadcasts (tensors made in Python) and leaves right after, holding
+    # the group as FSDP does. A plain exit aborted in 28 of 60 such jobs on this machine.
+    from benchmarks.exit_race import run_job
+
     for trial in range(6):  # a plain exit fails one of six with probability ~0.98
-        store = tmp_path / f"store{trial}"
-        procs = []
-        for rank in (0, 1):
-            command = [sys.executable, "-c", _LEAVER, str(rank), str(store)]
-            pipe = subprocess.PIPE
-            procs.append(subprocess.Popen(command, env=env, text=True, stdout=pipe, stderr=pipe))
-        ended = [(p.wait(timeout=120), *p.communicate()) for p in procs]
-        for code, out, err in ended:
-            assert (code, out) == (0, "done 99\n"), f"trial {trial}: exit {code}; {err[-500:]}"
+        for code, out in run_job("leave-held", tmp_path / f"store{trial}"):
+            assert (code, out) == (0, "done 99\n"), f"trial {trial}: exit {code}"

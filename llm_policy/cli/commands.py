@@ -308,7 +308,7 @@ def entry() -> None:
     if code == 0:
         from gym_llm.rl.common.distributed import leave_job
 
-        leave_job(0)
+        leave_job()
     sys.exit(code)
 
 

@@ -158,7 +158,7 @@ def barrier() -> None:
         dist.barrier()
 
 
-def leave_job(exit_code: int = 0) -> None:
+def leave_job() -> None:
     """End this process of a multi-process job that finished; in one process, return at once.
 
     Why not a plain exit: during the interpreter's shut-down, torch's gloo worker threads may
@@ -179,7 +179,7 @@ def leave_job(exit_code: int = 0) -> None:
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(exit_code)
+    os._exit(0)
 
 
 def global_max(value: int) -> int:
