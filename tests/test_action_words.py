@@ -13,7 +13,12 @@ import torch
 
 import gym_llm.policy.action_words
 from gym_llm import PPO, LLMPolicy, make_text_env
-from gym_llm.policy.action_words import ActionWords, action_words, distinguishing_tokens
+from gym_llm.policy.action_words import (
+    ActionWords,
+    action_words,
+    decision_log_probs,
+    distinguishing_tokens,
+)
 from gym_llm.spaces import TextActions, TextObservations
 from gym_llm.testing import make_tiny_tokenizer, save_tiny_model
 from tests.test_action_head import learn_and_check_head
@@ -57,6 +62,24 @@ def test_scores_are_added_at_their_actions_tokens_with_gradients() -> None:
     assert torch.equal(out3, (out + 1).unsqueeze(1).expand(-1, 3, -1))
     out3[:, :, 1].sum().backward()  # token 1 belongs to action 0, at 3 positions
     assert scores.grad is not None and scores.grad.tolist() == [[1.5, -1.5], [1.5, -1.5]]
+
+
+def test_the_decision_is_the_choice_at_the_first_token_that_names_an_action() -> None:
+    words = ActionWords(torch.tensor([4, 5, 6]), torch.tensor([0, 1, 0]))  # two spell action 0
+    logits = torch.randn(3, 4, 9, requires_grad=True)
+    reply = torch.tensor([[1, 5, 4, 2], [2, 3, 3, 6], [6, 1, 2, 3]])
+    valid = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    lp, found = decision_log_probs(logits, reply, valid, words, 2, temperature=0.5)
+    assert found.tolist() == [True, False, True]  # row 1's action word is padding
+    for row, position in ((0, 1), (2, 0)):  # by hand: each action's tokens' mass, renormalised
+        p = torch.softmax(logits[row, position].detach() / 0.5, -1)
+        mass = torch.stack([p[4] + p[6], p[5]])
+        assert torch.allclose(lp[row].exp(), mass / mass.sum(), atol=1e-6)
+    assert torch.allclose(lp[1].exp(), torch.full((2,), 0.5))  # no decision: uniform
+    (-(lp[0].exp() * lp[0]).sum()).backward()  # its entropy reaches only that position's words
+    assert logits.grad is not None
+    touched = logits.grad.abs().sum(0).nonzero().tolist()
+    assert {tuple(t) for t in touched} <= {(1, 4), (1, 5), (1, 6)}
 
 
 def test_action_words_are_each_actions_own_tokens() -> None:

@@ -222,7 +222,7 @@ def test_bad_flags_and_settings(tmp_path: Path, capsys: pytest.CaptureFixture[st
         ["train", "--ent-coef", "often", "--dry-run"], capsys
     )
     err = _usage_error(["train", "--ent-coef", "auto", "--mode", "generate", "--dry-run"], capsys)
-    assert "choice mode" in err
+    assert "action_head=True" in err
     assert "must be <= 0" in _usage_error(["train", "--invalid-penalty", "1", "--dry-run"], capsys)
     run = tmp_path / "run"
     run.mkdir()

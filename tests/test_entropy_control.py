@@ -107,11 +107,45 @@ def test_auto_follows_the_rule_after_every_optimizer_step(model_dir: Path, tmp_p
     assert loaded.ent_coef_auto and loaded.ent_coef == pytest.approx(model.ent_coef)
 
 
-def test_auto_needs_choice_mode(model_dir: Path) -> None:
-    with pytest.raises(ValueError, match="needs choice mode"):
+def test_auto_needs_a_choice_among_listed_actions(model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="action_head=True"):
         _ppo(model_dir, ent_coef="auto", policy={"action_mode": "generate"})
     with pytest.raises(ValueError, match="target_entropy"):
         _ppo(model_dir, ent_coef="auto", target_entropy=0.0)
+
+
+def test_generate_mode_holds_the_entropy_of_each_replys_decision(model_dir: Path) -> None:
+    policy = {"action_mode": "generate", "action_head": True, "max_new_tokens": 4}
+    model = _ppo(model_dir, ent_coef="auto", n_epochs=2, micro_batch_size=16, policy=policy)
+    held: list[float] = []
+    adapt = model._adapt_ent_coef
+
+    def spy(entropy: float) -> None:
+        held.append(entropy)
+        adapt(entropy)
+
+    expected: list[float] = []
+    evaluate = model.policy.evaluate_actions
+
+    def keep(*args: object, **kwargs: object) -> object:
+        ev = evaluate(*args, **kwargs)
+        assert ev.decision_log_probs is not None and ev.decision_found is not None
+        lp = ev.decision_log_probs.detach()[ev.decision_found]
+        expected.append(float(-(lp.exp() * lp).sum(-1).mean()) if len(lp) else 0.0)
+        return ev
+
+    model._adapt_ent_coef = spy
+    model.policy.evaluate_actions = keep
+    model.learn(32)
+    assert len(held) == 4  # 2 updates x 2 epochs x 1 minibatch in one pass
+    assert held == pytest.approx(expected, abs=1e-6)  # the decision's entropy, not the tokens'
+    assert all(0.0 < h <= math.log(2) + 1e-6 for h in held)  # replies named actions
+    assert model.logger.name_to_value["train/ent_coef"] == model.ent_coef
+
+
+def test_nothing_measured_leaves_the_coefficient_alone() -> None:
+    assert next_ent_coef(0.02, float("nan"), None, 2) == 0.02
+    assert math.isnan(marginal_entropy([torch.zeros((0, 2))]))
 
 
 def test_marginal_holds_the_entropy_of_the_mean_distribution(

@@ -10,7 +10,7 @@ from gym_llm.evaluation.exact import exact_evaluation_supported
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.top_layers import parse_trainable_layers
 from gym_llm.rl.ppo.advantages import check_estimator
-from gym_llm.rl.ppo.entropy_control import check_entropy_of, parse_ent_coef
+from gym_llm.rl.ppo.entropy_control import check_auto_mode, check_entropy_of, parse_ent_coef
 from gym_llm.rl.ppo.ppo import DEFAULT_N_EPOCHS
 from gym_llm.wrappers.count_bonus import check_count_key
 
@@ -68,7 +68,8 @@ class TrainConfig:
     #: rollout computed below them, so fewer layers make it cheaper.
     trainable_layers: str = "auto"
     #: Entropy bonus coefficient, or "auto" ("auto_0.05": its start) to hold the mean per-state
-    #: entropy at 0.3 of log K with SAC-discrete's temperature rule (choice mode).
+    #: entropy at 0.3 of log K with SAC-discrete's temperature rule (choice mode, or generate
+    #: mode with action_head: the entropy of each reply's decision token among the actions).
     ent_coef: float | str = 0.0
     #: With ent_coef="auto": which entropy it holds, "state" (the mean per-state entropy) or
     #: "marginal" (that of the mean action distribution over states: high for a policy that is
@@ -189,8 +190,9 @@ class TrainConfig:
         if self.sft_demos is not None and self.sft_epochs <= 0:
             raise ValueError(f"sft_epochs must be > 0, got {self.sft_epochs}.")
         parse_trainable_layers(self.trainable_layers)  # a bad value fails here, not mid-run
-        if parse_ent_coef(self.ent_coef)[1] and (self.mode != "choice" or self.algo != "ppo"):
-            raise ValueError("ent_coef='auto' holds an entropy target of PPO in choice mode.")
+        if parse_ent_coef(self.ent_coef)[1] and self.algo != "ppo":
+            raise ValueError("ent_coef='auto' holds an entropy target of PPO; DQN has none.")
+        check_auto_mode(parse_ent_coef(self.ent_coef)[1], self.mode, bool(self.action_head))
         check_entropy_of(self.target_entropy_of, parse_ent_coef(self.ent_coef)[1])
         check_estimator(self.advantage_estimator)
         if self.choice_calibration and self.mode != "choice":

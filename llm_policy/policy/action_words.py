@@ -107,3 +107,47 @@ def action_words(
         torch.tensor(ids, dtype=torch.long, device=device),
         torch.tensor([own[t] for t in ids], dtype=torch.long, device=device),
     )
+
+
+def decision_log_probs(
+    logits: torch.Tensor,
+    reply: torch.Tensor,
+    valid: torch.Tensor,
+    words: ActionWords,
+    n_actions: int,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``((n, K) log-probs, (n,) found)``: each reply's choice among the listed actions at its
+    *decision token*, the first of its tokens that spells an action, with gradients.
+
+    A reply is a sentence, and its per-token entropy mostly measures how freely it words it;
+    what decides the action is the one token that names it. There the distribution restricted
+    to the action words (each action's share the sum over its tokens, renormalised) is the
+    policy's per-state choice, the quantity choice mode's entropy control holds. A reply that
+    names no action has no decision (``found`` False; its row is uniform).
+
+    >>> words = ActionWords(torch.tensor([5, 6]), torch.tensor([0, 1]))
+    >>> logits = torch.zeros(2, 3, 8)
+    >>> logits[0, 1, 6] = 2.0  # position 1: the second action is likelier
+    >>> reply = torch.tensor([[1, 6, 2], [1, 2, 3]])  # the second reply names no action
+    >>> lp, found = decision_log_probs(logits, reply, torch.ones(2, 3, dtype=torch.bool), words, 2)
+    >>> [round(p, 3) for p in lp[0].exp().tolist()], found.tolist()
+    ([0.119, 0.881], [True, False])
+    """
+    steps = reply.shape[1]
+    named = torch.isin(reply, words.ids) & valid.bool()
+    found = named.any(-1)
+    position = torch.where(named, torch.arange(steps, device=reply.device), steps).amin(-1)
+    rows = torch.arange(reply.shape[0], device=reply.device)
+    at = logits[rows, position.clamp(max=steps - 1)][:, words.ids].float() / temperature
+    per_action = torch.stack(
+        [
+            torch.logsumexp(at[:, words.owners == k], -1)
+            if bool((words.owners == k).any())
+            else at.new_full((len(at),), float("-inf"))
+            for k in range(n_actions)
+        ],
+        -1,
+    )
+    per_action = torch.where(found.unsqueeze(-1), per_action, torch.zeros_like(per_action))
+    return torch.log_softmax(per_action, -1), found

@@ -57,3 +57,8 @@ class Evaluation:
     values: torch.Tensor
     #: Choice mode: ``(n, K)`` log-probs of every listed action (``None`` in generate mode).
     choice_log_probs: torch.Tensor | None = None
+    #: Generate mode with the action head: ``(n, K)`` log-probs of every listed action at each
+    #: reply's decision token (:func:`~gym_llm.policy.action_words.decision_log_probs`).
+    decision_log_probs: torch.Tensor | None = None
+    #: ``(n,)`` which replies name an action (have a decision token).
+    decision_found: torch.Tensor | None = None

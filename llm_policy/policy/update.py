@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch.distributed.fsdp import FSDPModule
 
+from gym_llm.policy.action_words import decision_log_probs
 from gym_llm.policy.outputs import Evaluation, UpdateWork
 from gym_llm.policy.sampling import categorical_evaluation, token_evaluation
 from gym_llm.policy.state_actions import PerStateChoices
@@ -200,7 +201,13 @@ class UpdatePasses(PerStateChoices):
         position and at every fed reply token (``(n, >= T, V)``; extra columns are ignored)."""
         reply, reply_mask = self._pad(actions, left=False)
         lp, valid, entropy = token_evaluation(logits, reply, reply_mask, self.temperature)
-        return Evaluation(lp, valid, entropy, values)
+        if self.action_words is None:
+            return Evaluation(lp, valid, entropy, values)
+        k = len(self.actions_list)
+        decision, found = decision_log_probs(
+            logits, reply, valid, self.action_words, k, self.temperature
+        )
+        return Evaluation(lp, valid, entropy, values, None, decision, found)
 
     def update_bytes_per_turn(
         self, observations: Sequence[str], actions: Sequence[np.ndarray]

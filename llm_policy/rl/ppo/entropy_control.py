@@ -9,6 +9,12 @@ it and shrinks while it is above. Here the coefficient is multiplied by
 ``exp(rate * (target - H) / log K)`` after every optimizer step (a few dozen steps per thousand
 env steps, far fewer than SAC's one per env step, hence a direct multiplicative rule rather than
 a slow Adam step on ``log alpha``), within ``[MIN_COEF, MAX_COEF]``.
+
+In generate mode the entropy it holds is that of each reply's *decision token* among the listed
+actions (:func:`held_entropy`), not the mean per-token entropy of the sentence: a generate-mode
+policy became certain in every state within 256 env steps on the task family, wrong in the states
+where the model's knowledge contradicts the rule (``benchmarks/RESULTS.md``), and the per-token
+entropy would mostly reward looser wording.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from gym_llm.policy.outputs import Evaluation
 from gym_llm.rl.common.diagnostics import entropy
 from gym_llm.rl.common.distributed import global_sums
 
@@ -73,6 +80,8 @@ def next_ent_coef(coef: float, entropy: float, target: float | None, n_actions: 
     >>> next_ent_coef(0.01, entropy=0.3, target=0.2, n_actions=2) < 0.01  # above: shrinks
     True
     """
+    if not math.isfinite(entropy):  # nothing measured (no reply named an action): unchanged
+        return coef
     target = default_target(n_actions) if target is None else target
     scale = math.log(max(n_actions, 2))
     updated = coef * math.exp(RATE * (target - entropy) / scale)
@@ -91,6 +100,17 @@ def check_entropy_of(value: str, adaptive: bool) -> str:
     return value
 
 
+def check_auto_mode(adaptive: bool, action_mode: str, has_words: bool) -> None:
+    """``"auto"`` holds the entropy of a choice among listed actions: choice mode, or generate
+    mode with the action head (``has_words``: the tokens that name each action)."""
+    if adaptive and action_mode != "choice" and not has_words:
+        raise ValueError(
+            'ent_coef="auto" holds the entropy of a choice among listed actions: in generate '
+            "mode set policy_kwargs action_head=True (an env with listed actions), or give "
+            "ent_coef a number, e.g. 0.01 (the replies' per-token entropy)."
+        )
+
+
 def marginal_entropy(probs: Sequence[torch.Tensor]) -> float:
     """Entropy (nats) of the mean action distribution over every row of ``probs`` (``(n, K)``
     each), in every process of a data-parallel run: H(A) = H(A|S) + I(S; A). A policy that is
@@ -105,4 +125,19 @@ def marginal_entropy(probs: Sequence[torch.Tensor]) -> float:
     """
     rows = torch.cat(list(probs)).float()
     *sums, count = global_sums([*rows.sum(dim=0).tolist(), len(rows)])
+    if not count:  # no rows anywhere: nothing measured
+        return float("nan")
     return max(0.0, float(entropy(np.asarray(sums) / count)))
+
+
+def held_entropy(ev: Evaluation, adaptive: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(entropy per row, (rows, K) probabilities or None)``: what the entropy bonus raises
+    and ``"auto"`` holds. Choice mode: each state's distribution over the listed actions.
+    Generate mode: the mean per-token entropy of each reply, or with ``"auto"`` (``adaptive``)
+    and the action head the entropy of each reply's decision among the listed actions, over
+    the replies that name one (possibly none: an empty tensor)."""
+    if adaptive and ev.decision_log_probs is not None and ev.decision_found is not None:
+        log_probs = ev.decision_log_probs[ev.decision_found]
+        return -(log_probs.exp() * log_probs).sum(-1), log_probs.detach().exp()
+    probs = None if ev.choice_log_probs is None else ev.choice_log_probs.detach().exp()
+    return ev.entropy, probs

@@ -99,5 +99,6 @@ def k3_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, mask: torch.Tens
 
 
 def entropy_bonus(entropy: torch.Tensor) -> torch.Tensor:
-    """The entropy term of the loss: ``-mean(H)`` (minimising it raises the entropy)."""
-    return -entropy.mean()
+    """The entropy term of the loss: ``-mean(H)`` (minimising it raises the entropy); 0 for
+    no rows (a batch of replies none of which names an action)."""
+    return -entropy.mean() if entropy.numel() else entropy.sum()

@@ -33,7 +33,7 @@ from gym_llm.rl.common.vec_env import TextVecEnv, check_text_env
 from gym_llm.rl.ppo.advantages import check_estimator
 from gym_llm.rl.ppo.buffer import TextRolloutBuffer
 from gym_llm.rl.ppo.data_parallel import DataParallel
-from gym_llm.rl.ppo.entropy_control import check_entropy_of, parse_ent_coef
+from gym_llm.rl.ppo.entropy_control import check_auto_mode, check_entropy_of, parse_ent_coef
 from gym_llm.spaces import TextActions, TextObservations
 
 SelfPPO = TypeVar("SelfPPO", bound="PPO")
@@ -84,7 +84,8 @@ class PPO(DataParallel):
         ent_coef: weight of the entropy bonus; ``"auto"`` (or ``"auto_0.05"``, its start) adapts
             it after every optimizer step to hold the mean per-state entropy at
             ``target_entropy`` (SAC-discrete's rule, :mod:`gym_llm.rl.ppo.entropy_control`; choice
-            mode). Logged as ``train/ent_coef``.
+            mode, or generate mode with the action head: the entropy of each reply's decision
+            token among the listed actions). Logged as ``train/ent_coef``.
         target_entropy: the entropy ``"auto"`` holds, in nats; ``None``: 0.3 of ``log K``.
         target_entropy_of: ``"state"`` (the mean per-state entropy) or ``"marginal"`` (that of the
             batch's mean action distribution: high for a state-dependent policy, however certain).
@@ -322,11 +323,9 @@ class PPO(DataParallel):
                 'policy_update="target" and ent_coef="auto" work over one fixed list of actions; '
                 "this env brings its own list in every state: use the defaults."
             )
-        if self.ent_coef_auto and self.policy.action_mode != "choice":
-            raise ValueError(
-                'ent_coef="auto" needs choice mode (an entropy target over a listed set of '
-                "actions); in generate mode give ent_coef a number, e.g. 0.01."
-            )
+        check_auto_mode(
+            self.ent_coef_auto, self.policy.action_mode, self.policy.action_words is not None
+        )
         self._start_equal()
         self.rollout_buffer = TextRolloutBuffer(
             self.n_steps,

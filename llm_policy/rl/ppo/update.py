@@ -37,7 +37,7 @@ from gym_llm.rl.common.sharding import (
     sharded_update,
 )
 from gym_llm.rl.ppo.buffer import TextBatch, grouped_passes
-from gym_llm.rl.ppo.entropy_control import marginal_entropy, next_ent_coef
+from gym_llm.rl.ppo.entropy_control import held_entropy, marginal_entropy, next_ent_coef
 from gym_llm.rl.ppo.losses import clipped_surrogate, entropy_bonus, k3_kl, value_loss
 from gym_llm.rl.ppo.rollout import RolloutCollection
 from gym_llm.rl.ppo.target_update import (
@@ -185,7 +185,8 @@ class PPOUpdate(RolloutCollection):
                     critic = value_loss(  # in the head's units when normalising
                         ev.values, batch.returns[part], batch.old_values[part], self.clip_range_vf
                     ) / (value_scale**2)
-                    entropy = entropy_bonus(ev.entropy)
+                    held, probs = held_entropy(ev, self.ent_coef_auto)
+                    entropy = entropy_bonus(held)
                     policy_loss = surrogate.loss
                     if targets is not None and ev.choice_log_probs is not None:
                         wanted = torch.stack([targets[str(o)] for o in observations])
@@ -208,8 +209,8 @@ class PPOUpdate(RolloutCollection):
                     stats["value"].append(critic.item())
                     stats["entropy"].append(entropy.item())
                     batch_entropy.append(-entropy.item() * len(observations) / n)
-                    if self.target_entropy_of == "marginal" and ev.choice_log_probs is not None:
-                        batch_probs.append(ev.choice_log_probs.detach().exp())
+                    if self.target_entropy_of == "marginal" and probs is not None:
+                        batch_probs.append(probs)
                     stats["approx_kl"].append(surrogate.approx_kl)
                     stats["clip_fraction"].append(surrogate.clip_fraction)
                 if first:
