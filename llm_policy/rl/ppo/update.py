@@ -185,8 +185,8 @@ class PPOUpdate(RolloutCollection):
                     critic = value_loss(  # in the head's units when normalising
                         ev.values, batch.returns[part], batch.old_values[part], self.clip_range_vf
                     ) / (value_scale**2)
-                    held, probs = held_entropy(ev, self.ent_coef_auto)
-                    entropy = entropy_bonus(held)
+                    row_entropy, probs = held_entropy(ev, self.ent_coef_auto)
+                    entropy = entropy_bonus(row_entropy)
                     policy_loss = surrogate.loss
                     if targets is not None and ev.choice_log_probs is not None:
                         wanted = torch.stack([targets[str(o)] for o in observations])
