@@ -45,6 +45,8 @@ DIAGNOSTICS = (
     "approx_kl",
     "clip_fraction",
     "invalid_action_rate",
+    "ent_coef",
+    "entropy_loss",
 )
 
 
