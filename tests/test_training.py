@@ -99,8 +99,12 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
     # generate mode takes the action head (on the actions' word tokens)
     generate_head = _config(tiny_model_dir, mode="generate", action_head=True)
     assert generate_head.policy_kwargs()["action_head"] is True
-    with pytest.raises(ValueError, match="ent_coef='auto' holds an entropy target"):
+    with pytest.raises(ValueError, match="action_head=True"):  # generate mode needs the head
         _config(tiny_model_dir, mode="generate", ent_coef="auto")
+    auto_head = _config(tiny_model_dir, mode="generate", action_head=True, ent_coef="auto")
+    assert auto_head.ent_coef == "auto"
+    with pytest.raises(ValueError, match="DQN has none"):
+        _config(tiny_model_dir, algo="dqn", ent_coef="auto")
     with pytest.raises(ValueError, match="set ent_coef='auto' as well"):
         _config(tiny_model_dir, target_entropy_of="marginal")
     config = _config(
