@@ -180,3 +180,45 @@ def test_marginal_holds_the_entropy_of_the_mean_distribution(
     assert PPO.load(tmp_path / "agent", device="cpu").target_entropy_of == "marginal"
     with pytest.raises(ValueError, match="set ent_coef='auto' as well"):
         _ppo(model_dir, target_entropy_of="marginal")
+
+
+def _smallest_probability(model: PPO) -> float:
+    """The mean over the last rollout's observations of the least likely action's probability,
+    under the policy now."""
+    import numpy as np
+
+    observations = list(model.rollout_action_probs)
+    with torch.no_grad():
+        ev = model.policy.evaluate_actions(observations, [np.array([0])] * len(observations))
+    assert ev.choice_log_probs is not None
+    return float(ev.choice_log_probs.exp().min(-1).values.mean())
+
+
+def test_the_floor_lifts_the_actions_a_certain_policy_has_cornered(model_dir: Path) -> None:
+    policy = {"temperature": 0.01, "choice_calibration": False, "action_head": False}
+    runs = {}
+    for floor in (0.0, 0.1):
+        model = _ppo(
+            model_dir, min_action_prob=floor, n_epochs=2, learning_rate=1e-2, policy=policy
+        )
+        model.learn(32)
+        runs[floor] = model
+    plain, floored = _smallest_probability(runs[0.0]), _smallest_probability(runs[0.1])
+    assert plain < 0.01  # the temperature corners one action in most states ...
+    assert floored > 0.05  # ... and the floor lifts it (measured: 1e-20 against 0.42)
+    assert runs[0.1].logger.name_to_value["train/floor_loss"] > 0
+    assert "train/floor_loss" not in runs[0.0].logger.name_to_value
+
+
+def test_the_floor_is_checked_and_saved(model_dir: Path, tmp_path: Path) -> None:
+    for bad in (-0.1, 0.5):
+        with pytest.raises(ValueError, match=r"min_action_prob must be in \[0, 0.5\)"):
+            _ppo(model_dir, min_action_prob=bad)
+    with pytest.raises(ValueError, match="action_head=True"):
+        _ppo(model_dir, min_action_prob=0.05, policy={"action_mode": "generate"})
+    policy = {"action_mode": "generate", "action_head": True, "max_new_tokens": 4}
+    model = _ppo(model_dir, min_action_prob=0.05, policy=policy)
+    model.learn(16)  # generate mode: the floor at each reply's decision token
+    assert math.isfinite(model.logger.name_to_value["train/floor_loss"])
+    model.save(tmp_path / "agent")
+    assert PPO.load(tmp_path / "agent", device="cpu").min_action_prob == 0.05

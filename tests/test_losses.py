@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 
-from gym_llm.rl.ppo.losses import clipped_surrogate, entropy_bonus, k3_kl, masked_mean, value_loss
+from gym_llm.rl.ppo.losses import (
+    clipped_surrogate,
+    entropy_bonus,
+    k3_kl,
+    masked_mean,
+    probability_floor,
+    value_loss,
+)
 
 
 def test_masked_mean_ignores_padding_and_handles_empty() -> None:
@@ -67,3 +74,22 @@ def test_k3_kl_is_zero_at_the_reference_and_matches_the_formula() -> None:
 
 def test_entropy_bonus_is_the_negative_mean() -> None:
     assert entropy_bonus(torch.tensor([1.0, 3.0])).item() == pytest.approx(-2.0)
+    assert entropy_bonus(torch.zeros(0)).item() == 0.0  # no rows: nothing to raise
+
+
+def test_the_floor_pulls_a_cornered_action_out_where_the_entropy_barely_does() -> None:
+    for rare in (1e-2, 1e-4, 1e-6):
+        logits = torch.log(torch.tensor([[1 - rare, rare]])).requires_grad_()
+        probability_floor(torch.log_softmax(logits, -1), 0.05).backward()
+        assert logits.grad is not None
+        assert logits.grad[0, 1].item() == pytest.approx(-(1 - rare), rel=1e-4)  # undamped
+        again = logits.detach().requires_grad_()
+        p = torch.softmax(again, -1)
+        entropy_bonus(-(p * p.log()).sum(-1)).backward()
+        assert again.grad is not None
+        assert abs(again.grad[0, 1].item()) < 0.05  # the entropy's pull vanishes with p
+    above = torch.log(torch.tensor([[0.9, 0.1], [0.5, 0.5]]))
+    assert probability_floor(above, 0.05).item() == 0.0  # every action over the floor: no term
+    both = torch.log(torch.tensor([[0.98, 0.02], [0.5, 0.5]]))
+    assert probability_floor(both, 0.05).item() == pytest.approx(math.log(0.05 / 0.02) / 2)
+    assert probability_floor(torch.zeros((0, 2)), 0.05).item() == 0.0

@@ -105,6 +105,12 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
     assert auto_head.ent_coef == "auto"
     with pytest.raises(ValueError, match="DQN has none"):
         _config(tiny_model_dir, algo="dqn", ent_coef="auto")
+    with pytest.raises(ValueError, match="DQN has none"):
+        _config(tiny_model_dir, algo="dqn", min_action_prob=0.05)
+    with pytest.raises(ValueError, match="action_head=True"):
+        _config(tiny_model_dir, mode="generate", min_action_prob=0.05)
+    with pytest.raises(ValueError, match="min_action_prob must be in"):
+        _config(tiny_model_dir, min_action_prob=0.7)
     with pytest.raises(ValueError, match="set ent_coef='auto' as well"):
         _config(tiny_model_dir, target_entropy_of="marginal")
     config = _config(

@@ -51,6 +51,7 @@ def build_agent(config: TrainConfig, env: Any, run_dir: Path, verbose: int = 0) 
         n_epochs=config.n_epochs,
         ent_coef=config.ent_coef,
         target_entropy_of=config.target_entropy_of,
+        min_action_prob=config.min_action_prob,
         kl_coef=config.kl_coef,
         target_kl=config.target_kl,
         micro_batch_size=config.micro_batch_size,

@@ -10,7 +10,12 @@ from gym_llm.evaluation.exact import exact_evaluation_supported
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.top_layers import parse_trainable_layers
 from gym_llm.rl.ppo.advantages import check_estimator
-from gym_llm.rl.ppo.entropy_control import check_auto_mode, check_entropy_of, parse_ent_coef
+from gym_llm.rl.ppo.entropy_control import (
+    check_choice_among_listed,
+    check_entropy_of,
+    check_floor,
+    parse_ent_coef,
+)
 from gym_llm.rl.ppo.ppo import DEFAULT_N_EPOCHS
 from gym_llm.wrappers.count_bonus import check_count_key
 
@@ -75,6 +80,9 @@ class TrainConfig:
     #: "marginal" (that of the mean action distribution over states: high for a policy that is
     #: certain in each state but answers by state, 0 for one that plays one action everywhere).
     target_entropy_of: str = "state"
+    #: A floor on every listed action's probability in every state, held by a log-barrier in
+    #: PPO's loss (choice mode, or generate mode with action_head); 0: off.
+    min_action_prob: float = 0.0
     #: Coefficient of the KL penalty to the base model (adapter disabled).
     kl_coef: float = 0.0
     #: Stop an update's epochs early when the approximate KL exceeds this (None: never).
@@ -192,7 +200,15 @@ class TrainConfig:
         parse_trainable_layers(self.trainable_layers)  # a bad value fails here, not mid-run
         if parse_ent_coef(self.ent_coef)[1] and self.algo != "ppo":
             raise ValueError("ent_coef='auto' holds an entropy target of PPO; DQN has none.")
-        check_auto_mode(parse_ent_coef(self.ent_coef)[1], self.mode, bool(self.action_head))
+        if self.min_action_prob and self.algo != "ppo":
+            raise ValueError("min_action_prob is a term of PPO's loss; DQN has none.")
+        check_floor(self.min_action_prob)
+        check_choice_among_listed(
+            parse_ent_coef(self.ent_coef)[1],
+            self.min_action_prob > 0,
+            self.mode,
+            bool(self.action_head),
+        )
         check_entropy_of(self.target_entropy_of, parse_ent_coef(self.ent_coef)[1])
         check_estimator(self.advantage_estimator)
         if self.choice_calibration and self.mode != "choice":

@@ -69,6 +69,7 @@ SAVED_HYPERPARAMETERS = (
     "kl_coef",
     "target_entropy",
     "target_entropy_of",
+    "min_action_prob",
     "policy_update",
     "kl_step",
     "micro_batch_size",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,6 +29,7 @@ import torch
 from gym_llm.policy.outputs import Evaluation
 from gym_llm.rl.common.diagnostics import entropy
 from gym_llm.rl.common.distributed import global_sums
+from gym_llm.rl.ppo.losses import probability_floor
 
 #: Where ``"auto"`` starts, and the bounds of the coefficient.
 INITIAL_COEF, MIN_COEF, MAX_COEF = 0.01, 1e-4, 1.0
@@ -100,15 +102,49 @@ def check_entropy_of(value: str, adaptive: bool) -> str:
     return value
 
 
-def check_auto_mode(adaptive: bool, action_mode: str, has_words: bool) -> None:
-    """``"auto"`` holds the entropy of a choice among listed actions: choice mode, or generate
-    mode with the action head (``has_words``: the tokens that name each action)."""
-    if adaptive and action_mode != "choice" and not has_words:
+def check_listed_actions(policy: Any, target: bool, auto: bool, floor: bool) -> None:
+    """The settings that work over one fixed list of scored actions: ``policy_update="target"``
+    (choice mode), and ``ent_coef="auto"`` and ``min_action_prob`` (choice mode, or generate
+    mode with the action head, whose ``action_words`` name each action's tokens)."""
+    if target and policy.action_mode != "choice":
         raise ValueError(
-            'ent_coef="auto" holds the entropy of a choice among listed actions: in generate '
-            "mode set policy_kwargs action_head=True (an env with listed actions), or give "
-            "ent_coef a number, e.g. 0.01 (the replies' per-token entropy)."
+            'policy_update="target" needs choice mode (a target over the listed actions); '
+            'in generate mode use policy_update="clip".'
         )
+    if getattr(policy, "per_state", False) and (target or auto or floor):
+        raise ValueError(
+            'policy_update="target", ent_coef="auto" and min_action_prob work over one fixed '
+            "list of actions; this env brings its own list in every state: use the defaults."
+        )
+    check_choice_among_listed(auto, floor, policy.action_mode, policy.action_words is not None)
+
+
+def check_choice_among_listed(auto: bool, floor: bool, action_mode: str, has_words: bool) -> None:
+    """``ent_coef="auto"`` and ``min_action_prob`` need a choice among listed actions: choice
+    mode, or generate mode with the action head (``has_words``)."""
+    if (auto or floor) and action_mode != "choice" and not has_words:
+        raise ValueError(
+            'ent_coef="auto" and min_action_prob act on the choice among listed actions: in '
+            "generate mode set policy_kwargs action_head=True (an env with listed actions), or "
+            "give ent_coef a number, e.g. 0.01 (the replies' per-token entropy)."
+        )
+
+
+def check_floor(value: float) -> float:
+    """``min_action_prob``: 0 (off) or in ``(0, 1/2)``: a floor at or over ``1/K`` would hold
+    every action at it and the policy could not prefer one."""
+    if not 0.0 <= value < 0.5:
+        raise ValueError(f"min_action_prob must be in [0, 0.5) (0: off), got {value!r}.")
+    return float(value)
+
+
+def action_log_probs(ev: Evaluation) -> torch.Tensor | None:
+    """``(rows, K)`` log-probs of the listed actions, with gradients: each state's in choice
+    mode; in generate mode with the action head, at the decision token of each reply that names
+    an action; ``None`` otherwise."""
+    if ev.decision_log_probs is not None and ev.decision_found is not None:
+        return ev.decision_log_probs[ev.decision_found]
+    return ev.choice_log_probs
 
 
 def marginal_entropy(probs: Sequence[torch.Tensor]) -> float:
@@ -130,14 +166,22 @@ def marginal_entropy(probs: Sequence[torch.Tensor]) -> float:
     return max(0.0, float(entropy(np.asarray(sums) / count)))
 
 
+def floor_loss(ev: Evaluation, floor: float) -> torch.Tensor:
+    """``min_action_prob``'s term of the loss on the listed actions' log-probs
+    (:func:`action_log_probs`; :func:`check_listed_actions` makes sure there are some)."""
+    log_probs = action_log_probs(ev)
+    if log_probs is None:
+        raise ValueError("min_action_prob needs a choice among listed actions.")
+    return probability_floor(log_probs, floor)
+
+
 def held_entropy(ev: Evaluation, adaptive: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(entropy per row, (rows, K) probabilities or None)``: what the entropy bonus raises
     and ``"auto"`` holds. Choice mode: each state's distribution over the listed actions.
     Generate mode: the mean per-token entropy of each reply, or with ``"auto"`` (``adaptive``)
     and the action head the entropy of each reply's decision among the listed actions, over
     the replies that name one (possibly none: an empty tensor)."""
-    if adaptive and ev.decision_log_probs is not None and ev.decision_found is not None:
-        log_probs = ev.decision_log_probs[ev.decision_found]
+    log_probs = action_log_probs(ev)
+    if adaptive and ev.decision_log_probs is not None and log_probs is not None:
         return -(log_probs.exp() * log_probs).sum(-1), log_probs.detach().exp()
-    probs = None if ev.choice_log_probs is None else ev.choice_log_probs.detach().exp()
-    return ev.entropy, probs
+    return ev.entropy, None if log_probs is None else log_probs.detach().exp()

@@ -8,6 +8,7 @@ weighs more than a short one, which is what makes the loss a sum over sampled to
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -102,3 +103,23 @@ def entropy_bonus(entropy: torch.Tensor) -> torch.Tensor:
     """The entropy term of the loss: ``-mean(H)`` (minimising it raises the entropy); 0 for
     no rows (a batch of replies none of which names an action)."""
     return -entropy.mean() if entropy.numel() else entropy.sum()
+
+
+def probability_floor(log_probs: torch.Tensor, floor: float) -> torch.Tensor:
+    """The floor term of the loss (``PPO(min_action_prob=...)``): the mean over rows of
+    ``sum_k max(0, log floor - log p_k)`` for ``(rows, K)`` action log-probs; 0 for no rows.
+
+    A log-barrier, not an entropy bonus, because of where it pulls: its gradient on the logit of
+    an action below the floor is ``-(1 - p)``, about 1 however rare the action, where the
+    entropy's is ``-p (log p + H)``, which vanishes with ``p`` (the softmax corner). It is 0, and
+    so leaves the policy alone, once every action has at least ``floor``.
+
+    >>> lp = torch.log(torch.tensor([[0.99, 0.01], [0.5, 0.5]]))
+    >>> round(float(probability_floor(lp, 0.05)), 4)  # log(0.05 / 0.01) / 2 rows
+    0.8047
+    >>> float(probability_floor(lp, 0.005))
+    0.0
+    """
+    if not log_probs.numel():
+        return log_probs.sum()
+    return torch.relu(math.log(floor) - log_probs).sum(-1).mean()

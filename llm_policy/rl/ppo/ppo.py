@@ -33,7 +33,12 @@ from gym_llm.rl.common.vec_env import TextVecEnv, check_text_env
 from gym_llm.rl.ppo.advantages import check_estimator
 from gym_llm.rl.ppo.buffer import TextRolloutBuffer
 from gym_llm.rl.ppo.data_parallel import DataParallel
-from gym_llm.rl.ppo.entropy_control import check_auto_mode, check_entropy_of, parse_ent_coef
+from gym_llm.rl.ppo.entropy_control import (
+    check_entropy_of,
+    check_floor,
+    check_listed_actions,
+    parse_ent_coef,
+)
 from gym_llm.spaces import TextActions, TextObservations
 
 SelfPPO = TypeVar("SelfPPO", bound="PPO")
@@ -89,6 +94,9 @@ class PPO(DataParallel):
         target_entropy: the entropy ``"auto"`` holds, in nats; ``None``: 0.3 of ``log K``.
         target_entropy_of: ``"state"`` (the mean per-state entropy) or ``"marginal"`` (that of the
             batch's mean action distribution: high for a state-dependent policy, however certain).
+        min_action_prob: a floor on every listed action's probability in every state (choice
+            mode, or generate mode with the action head: at the reply's decision token), held
+            by a log-barrier in the loss (:func:`~gym_llm.rl.ppo.losses.probability_floor`); 0 (default): off.
         policy_update: ``"clip"`` (default): PPO's clipped surrogate. ``"target"`` (choice
             mode): cross-entropy to the old policy tilted by each state's mean advantage per
             action, ``pi_old · exp(A / eta)``, a step of ``kl_step`` nats
@@ -144,6 +152,7 @@ class PPO(DataParallel):
         ent_coef: float | str = 0.0,
         target_entropy: float | None = None,
         target_entropy_of: str = "state",
+        min_action_prob: float = 0.0,
         policy_update: str = "clip",
         kl_step: float = 0.05,
         vf_coef: float = 0.5,
@@ -216,6 +225,7 @@ class PPO(DataParallel):
             raise ValueError(f"target_entropy must be > 0 nats (or None), got {target_entropy}.")
         self.target_entropy = target_entropy
         self.target_entropy_of = check_entropy_of(target_entropy_of, self.ent_coef_auto)
+        self.min_action_prob = check_floor(min_action_prob)
         if policy_update not in ("clip", "target"):
             raise ValueError(f"policy_update must be 'clip' or 'target', got {policy_update!r}.")
         if not kl_step > 0:
@@ -311,20 +321,11 @@ class PPO(DataParallel):
             device=self.device,
             **self.policy_kwargs,
         )
-        if self.policy_update == "target" and self.policy.action_mode != "choice":
-            raise ValueError(
-                'policy_update="target" needs choice mode (a target over the listed actions); '
-                'in generate mode use policy_update="clip".'
-            )
-        if getattr(self.policy, "per_state", False) and (
-            self.policy_update == "target" or self.ent_coef_auto
-        ):
-            raise ValueError(
-                'policy_update="target" and ent_coef="auto" work over one fixed list of actions; '
-                "this env brings its own list in every state: use the defaults."
-            )
-        check_auto_mode(
-            self.ent_coef_auto, self.policy.action_mode, self.policy.action_words is not None
+        check_listed_actions(
+            self.policy,
+            self.policy_update == "target",
+            self.ent_coef_auto,
+            self.min_action_prob > 0,
         )
         self._start_equal()
         self.rollout_buffer = TextRolloutBuffer(

@@ -97,6 +97,29 @@ def target_distribution(
     return _tilted(log_old, adv, eta), eta
 
 
+def rollout_targets(
+    observations: Sequence[str],
+    actions: Sequence[int],
+    advantages: np.ndarray,
+    action_probs: dict[str, np.ndarray],
+    n_actions: int,
+    kl_step: float,
+) -> tuple[dict[str, np.ndarray], float, float]:
+    """``(target per observation, eta, lift)`` for a rollout's turns: :func:`target_distribution`
+    from the old policy (``action_probs``, the rollout's per observation) and the normalised
+    ``advantages``; ``lift`` is how much the target adds to actions the old policy held below
+    0.05 (what it lifts out of the softmax corner). No turns: ``({}, nan, 0.0)``."""
+    states, adv, visits = state_action_advantages(observations, actions, advantages, n_actions)
+    if not states:
+        return {}, float("nan"), 0.0
+    old = np.stack([action_probs[state] for state in states]).astype(np.float64)
+    log_old = np.log(np.clip(old, 1e-300, None))
+    target, eta = target_distribution(log_old, adv, visits, kl_step)
+    rare = np.exp(log_old) < 0.05
+    lift = float((target - np.exp(log_old))[rare].sum())
+    return {state: target[i] for i, state in enumerate(states)}, eta, lift
+
+
 def target_cross_entropy(log_probs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Mean over rows of ``-sum_a target(a) log pi(a)``; its gradient with respect to the logits
     is ``pi - target`` per row.

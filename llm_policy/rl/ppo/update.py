@@ -37,13 +37,20 @@ from gym_llm.rl.common.sharding import (
     sharded_update,
 )
 from gym_llm.rl.ppo.buffer import TextBatch, grouped_passes
-from gym_llm.rl.ppo.entropy_control import held_entropy, marginal_entropy, next_ent_coef
+from gym_llm.rl.ppo.entropy_control import floor_loss, held_entropy, marginal_entropy, next_ent_coef
 from gym_llm.rl.ppo.losses import clipped_surrogate, entropy_bonus, k3_kl, value_loss
 from gym_llm.rl.ppo.rollout import RolloutCollection
-from gym_llm.rl.ppo.target_update import (
-    state_action_advantages,
-    target_cross_entropy,
-    target_distribution,
+from gym_llm.rl.ppo.target_update import rollout_targets, target_cross_entropy
+
+#: ``train/NAME``: the mean over the update's passes of ``stats[KEY]`` (logged where it has any).
+MEAN_FIGURES = (
+    ("policy_gradient_loss", "pg"),
+    ("value_loss", "value"),
+    ("entropy_loss", "entropy"),
+    ("approx_kl", "approx_kl"),
+    ("clip_fraction", "clip_fraction"),
+    ("floor_loss", "floor"),
+    ("kl_ref", "kl_ref"),
 )
 
 #: Memory (MB) the update's activations may take on the CPU when ``micro_batch_size=None``.
@@ -81,6 +88,7 @@ class PPOUpdate(RolloutCollection):
     ent_coef_auto: bool
     target_entropy: float | None
     target_entropy_of: str
+    min_action_prob: float
     policy_update: str
     kl_step: float
     micro_batch_size: int | None
@@ -192,6 +200,9 @@ class PPOUpdate(RolloutCollection):
                         wanted = torch.stack([targets[str(o)] for o in observations])
                         policy_loss = target_cross_entropy(ev.choice_log_probs, wanted)
                     loss = policy_loss + self.ent_coef * entropy + self.vf_coef * critic
+                    if self.min_action_prob > 0:
+                        loss = loss + (floor := floor_loss(ev, self.min_action_prob))
+                        stats["floor"].append(floor.item())
                     if self.kl_coef > 0:
                         ref = self.policy.reference_log_probs(observations, actions, states)
                         kl_ref = k3_kl(ev.token_log_probs, ref, mask)
@@ -258,14 +269,10 @@ class PPOUpdate(RolloutCollection):
         self.policy.set_training_mode(False)
         values = self.rollout_buffer.values.flatten()
         returns = self.rollout_buffer.returns.flatten()
-        self.logger.record("train/policy_gradient_loss", float(np.mean(stats["pg"])))
-        self.logger.record("train/value_loss", float(np.mean(stats["value"])))
-        self.logger.record("train/entropy_loss", float(np.mean(stats["entropy"])))
+        for name, key in MEAN_FIGURES:
+            if stats[key]:
+                self.logger.record(f"train/{name}", float(np.mean(stats[key])))
         self.logger.record("train/ent_coef", self.ent_coef)
-        self.logger.record("train/approx_kl", float(np.mean(stats["approx_kl"])))
-        self.logger.record("train/clip_fraction", float(np.mean(stats["clip_fraction"])))
-        if stats["kl_ref"]:
-            self.logger.record("train/kl_ref", float(np.mean(stats["kl_ref"])))
         self.logger.record("train/explained_variance", float(explained_variance(values, returns)))
         # The critic's offset: explained variance cannot see a value head that is off by a
         # constant, which is what a head too slow for the returns' scale looks like.
@@ -289,25 +296,21 @@ class PPOUpdate(RolloutCollection):
 
     def _choice_targets(self, centre: float, scale: float) -> dict[str, torch.Tensor]:
         """``policy_update="target"``: each observation's target distribution over the listed
-        actions, from the old policy (the rollout's probabilities) and the rollout's normalised
-        advantages per (observation, action) (:mod:`gym_llm.rl.ppo.target_update`)."""
-        buffer = self.rollout_buffer
-        finite = buffer.finite_turns()
-        observations = [str(o) for o in buffer.observations_text.reshape(-1)[finite]]
-        actions = [int(a[0]) for a in buffer.action_tokens.reshape(-1)[finite]]
-        advantages = (buffer.advantages.reshape(-1)[finite] - centre) / scale
-        n_actions = len(self.policy.actions_list)
-        states, adv, visits = state_action_advantages(observations, actions, advantages, n_actions)
-        if not states:
-            return {}
-        old = np.stack([self.rollout_action_probs[state] for state in states]).astype(np.float64)
-        log_old = np.log(np.clip(old, 1e-300, None))
-        target, eta = target_distribution(log_old, adv, visits, self.kl_step)
-        self.logger.record("train/target_eta", eta)
-        rare = np.exp(log_old) < 0.05  # how much the target lifts what the policy has cornered
-        self.logger.record("train/target_lift_rare", float((target - np.exp(log_old))[rare].sum()))
-        as_tensor = torch.as_tensor(target, dtype=torch.float32, device=self.device)
-        return {state: as_tensor[i] for i, state in enumerate(states)}
+        actions (:func:`~gym_llm.rl.ppo.target_update.rollout_targets`)."""
+        buffer, finite = self.rollout_buffer, self.rollout_buffer.finite_turns()
+        targets, eta, lift = rollout_targets(
+            [str(o) for o in buffer.observations_text.reshape(-1)[finite]],
+            [int(a[0]) for a in buffer.action_tokens.reshape(-1)[finite]],
+            (buffer.advantages.reshape(-1)[finite] - centre) / scale,
+            self.rollout_action_probs,
+            len(self.policy.actions_list),
+            self.kl_step,
+        )
+        if targets:
+            self.logger.record("train/target_eta", eta)
+            self.logger.record("train/target_lift_rare", lift)
+        as_tensor = {s: torch.as_tensor(t, dtype=torch.float32) for s, t in targets.items()}
+        return {s: t.to(self.device) for s, t in as_tensor.items()}
 
     def _skip_step(self, cause: str, observations: Sequence[str]) -> None:
         """Count a skipped optimizer step, say which batch caused it, and stop the run after
