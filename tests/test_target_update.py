@@ -16,6 +16,7 @@ import gym_llm.rl.ppo.target_update as target_update
 from benchmarks.cli_args import keeping
 from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.rl.ppo.target_update import (
+    rollout_targets,
     state_action_advantages,
     target_cross_entropy,
     target_distribution,
@@ -58,6 +59,17 @@ def test_the_target_takes_a_step_of_kl_step_nats_towards_the_better_action() -> 
     assert eta == float("inf")
     with pytest.raises(ValueError, match="kl_step"):
         target_distribution(log_old, adv, weights, 0.0)
+
+
+def test_a_rollouts_targets_lift_what_the_old_policy_cornered() -> None:
+    probs = {"a": np.array([0.99, 0.01]), "b": np.array([0.5, 0.5])}
+    targets, eta, lift = rollout_targets(
+        ["a", "a", "b"], [1, 0, 0], np.array([2.0, -1.0, 0.5]), probs, 2, kl_step=0.05
+    )
+    assert set(targets) == {"a", "b"} and eta > 0
+    assert targets["a"][1] > 0.01  # the rewarded rare action gains ...
+    assert lift == pytest.approx(targets["a"][1] - 0.01)  # ... and that is the lift
+    assert rollout_targets([], [], np.zeros(0), probs, 2, kl_step=0.05)[0] == {}
 
 
 def test_a_small_advantage_gives_the_largest_step_it_allows() -> None:
