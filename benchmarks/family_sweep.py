@@ -47,6 +47,8 @@ DIAGNOSTICS = (
     "invalid_action_rate",
     "ent_coef",
     "entropy_loss",
+    "floor_loss",
+    "grad_norm",
 )
 
 
