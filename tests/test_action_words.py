@@ -82,6 +82,19 @@ def test_the_decision_is_the_choice_at_the_first_token_that_names_an_action() ->
     assert {tuple(t) for t in touched} <= {(1, 4), (1, 5), (1, 6)}
 
 
+def test_the_head_only_decision_has_the_same_value_and_moves_only_the_head() -> None:
+    words = ActionWords(torch.tensor([4, 5, 6]), torch.tensor([0, 1, 0]))
+    logits = torch.randn(2, 3, 9, requires_grad=True)
+    scores = torch.randn(2, 2, requires_grad=True)
+    reply = torch.tensor([[1, 5, 2], [6, 1, 2]])
+    valid = torch.ones(2, 3, dtype=torch.bool)
+    whole, _ = decision_log_probs(words.add(logits, scores), reply, valid, words, 2)
+    by_head, _ = decision_log_probs(logits.detach(), reply, valid, words, 2, scores=scores)
+    assert torch.allclose(whole, by_head, atol=1e-6)
+    by_head[:, 1].sum().backward()
+    assert logits.grad is None and scores.grad is not None and scores.grad.abs().sum() > 0
+
+
 def test_action_words_are_each_actions_own_tokens() -> None:
     tokenizer = make_tiny_tokenizer(WORDS)
     words = action_words(tokenizer, WORDS)

@@ -14,6 +14,7 @@ from gym_llm.rl.ppo.entropy_control import (
     MIN_COEF,
     check_entropy_of,
     default_target,
+    floor_loss,
     marginal_entropy,
     next_ent_coef,
     parse_ent_coef,
@@ -220,5 +221,14 @@ def test_the_floor_is_checked_and_saved(model_dir: Path, tmp_path: Path) -> None
     model = _ppo(model_dir, min_action_prob=0.05, policy=policy)
     model.learn(16)  # generate mode: the floor at each reply's decision token
     assert math.isfinite(model.logger.name_to_value["train/floor_loss"])
+    buffer = model.rollout_buffer  # its gradient reaches the action head alone
+    observations = [str(o) for o in buffer.observations_text.reshape(-1)]
+    model.policy.optimizer.zero_grad(set_to_none=True)
+    ev = model.policy.evaluate_actions(observations, list(buffer.action_tokens.reshape(-1)))
+    floor_loss(ev, 0.999 / 2).backward()  # every reply's decision sits below this floor
+    head = model.policy.action_head
+    assert head is not None and any(p.grad is not None for p in head.parameters())
+    lora = [p for n, p in model.policy.lm.named_parameters() if "lora" in n]
+    assert lora and all(p.grad is None for p in lora)
     model.save(tmp_path / "agent")
     assert PPO.load(tmp_path / "agent", device="cpu").min_action_prob == 0.05

@@ -116,6 +116,7 @@ def decision_log_probs(
     words: ActionWords,
     n_actions: int,
     temperature: float = 1.0,
+    scores: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``((n, K) log-probs, (n,) found)``: each reply's choice among the listed actions at its
     *decision token*, the first of its tokens that spells an action, with gradients.
@@ -124,7 +125,9 @@ def decision_log_probs(
     what decides the action is the one token that names it. There the distribution restricted
     to the action words (each action's share the sum over its tokens, renormalised) is the
     policy's per-state choice, the quantity choice mode's entropy control holds. A reply that
-    names no action has no decision (``found`` False; its row is uniform).
+    names no action has no decision (``found`` False; its row is uniform). ``scores``
+    ``(n, K)``: the action head's, added as :meth:`ActionWords.add` adds them (pass the LM's
+    logits detached to get a decision whose gradient reaches the head alone).
 
     >>> words = ActionWords(torch.tensor([5, 6]), torch.tensor([0, 1]))
     >>> logits = torch.zeros(2, 3, 8)
@@ -139,7 +142,10 @@ def decision_log_probs(
     found = named.any(-1)
     position = torch.where(named, torch.arange(steps, device=reply.device), steps).amin(-1)
     rows = torch.arange(reply.shape[0], device=reply.device)
-    at = logits[rows, position.clamp(max=steps - 1)][:, words.ids].float() / temperature
+    at = logits[rows, position.clamp(max=steps - 1)][:, words.ids].float()
+    if scores is not None:
+        at = at + (scores - scores.mean(-1, keepdim=True))[:, words.owners].float()
+    at = at / temperature
     per_action = torch.stack(
         [
             torch.logsumexp(at[:, words.owners == k], -1)

@@ -62,3 +62,5 @@ class Evaluation:
     decision_log_probs: torch.Tensor | None = None
     #: ``(n,)`` which replies name an action (have a decision token).
     decision_found: torch.Tensor | None = None
+    #: ``decision_log_probs`` with gradients to the action head's scores only.
+    decision_head_log_probs: torch.Tensor | None = None

@@ -70,8 +70,8 @@ class UpdatePasses(PerStateChoices):
         layer = self._head_layer(len(out.hidden_states))
         head_input = out.hidden_states[layer][:, prompt_width - 1].float()
         values = self._values(out.hidden_states[-1][:, prompt_width - 1].float(), head_input)
-        logits = self._with_words(out.logits[:, :-1].float(), self._word_scores(head_input))
-        return self._generation_evaluation(logits, values, actions)
+        scores = self._word_scores(head_input)
+        return self._generation_evaluation(out.logits[:, :-1].float(), values, actions, scores)
 
     def _count_work(
         self, observations: Sequence[str], actions: Sequence[np.ndarray], from_states: bool
@@ -148,8 +148,7 @@ class UpdatePasses(PerStateChoices):
         head_input = hidden[:, width - 1].float()  # the first trainable layer's input
         values = self._values(final[:, width - 1].float(), head_input)
         logits = top.logits(final[:, width - 1 :]).float()
-        logits = self._with_words(logits, self._word_scores(head_input))
-        return self._generation_evaluation(logits, values, actions)
+        return self._generation_evaluation(logits, values, actions, self._word_scores(head_input))
 
     def _shared_prompt_replies(
         self,
@@ -180,8 +179,7 @@ class UpdatePasses(PerStateChoices):
         reply_states = [t.action for t in turns]
         longest = max((r.shape[0] for r in reply_states if r is not None), default=0)
         if not longest:  # one-token replies: nothing was fed back
-            first_logits = self._with_words(first_logits.float(), words)
-            return self._generation_evaluation(first_logits, values, actions)
+            return self._generation_evaluation(first_logits.float(), values, actions, words)
         fed = last.new_zeros((n, longest, last.shape[-1]))
         fed_mask = torch.zeros((n, longest), dtype=mask.dtype, device=mask.device)
         for i, r in enumerate(reply_states):
@@ -192,22 +190,28 @@ class UpdatePasses(PerStateChoices):
         fed_positions = mask[index].sum(-1, keepdim=True) + torch.arange(longest, device=fed.device)
         out = top(fed, full_mask, fed_positions, cache)
         logits = torch.cat([first_logits, top.logits(out)], 1).float()
-        return self._generation_evaluation(self._with_words(logits, words), values, actions)
+        return self._generation_evaluation(logits, values, actions, words)
 
     def _generation_evaluation(
-        self, logits: torch.Tensor, values: torch.Tensor, actions: Sequence[np.ndarray]
+        self,
+        logits: torch.Tensor,
+        values: torch.Tensor,
+        actions: Sequence[np.ndarray],
+        scores: torch.Tensor | None,
     ) -> Evaluation:
-        """Per-token log-probs and mean entropy of replies from the logits at the last prompt
-        position and at every fed reply token (``(n, >= T, V)``; extra columns are ignored)."""
+        """Per-token log-probs and mean entropy of replies from the LM's logits at the last
+        prompt position and at every fed reply token (``(n, >= T, V)``; extra columns are
+        ignored) plus the action head's ``scores`` at the action words; with the head, also
+        each reply's decision among the actions, and the same with gradients to the head only."""
         reply, reply_mask = self._pad(actions, left=False)
-        lp, valid, entropy = token_evaluation(logits, reply, reply_mask, self.temperature)
-        if self.action_words is None:
+        with_words = self._with_words(logits, scores)
+        lp, valid, entropy = token_evaluation(with_words, reply, reply_mask, self.temperature)
+        if self.action_words is None or scores is None:
             return Evaluation(lp, valid, entropy, values)
-        k = len(self.actions_list)
-        decision, found = decision_log_probs(
-            logits, reply, valid, self.action_words, k, self.temperature
-        )
-        return Evaluation(lp, valid, entropy, values, None, decision, found)
+        k, t, words = len(self.actions_list), self.temperature, self.action_words
+        decision, found = decision_log_probs(with_words, reply, valid, words, k, t)
+        by_head, _ = decision_log_probs(logits.detach(), reply, valid, words, k, t, scores)
+        return Evaluation(lp, valid, entropy, values, None, decision, found, by_head)
 
     def update_bytes_per_turn(
         self, observations: Sequence[str], actions: Sequence[np.ndarray]

@@ -168,8 +168,13 @@ def marginal_entropy(probs: Sequence[torch.Tensor]) -> float:
 
 def floor_loss(ev: Evaluation, floor: float) -> torch.Tensor:
     """``min_action_prob``'s term of the loss on the listed actions' log-probs
-    (:func:`action_log_probs`; :func:`check_listed_actions` makes sure there are some)."""
+    (:func:`action_log_probs`; :func:`check_listed_actions` makes sure there are some). In
+    generate mode its gradient reaches the action head alone: through every weight it took
+    the update over and the replies stopped learning to name an action
+    (``benchmarks/RESULTS.md``)."""
     log_probs = action_log_probs(ev)
+    if ev.decision_head_log_probs is not None and ev.decision_found is not None:
+        log_probs = ev.decision_head_log_probs[ev.decision_found]
     if log_probs is None:
         raise ValueError("min_action_prob needs a choice among listed actions.")
     return probability_floor(log_probs, floor)
