@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from gym_llm.rl.ppo.entropy_control import (
     MAX_COEF,
     MIN_COEF,
     check_entropy_of,
+    check_listed_actions,
     default_target,
     floor_loss,
     marginal_entropy,
@@ -217,6 +219,10 @@ def test_the_floor_is_checked_and_saved(model_dir: Path, tmp_path: Path) -> None
             _ppo(model_dir, min_action_prob=bad)
     with pytest.raises(ValueError, match="action_head=True"):
         _ppo(model_dir, min_action_prob=0.05, policy={"action_mode": "generate"})
+    three = SimpleNamespace(action_mode="choice", actions_list=["a", "b", "c"], action_words=None)
+    check_listed_actions(three, target=False, auto=False, floor=0.3)
+    with pytest.raises(ValueError, match="less than 1/3"):  # 3 x 0.4 > 1: all at the floor
+        check_listed_actions(three, target=False, auto=False, floor=0.4)
     policy = {"action_mode": "generate", "action_head": True, "max_new_tokens": 4}
     model = _ppo(model_dir, min_action_prob=0.05, policy=policy)
     model.learn(16)  # generate mode: the floor at each reply's decision token

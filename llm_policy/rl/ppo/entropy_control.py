@@ -15,6 +15,9 @@ actions (:func:`held_entropy`), not the mean per-token entropy of the sentence: 
 policy became certain in every state within 256 env steps on the task family, wrong in the states
 where the model's knowledge contradicts the rule (``benchmarks/RESULTS.md``), and the per-token
 entropy would mostly reward looser wording.
+
+The other lever against a peaked prior lives here too: ``min_action_prob``, a floor on each
+listed action's probability (:func:`floor_loss`).
 """
 
 from __future__ import annotations
@@ -102,21 +105,27 @@ def check_entropy_of(value: str, adaptive: bool) -> str:
     return value
 
 
-def check_listed_actions(policy: Any, target: bool, auto: bool, floor: bool) -> None:
+def check_listed_actions(policy: Any, target: bool, auto: bool, floor: float) -> None:
     """The settings that work over one fixed list of scored actions: ``policy_update="target"``
     (choice mode), and ``ent_coef="auto"`` and ``min_action_prob`` (choice mode, or generate
-    mode with the action head, whose ``action_words`` name each action's tokens)."""
+    mode with the action head, whose ``action_words`` name each action's tokens); ``floor``:
+    ``min_action_prob``, under ``1/K``."""
     if target and policy.action_mode != "choice":
         raise ValueError(
             'policy_update="target" needs choice mode (a target over the listed actions); '
             'in generate mode use policy_update="clip".'
         )
-    if getattr(policy, "per_state", False) and (target or auto or floor):
+    if getattr(policy, "per_state", False) and (target or auto or floor > 0):
         raise ValueError(
             'policy_update="target", ent_coef="auto" and min_action_prob work over one fixed '
             "list of actions; this env brings its own list in every state: use the defaults."
         )
-    check_choice_among_listed(auto, floor, policy.action_mode, policy.action_words is not None)
+    check_choice_among_listed(auto, floor > 0, policy.action_mode, policy.action_words is not None)
+    if floor and floor * len(policy.actions_list) >= 1:
+        raise ValueError(
+            f"min_action_prob {floor} would hold all {len(policy.actions_list)} actions at the "
+            f"floor; give it less than 1/{len(policy.actions_list)}, e.g. 0.05."
+        )
 
 
 def check_choice_among_listed(auto: bool, floor: bool, action_mode: str, has_words: bool) -> None:
@@ -131,8 +140,8 @@ def check_choice_among_listed(auto: bool, floor: bool, action_mode: str, has_wor
 
 
 def check_floor(value: float) -> float:
-    """``min_action_prob``: 0 (off) or in ``(0, 1/2)``: a floor at or over ``1/K`` would hold
-    every action at it and the policy could not prefer one."""
+    """``min_action_prob``: 0 (off) or in ``(0, 1/2)``, the bound for two actions (at or over
+    ``1/K`` it would hold every action at the floor; :func:`check_listed_actions` checks K)."""
     if not 0.0 <= value < 0.5:
         raise ValueError(f"min_action_prob must be in [0, 0.5) (0: off), got {value!r}.")
     return float(value)

@@ -325,7 +325,7 @@ class PPO(DataParallel):
             self.policy,
             self.policy_update == "target",
             self.ent_coef_auto,
-            self.min_action_prob > 0,
+            self.min_action_prob,
         )
         self._start_equal()
         self.rollout_buffer = TextRolloutBuffer(
