@@ -198,18 +198,14 @@ class TrainConfig:
         if self.sft_demos is not None and self.sft_epochs <= 0:
             raise ValueError(f"sft_epochs must be > 0, got {self.sft_epochs}.")
         parse_trainable_layers(self.trainable_layers)  # a bad value fails here, not mid-run
-        if parse_ent_coef(self.ent_coef)[1] and self.algo != "ppo":
+        auto = parse_ent_coef(self.ent_coef)[1]
+        if auto and self.algo != "ppo":
             raise ValueError("ent_coef='auto' holds an entropy target of PPO; DQN has none.")
         if self.min_action_prob and self.algo != "ppo":
             raise ValueError("min_action_prob is a term of PPO's loss; DQN has none.")
         check_floor(self.min_action_prob)
-        check_choice_among_listed(
-            parse_ent_coef(self.ent_coef)[1],
-            self.min_action_prob > 0,
-            self.mode,
-            bool(self.action_head),
-        )
-        check_entropy_of(self.target_entropy_of, parse_ent_coef(self.ent_coef)[1])
+        check_choice_among_listed(auto, self.min_action_prob > 0, self.mode, bool(self.action_head))
+        check_entropy_of(self.target_entropy_of, auto)
         check_estimator(self.advantage_estimator)
         if self.choice_calibration and self.mode != "choice":
             raise ValueError("choice_calibration needs mode='choice'.")

@@ -137,23 +137,55 @@ def decision_log_probs(
     >>> [round(p, 3) for p in lp[0].exp().tolist()], found.tolist()
     ([0.119, 0.881], [True, False])
     """
+    at, found = _at_decision(logits, reply, valid, words)
+    if scores is not None:
+        at = at + _head_part(scores, words)
+    return _per_action(at, found, words, n_actions, temperature), found
+
+
+def decisions(
+    logits: torch.Tensor,
+    reply: torch.Tensor,
+    valid: torch.Tensor,
+    words: ActionWords,
+    n_actions: int,
+    temperature: float,
+    scores: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(decision, decision with gradients to the head alone, found)`` from the LM's
+    ``logits`` and the head's ``scores``: :func:`decision_log_probs` both ways, with the
+    decision token found and gathered once."""
+    at, found = _at_decision(logits, reply, valid, words)
+    head = _head_part(scores, words)
+    whole = _per_action(at + head, found, words, n_actions, temperature)
+    by_head = _per_action(at.detach() + head, found, words, n_actions, temperature)
+    return whole, by_head, found
+
+
+def _at_decision(
+    logits: torch.Tensor, reply: torch.Tensor, valid: torch.Tensor, words: ActionWords
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``((n, m) logits of the action words at each reply's decision token, (n,) found)``."""
     steps = reply.shape[1]
     named = torch.isin(reply, words.ids) & valid.bool()
     found = named.any(-1)
     position = torch.where(named, torch.arange(steps, device=reply.device), steps).amin(-1)
     rows = torch.arange(reply.shape[0], device=reply.device)
-    at = logits[rows, position.clamp(max=steps - 1)][:, words.ids].float()
-    if scores is not None:
-        at = at + (scores - scores.mean(-1, keepdim=True))[:, words.owners].float()
-    at = at / temperature
-    per_action = torch.stack(
-        [
-            torch.logsumexp(at[:, words.owners == k], -1)
-            if bool((words.owners == k).any())
-            else at.new_full((len(at),), float("-inf"))
-            for k in range(n_actions)
-        ],
-        -1,
-    )
+    return logits[rows, position.clamp(max=steps - 1)][:, words.ids].float(), found
+
+
+def _head_part(scores: torch.Tensor, words: ActionWords) -> torch.Tensor:
+    """The head's scores at the action words, centred as :meth:`ActionWords.add` adds them."""
+    return (scores - scores.mean(-1, keepdim=True))[:, words.owners].float()
+
+
+def _per_action(
+    at: torch.Tensor, found: torch.Tensor, words: ActionWords, n_actions: int, temperature: float
+) -> torch.Tensor:
+    """Log-probs over the actions: each one's tokens summed (logsumexp), renormalised; an
+    action with no token gets ``-inf``, a row with no decision is uniform."""
+    member = words.owners == torch.arange(n_actions, device=words.owners.device).unsqueeze(-1)
+    masked = (at / temperature).unsqueeze(1).masked_fill(~member, float("-inf"))  # (n, K, m)
+    per_action = torch.logsumexp(masked, -1)
     per_action = torch.where(found.unsqueeze(-1), per_action, torch.zeros_like(per_action))
-    return torch.log_softmax(per_action, -1), found
+    return torch.log_softmax(per_action, -1)

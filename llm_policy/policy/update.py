@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch.distributed.fsdp import FSDPModule
 
-from gym_llm.policy.action_words import decision_log_probs
+from gym_llm.policy.action_words import decisions
 from gym_llm.policy.outputs import Evaluation, UpdateWork
 from gym_llm.policy.sampling import categorical_evaluation, token_evaluation
 from gym_llm.policy.state_actions import PerStateChoices
@@ -208,9 +208,15 @@ class UpdatePasses(PerStateChoices):
         lp, valid, entropy = token_evaluation(with_words, reply, reply_mask, self.temperature)
         if self.action_words is None or scores is None:
             return Evaluation(lp, valid, entropy, values)
-        k, t, words = len(self.actions_list), self.temperature, self.action_words
-        decision, found = decision_log_probs(with_words, reply, valid, words, k, t)
-        by_head, _ = decision_log_probs(logits.detach(), reply, valid, words, k, t, scores)
+        decision, by_head, found = decisions(
+            logits,
+            reply,
+            valid,
+            self.action_words,
+            len(self.actions_list),
+            self.temperature,
+            scores,
+        )
         return Evaluation(lp, valid, entropy, values, None, decision, found, by_head)
 
     def update_bytes_per_turn(

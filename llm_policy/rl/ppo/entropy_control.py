@@ -177,25 +177,26 @@ def marginal_entropy(probs: Sequence[torch.Tensor]) -> float:
 
 def floor_loss(ev: Evaluation, floor: float) -> torch.Tensor:
     """``min_action_prob``'s term of the loss on the listed actions' log-probs
-    (:func:`action_log_probs`; :func:`check_listed_actions` makes sure there are some). In
-    generate mode its gradient reaches the action head alone: through every weight it took
-    the update over and the replies stopped learning to name an action
-    (``benchmarks/RESULTS.md``)."""
-    log_probs = action_log_probs(ev)
+    (:func:`check_listed_actions` makes sure there are some). In generate mode its gradient
+    reaches the action head alone: through every weight it took the update over and the
+    replies stopped learning to name an action (``benchmarks/RESULTS.md``)."""
     if ev.decision_head_log_probs is not None and ev.decision_found is not None:
         log_probs = ev.decision_head_log_probs[ev.decision_found]
-    if log_probs is None:
+    elif ev.choice_log_probs is not None:
+        log_probs = ev.choice_log_probs
+    else:
         raise ValueError("min_action_prob needs a choice among listed actions.")
     return probability_floor(log_probs, floor)
 
 
 def held_entropy(ev: Evaluation, adaptive: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(entropy per row, (rows, K) probabilities or None)``: what the entropy bonus raises
-    and ``"auto"`` holds. Choice mode: each state's distribution over the listed actions.
+    """``(entropy per row, (rows, K) log-probs of the listed actions or None)``: what the
+    entropy bonus raises and ``"auto"`` holds, and the distribution ``target_entropy_of=
+    "marginal"`` averages. Choice mode: each state's distribution over the listed actions.
     Generate mode: the mean per-token entropy of each reply, or with ``"auto"`` (``adaptive``)
     and the action head the entropy of each reply's decision among the listed actions, over
     the replies that name one (possibly none: an empty tensor)."""
     log_probs = action_log_probs(ev)
     if adaptive and ev.decision_log_probs is not None and log_probs is not None:
-        return -(log_probs.exp() * log_probs).sum(-1), log_probs.detach().exp()
-    return ev.entropy, None if log_probs is None else log_probs.detach().exp()
+        return -(log_probs.exp() * log_probs).sum(-1), log_probs
+    return ev.entropy, log_probs

@@ -193,7 +193,7 @@ class PPOUpdate(RolloutCollection):
                     critic = value_loss(  # in the head's units when normalising
                         ev.values, batch.returns[part], batch.old_values[part], self.clip_range_vf
                     ) / (value_scale**2)
-                    row_entropy, probs = held_entropy(ev, self.ent_coef_auto)
+                    row_entropy, listed = held_entropy(ev, self.ent_coef_auto)
                     entropy = entropy_bonus(row_entropy)
                     policy_loss = surrogate.loss
                     if targets is not None and ev.choice_log_probs is not None:
@@ -220,8 +220,8 @@ class PPOUpdate(RolloutCollection):
                     stats["value"].append(critic.item())
                     stats["entropy"].append(entropy.item())
                     batch_entropy.append(-entropy.item() * len(observations) / n)
-                    if self.target_entropy_of == "marginal" and probs is not None:
-                        batch_probs.append(probs)
+                    if self.target_entropy_of == "marginal" and listed is not None:
+                        batch_probs.append(listed.detach().exp())
                     stats["approx_kl"].append(surrogate.approx_kl)
                     stats["clip_fraction"].append(surrogate.clip_fraction)
                 if first:
@@ -306,11 +306,13 @@ class PPOUpdate(RolloutCollection):
             len(self.policy.actions_list),
             self.kl_step,
         )
-        if targets:
-            self.logger.record("train/target_eta", eta)
-            self.logger.record("train/target_lift_rare", lift)
-        as_tensor = {s: torch.as_tensor(t, dtype=torch.float32) for s, t in targets.items()}
-        return {s: t.to(self.device) for s, t in as_tensor.items()}
+        if not targets:
+            return {}
+        self.logger.record("train/target_eta", eta)
+        self.logger.record("train/target_lift_rare", lift)
+        stacked = np.stack(list(targets.values()))  # one copy to the device
+        on_device = torch.as_tensor(stacked, dtype=torch.float32, device=self.device)
+        return dict(zip(targets, on_device, strict=True))
 
     def _skip_step(self, cause: str, observations: Sequence[str]) -> None:
         """Count a skipped optimizer step, say which batch caused it, and stop the run after
