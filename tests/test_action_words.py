@@ -17,6 +17,7 @@ from gym_llm.policy.action_words import (
     ActionWords,
     action_words,
     decision_log_probs,
+    decisions,
     distinguishing_tokens,
 )
 from gym_llm.spaces import TextActions, TextObservations
@@ -178,3 +179,85 @@ def test_learning_calibrates_and_moves_the_head_with_exact_ratios(
         ours = model.policy.evaluate_actions(OBS, step.actions).token_log_probs
         theirs = loaded.policy.evaluate_actions(OBS, step.actions).token_log_probs
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
+
+
+def _mass(logits: torch.Tensor, words: ActionWords, temperature: float = 1.0) -> torch.Tensor:
+    """Each action's share of its words' probability at every position, by hand."""
+    p = torch.softmax(logits / temperature, -1)[..., words.ids]
+    return torch.stack([p[..., words.owners == k].sum(-1) for k in range(2)], -1)
+
+
+@pytest.mark.parametrize("scale", [0.0, 0.5])
+def test_the_prior_scale_shrinks_the_lms_odds_among_the_actions(scale: float) -> None:
+    words = ActionWords(torch.tensor([4, 5, 6]), torch.tensor([0, 1, 0]), prior_scale=scale)
+    plain = ActionWords(words.ids, words.owners)
+    torch.manual_seed(0)
+    logits = torch.randn(3, 4, 9) * 3
+    zero = torch.zeros(3, 2)
+    before, after = _mass(plain.add(logits, zero), plain), _mass(words.add(logits, zero), words)
+    odds = (before[..., 0] / before[..., 1]).log()
+    torch.testing.assert_close((after[..., 0] / after[..., 1]).log(), scale * odds)
+    # the actions' total mass at each position (whether a reply names one there) stays close:
+    # only the split between them moves, so a token outside the action words keeps its logit
+    moved = words.add(logits, zero) - logits
+    assert moved[..., [0, 1, 2, 3, 7, 8]].abs().max() == 0
+    head = torch.tensor([[1.0, -1.0]] * 3)
+    ruled = _mass(words.add(logits, head), words)  # the head adds its centred scores on top
+    torch.testing.assert_close((ruled[..., 0] / ruled[..., 1]).log(), scale * odds + 2.0)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.5, 0.0])
+def test_the_decision_is_what_the_sampler_samples_at_any_prior_scale(scale: float) -> None:
+    words = ActionWords(torch.tensor([4, 5, 6]), torch.tensor([0, 1, 0]), prior_scale=scale)
+    torch.manual_seed(1)
+    logits = (torch.randn(2, 3, 9) * 3).requires_grad_()
+    scores = torch.randn(2, 2, requires_grad=True)
+    reply = torch.tensor([[1, 5, 2], [6, 1, 2]])  # decisions at positions 1 and 0
+    valid = torch.ones(2, 3, dtype=torch.bool)
+    lp, found = decision_log_probs(logits, reply, valid, words, 2, 0.7, scores)
+    sampled = _mass(words.add(logits, scores), words, 0.7)  # what the sampler's softmax gives
+    for row, position in ((0, 1), (1, 0)):
+        share = sampled[row, position] / sampled[row, position].sum()
+        torch.testing.assert_close(lp[row].exp(), share)
+    whole, by_head, _ = decisions(logits, reply, valid, words, 2, 0.7, scores)
+    torch.testing.assert_close(whole, lp)
+    torch.testing.assert_close(by_head, lp)
+    by_head[:, 0].sum().backward()
+    assert logits.grad is None and scores.grad is not None
+
+
+def test_at_prior_scale_zero_a_fresh_head_gives_even_odds_and_trains_exactly(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    model = _ppo(model_dir, True, action_prior_scale=0.0)
+    policy = model.policy
+    assert policy.action_words is not None and policy.action_words.prior_scale == 0.0
+    torch.manual_seed(0)
+    with torch.inference_mode():
+        step = policy.act(OBS * 3)
+    assert step.states is not None
+    policy.set_training_mode(True)
+    for states in (step.states, None):  # from stored states and through the whole model
+        with torch.no_grad():
+            ev = policy.evaluate_actions(OBS * 3, step.actions, states)
+        for i, stored in enumerate(step.token_log_probs):
+            np.testing.assert_allclose(ev.token_log_probs[i, : len(stored)], stored, atol=1e-5)
+    named = [np.array([2, int(t)]) for t in policy.action_words.ids]  # each word, 2nd token
+    with torch.no_grad():
+        ev = policy.evaluate_actions([OBS[0]] * len(named), named)
+    assert ev.decision_log_probs is not None and ev.decision_found is not None
+    assert bool(ev.decision_found.all())
+    even = torch.full_like(ev.decision_log_probs, 0.5)
+    torch.testing.assert_close(ev.decision_log_probs.exp(), even)
+    model.learn(16)
+    model.save(tmp_path / "agent")
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    assert loaded.policy.action_words is not None
+    assert loaded.policy.action_words.prior_scale == 0.0
+
+
+def test_the_prior_scale_needs_the_generate_mode_head(model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="needs action_mode='generate' and action_head=True"):
+        _ppo(model_dir, None, action_prior_scale=0.5)
+    with pytest.raises(ValueError, match=r"in \[0, 1\], got 1.5"):
+        _ppo(model_dir, True, action_prior_scale=1.5)

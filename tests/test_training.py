@@ -99,6 +99,11 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
     # generate mode takes the action head (on the actions' word tokens)
     generate_head = _config(tiny_model_dir, mode="generate", action_head=True)
     assert generate_head.policy_kwargs()["action_head"] is True
+    assert "action_prior_scale" not in generate_head.policy_kwargs()  # the policy's default
+    even = _config(tiny_model_dir, mode="generate", action_head=True, action_prior_scale=0.0)
+    assert even.policy_kwargs()["action_prior_scale"] == 0.0
+    with pytest.raises(ValueError, match="action_head=True"):
+        _config(tiny_model_dir, mode="generate", action_prior_scale=0.0)
     with pytest.raises(ValueError, match="action_head=True"):  # generate mode needs the head
         _config(tiny_model_dir, mode="generate", ent_coef="auto")
     auto_head = _config(tiny_model_dir, mode="generate", action_head=True, ent_coef="auto")

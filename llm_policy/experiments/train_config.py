@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gym_llm.evaluation.exact import exact_evaluation_supported
+from gym_llm.policy.action_head import check_prior_scale
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.top_layers import parse_trainable_layers
 from gym_llm.rl.ppo.advantages import check_estimator
@@ -68,6 +69,9 @@ class TrainConfig:
     #: (the critic reads it too); see LLMPolicy's action_head (default: on in choice mode; in
     #: generate mode off unless set, and then added to the logits of the actions' word tokens).
     action_head: bool | None = None
+    #: Generate mode with the action head: the share of the LM's own odds among the listed
+    #: actions that each reply token keeps (1: all; 0: none, the head alone picks the action).
+    action_prior_scale: float = 1.0
     #: Decoder layers that train, from the top: "auto" (a quarter with LoRA, all without),
     #: "all", a count ("8") or a share ("0.25"). The update starts from the hidden states the
     #: rollout computed below them, so fewer layers make it cheaper.
@@ -209,6 +213,9 @@ class TrainConfig:
         check_estimator(self.advantage_estimator)
         if self.choice_calibration and self.mode != "choice":
             raise ValueError("choice_calibration needs mode='choice'.")
+        check_prior_scale(
+            self.action_prior_scale, self.mode == "generate" and bool(self.action_head)
+        )
         if self.checkpoint_every is not None and self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}.")
         if self.keep_checkpoints < 1:
@@ -230,6 +237,8 @@ class TrainConfig:
             "value_normalization": self.value_normalization,
             "action_head_lr_scale": self.action_head_lr_scale,
         }
+        if self.action_prior_scale != 1.0:
+            kwargs["action_prior_scale"] = self.action_prior_scale
         for name in ("choice_calibration", "action_head"):
             if getattr(self, name) is not None:
                 kwargs[name] = getattr(self, name)

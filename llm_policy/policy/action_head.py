@@ -109,6 +109,25 @@ def choice_extras(
     return head, calibration, critic
 
 
+def check_prior_scale(scale: float, generating_with_head: bool) -> None:
+    """``action_prior_scale`` is a share in ``[0, 1]``, and only the generate-mode head has
+    action words whose odds it scales.
+
+    >>> check_prior_scale(0.0, generating_with_head=False)
+    Traceback (most recent call last):
+    ...
+    ValueError: action_prior_scale scales the LM's odds among the listed actions at the tokens the generate-mode action head raises: it needs action_mode='generate' and action_head=True (got 0.0 without them). Leave it at 1.0 otherwise.
+    """
+    if not 0.0 <= float(scale) <= 1.0:
+        raise ValueError(f"action_prior_scale must be in [0, 1], got {scale}.")
+    if float(scale) != 1.0 and not generating_with_head:
+        raise ValueError(
+            "action_prior_scale scales the LM's odds among the listed actions at the tokens the "
+            "generate-mode action head raises: it needs action_mode='generate' and "
+            f"action_head=True (got {scale} without them). Leave it at 1.0 otherwise."
+        )
+
+
 class ActionHead(nn.Module):
     """``(n, d)`` final features -> ``(n, K)`` additions to the choice logits (zero at start).
 

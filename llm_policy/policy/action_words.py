@@ -54,10 +54,13 @@ def distinguishing_tokens(spelled: Sequence[Sequence[int]]) -> list[int | None]:
 
 @dataclass(frozen=True)
 class ActionWords:
-    """Token ids that spell the listed actions, each with the action it stands for."""
+    """Token ids that spell the listed actions, each with the action it stands for, and how much
+    of the LM's own preference among the actions the policy keeps (``prior_scale``)."""
 
     ids: torch.Tensor  # (m,) token ids
     owners: torch.Tensor  # (m,) the action index of each
+    #: 1: the LM's preference among the actions as it is; 0: none of it (see :meth:`add`).
+    prior_scale: float = 1.0
 
     def add(self, logits: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         """``logits`` ``(n, V)`` or ``(n, T, V)`` plus ``scores`` ``(n, K)``, centred over the
@@ -66,16 +69,36 @@ class ActionWords:
         Centred, because the head is there to say *which* action, not *whether* to name one:
         uncentred, the scores' common part moved every action word down together, and the
         greedy reply stopped naming any action (measured on the task family's threshold task,
-        ``benchmarks/RESULTS.md``). Choice mode's softmax ignores that part anyway."""
-        scores = scores - scores.mean(-1, keepdim=True)
-        extra = scores[:, self.owners].to(logits.dtype)
+        ``benchmarks/RESULTS.md``). Choice mode's softmax ignores that part anyway.
+
+        With ``prior_scale`` below 1, each action's tokens also move by ``-(1 - prior_scale)``
+        times its centred log-mass at that position (the logsumexp of its tokens' logits): at
+        0, every position gives the actions equal mass before the head's scores, so the LM
+        still decides *where* a reply names an action and the head alone *which*. A state
+        where the model is sure of the wrong word then starts at even odds, not in the
+        softmax corner."""
+        extra = (scores - scores.mean(-1, keepdim=True))[:, self.owners].to(logits.dtype)
         if logits.ndim == 3:
             extra = extra.unsqueeze(1).expand(-1, logits.shape[1], -1)
+        shift = self.prior_shift(logits[..., self.ids], scores.shape[-1])
+        if shift is not None:
+            extra = extra + shift[..., self.owners].to(logits.dtype)
         return logits.index_add(-1, self.ids, extra)
+
+    def prior_shift(self, at: torch.Tensor, n_actions: int) -> torch.Tensor | None:
+        """``(..., K)``: what :meth:`add` moves each action's tokens by, from the LM's logits
+        ``at`` the action words ``(..., m)`` (``None`` at ``prior_scale`` 1)."""
+        if self.prior_scale == 1.0:
+            return None
+        mass = _action_mass(at.float(), self.owners, n_actions)
+        return -(1.0 - self.prior_scale) * (mass - mass.mean(-1, keepdim=True))
 
 
 def action_words(
-    tokenizer: Any, actions: Sequence[str], device: torch.device | str | None = None
+    tokenizer: Any,
+    actions: Sequence[str],
+    device: torch.device | str | None = None,
+    prior_scale: float = 1.0,
 ) -> ActionWords:
     """The tokens that start each action's distinguishing word in every spelling of
     :data:`SPELLINGS`. A token two actions would share is left out, and so is a one-character
@@ -106,6 +129,7 @@ def action_words(
     return ActionWords(
         torch.tensor(ids, dtype=torch.long, device=device),
         torch.tensor([own[t] for t in ids], dtype=torch.long, device=device),
+        float(prior_scale),
     )
 
 
@@ -125,9 +149,9 @@ def decision_log_probs(
     what decides the action is the one token that names it. There the distribution restricted
     to the action words (each action's share the sum over its tokens, renormalised) is the
     policy's per-state choice, the quantity choice mode's entropy control holds. A reply that
-    names no action has no decision (``found`` False; its row is uniform). ``scores``
-    ``(n, K)``: the action head's, added as :meth:`ActionWords.add` adds them (pass the LM's
-    logits detached to get a decision whose gradient reaches the head alone).
+    names no action has no decision (``found`` False; its row is uniform). ``logits`` are the
+    LM's; ``scores`` ``(n, K)``: the action head's, added as :meth:`ActionWords.add` adds them
+    (pass the LM's logits detached to get a decision whose gradient reaches the head alone).
 
     >>> words = ActionWords(torch.tensor([5, 6]), torch.tensor([0, 1]))
     >>> logits = torch.zeros(2, 3, 8)
@@ -138,9 +162,8 @@ def decision_log_probs(
     ([0.119, 0.881], [True, False])
     """
     at, found = _at_decision(logits, reply, valid, words)
-    if scores is not None:
-        at = at + _head_part(scores, words)
-    return _per_action(at, found, words, n_actions, temperature), found
+    offset = _offset(at, words, n_actions, scores)
+    return _per_action(at, found, words, n_actions, temperature, offset), found
 
 
 def decisions(
@@ -156,10 +179,12 @@ def decisions(
     ``logits`` and the head's ``scores``: :func:`decision_log_probs` both ways, with the
     decision token found and gathered once."""
     at, found = _at_decision(logits, reply, valid, words)
-    head = _head_part(scores, words)
-    whole = _per_action(at + head, found, words, n_actions, temperature)
-    by_head = _per_action(at.detach() + head, found, words, n_actions, temperature)
-    return whole, by_head, found
+    whole = _per_action(
+        at, found, words, n_actions, temperature, _offset(at, words, n_actions, scores)
+    )
+    fixed = at.detach()
+    by_head = _offset(fixed, words, n_actions, scores)
+    return whole, _per_action(fixed, found, words, n_actions, temperature, by_head), found
 
 
 def _at_decision(
@@ -174,18 +199,37 @@ def _at_decision(
     return logits[rows, position.clamp(max=steps - 1)][:, words.ids].float(), found
 
 
-def _head_part(scores: torch.Tensor, words: ActionWords) -> torch.Tensor:
-    """The head's scores at the action words, centred as :meth:`ActionWords.add` adds them."""
-    return (scores - scores.mean(-1, keepdim=True))[:, words.owners].float()
+def _offset(
+    at: torch.Tensor, words: ActionWords, n_actions: int, scores: torch.Tensor | None
+) -> torch.Tensor | None:
+    """``(n, K)``: what :meth:`ActionWords.add` adds to each action's tokens at the decision
+    (the head's centred scores and the prior's shift), or ``None`` when it adds nothing."""
+    shift = words.prior_shift(at, n_actions)
+    if scores is None:
+        return shift
+    head = (scores - scores.mean(-1, keepdim=True)).float()
+    return head if shift is None else head + shift
+
+
+def _action_mass(at: torch.Tensor, owners: torch.Tensor, n_actions: int) -> torch.Tensor:
+    """``(..., K)``: each action's tokens' logits ``at`` ``(..., m)`` summed as probabilities
+    (logsumexp); ``-inf`` for an action with no token."""
+    member = owners == torch.arange(n_actions, device=owners.device).unsqueeze(-1)  # (K, m)
+    return torch.logsumexp(at.unsqueeze(-2).masked_fill(~member, float("-inf")), -1)
 
 
 def _per_action(
-    at: torch.Tensor, found: torch.Tensor, words: ActionWords, n_actions: int, temperature: float
+    at: torch.Tensor,
+    found: torch.Tensor,
+    words: ActionWords,
+    n_actions: int,
+    temperature: float,
+    offset: torch.Tensor | None,
 ) -> torch.Tensor:
-    """Log-probs over the actions: each one's tokens summed (logsumexp), renormalised; an
-    action with no token gets ``-inf``, a row with no decision is uniform."""
-    member = words.owners == torch.arange(n_actions, device=words.owners.device).unsqueeze(-1)
-    masked = (at / temperature).unsqueeze(1).masked_fill(~member, float("-inf"))  # (n, K, m)
-    per_action = torch.logsumexp(masked, -1)
+    """Log-probs over the actions: each one's tokens summed (logsumexp) at ``temperature``
+    plus its ``offset``, renormalised; a row with no decision is uniform."""
+    per_action = _action_mass(at / temperature, words.owners, n_actions)
+    if offset is not None:
+        per_action = per_action + offset / temperature
     per_action = torch.where(found.unsqueeze(-1), per_action, torch.zeros_like(per_action))
     return torch.log_softmax(per_action, -1)

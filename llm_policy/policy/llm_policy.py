@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 
-from gym_llm.policy.action_head import ActionHead, choice_extras
+from gym_llm.policy.action_head import ActionHead, check_prior_scale, choice_extras
 from gym_llm.policy.action_words import action_words
 from gym_llm.policy.adapters import enable_gradient_checkpointing, make_trainable, name_or_path
 from gym_llm.policy.arguments import check_arguments, resolve_mode
@@ -131,6 +131,13 @@ class LLMPolicy(UpdatePasses):
             (off unless ``True``; the env must list its actions) its scores are added to the
             logits of each action's word tokens at every reply position
             (:mod:`gym_llm.policy.action_words`).
+        action_prior_scale: generate mode with the action head: how much of the LM's own
+            preference among the listed actions each reply token keeps, in ``[0, 1]``. 1 (the
+            default) keeps all of it; 0 keeps none: every position gives the actions even odds
+            before the head's scores, so the LM still words the reply and decides where it names
+            an action, and the head alone decides which. For tasks whose rule contradicts what
+            the model knows, where the policy is otherwise certain of the wrong word from the
+            start (``docs/training.md``).
         centred_critic: the critic reads the head's centred features too (its raw input is
             99.9 % the same in every state); ``None``: on with ``action_head``.
         max_prompt_tokens: the most prompt tokens a turn may take (``None``: no limit). Longer
@@ -183,6 +190,7 @@ class LLMPolicy(UpdatePasses):
         choice_calibration: bool | None = None,
         action_head: bool | None = None,
         centred_critic: bool | None = None,
+        action_prior_scale: float = 1.0,
         device: torch.device | str = "auto",
         optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
         optimizer_kwargs: dict[str, Any] | None = None,
@@ -243,9 +251,12 @@ class LLMPolicy(UpdatePasses):
         self.action_head = (
             ActionHead(hidden, len(self.actions_list), device=lm.device) if action_head else None
         )
-        generating = action_head and self.action_mode == "generate"
+        generating = bool(action_head) and self.action_mode == "generate"
+        check_prior_scale(action_prior_scale, generating)
         self.action_words = (
-            action_words(self.tokenizer, self.actions_list, lm.device) if generating else None
+            action_words(self.tokenizer, self.actions_list, lm.device, action_prior_scale)
+            if generating
+            else None
         )
 
         self.stop_ids = self._stop_token_ids()
@@ -315,6 +326,7 @@ class LLMPolicy(UpdatePasses):
             centred_critic=self.centred_critic,
             value_normalization=self.value_head.normalize,
             choice_calibration=self.choice_calibration is not None,
+            action_prior_scale=self.action_words.prior_scale if self.action_words else 1.0,
         )
         return data
 
