@@ -215,6 +215,7 @@ def test_the_decision_is_what_the_sampler_samples_at_any_prior_scale(scale: floa
     reply = torch.tensor([[1, 5, 2], [6, 1, 2]])  # decisions at positions 1 and 0
     valid = torch.ones(2, 3, dtype=torch.bool)
     lp, found = decision_log_probs(logits, reply, valid, words, 2, 0.7, scores)
+    assert found.tolist() == [True, True]
     sampled = _mass(words.add(logits, scores), words, 0.7)  # what the sampler's softmax gives
     for row, position in ((0, 1), (1, 0)):
         share = sampled[row, position] / sampled[row, position].sum()
