@@ -95,13 +95,14 @@ def odds_table(task: str, model: str, prior_scale: float = 1.0) -> dict[str, Any
     features = hidden[:, layer]
     predicted = leave_one_out(features, best, len(policy.actions_list))
     close = nearest(features)
-    states = []
+    states: list[dict[str, Any]] = []
+    found: list[list[float]] = []
     for s, text in enumerate(texts):
         reply, odds = decision(policy, text)
+        found += [] if odds is None else [odds]
         states.append({"observation": text, "best": best[s], "greedy_reply": reply,
                        "decision_odds": odds, "probe_predicts": predicted[s],
                        "nearest": close[s][0], "nearest_cosine": close[s][1]})  # fmt: skip
-    found = [st["decision_odds"] for st in states if st["decision_odds"] is not None]
     log_odds = [float(np.log(o[0] / o[1])) for o in found if len(o) == 2 and min(o) > 0]
     env.close()
     reply, odds = decision(policy, CONTENT_FREE_OBSERVATION)

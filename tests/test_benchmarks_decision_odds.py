@@ -36,7 +36,9 @@ def words_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_table_on_a_tiny_model(
     words_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scale: float
 ) -> None:
-    def name_the_first_action(self: LLMPolicy, observations: list[str], deterministic: bool):  # type: ignore[no-untyped-def]
+    def name_the_first_action(
+        self: LLMPolicy, observations: list[str], deterministic: bool
+    ) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor, None]:
         assert self.action_words is not None  # a tiny LM never names one on its own
         reply = np.array([7, int(self.action_words.ids[0])])
         n = len(observations)
