@@ -80,16 +80,14 @@ class ActionWords:
         extra = (scores - scores.mean(-1, keepdim=True))[:, self.owners].to(logits.dtype)
         if logits.ndim == 3:
             extra = extra.unsqueeze(1).expand(-1, logits.shape[1], -1)
-        shift = self.prior_shift(logits[..., self.ids], scores.shape[-1])
-        if shift is not None:
+        if self.prior_scale != 1.0:
+            shift = self.prior_shift(logits[..., self.ids], scores.shape[-1])
             extra = extra + shift[..., self.owners].to(logits.dtype)
         return logits.index_add(-1, self.ids, extra)
 
-    def prior_shift(self, at: torch.Tensor, n_actions: int) -> torch.Tensor | None:
+    def prior_shift(self, at: torch.Tensor, n_actions: int) -> torch.Tensor:
         """``(..., K)``: what :meth:`add` moves each action's tokens by, from the LM's logits
-        ``at`` the action words ``(..., m)`` (``None`` at ``prior_scale`` 1)."""
-        if self.prior_scale == 1.0:
-            return None
+        ``at`` the action words ``(..., m)`` (zero at ``prior_scale`` 1)."""
         mass = _action_mass(at.float(), self.owners, n_actions)
         return -(1.0 - self.prior_scale) * (mass - mass.mean(-1, keepdim=True))
 
@@ -204,7 +202,7 @@ def _offset(
 ) -> torch.Tensor | None:
     """``(n, K)``: what :meth:`ActionWords.add` adds to each action's tokens at the decision
     (the head's centred scores and the prior's shift), or ``None`` when it adds nothing."""
-    shift = words.prior_shift(at, n_actions)
+    shift = words.prior_shift(at, n_actions) if words.prior_scale != 1.0 else None
     if scores is None:
         return shift
     head = (scores - scores.mean(-1, keepdim=True)).float()
