@@ -70,7 +70,7 @@ def decision(policy: Any, observation: str) -> tuple[str, list[float] | None]:
     """The greedy reply to ``observation`` and the odds at its decision token (``None`` when
     it names no action)."""
     with torch.no_grad():
-        actions, _, _, _ = policy._generate([observation], True)
+        actions = policy.act([observation], deterministic=True).actions
         ev = policy.evaluate_actions([observation], actions)
     found = ev.decision_found is not None and bool(ev.decision_found[0])
     odds = ev.decision_log_probs[0].exp().tolist() if found else None

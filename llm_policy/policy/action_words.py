@@ -177,12 +177,11 @@ def decisions(
     ``logits`` and the head's ``scores``: :func:`decision_log_probs` both ways, with the
     decision token found and gathered once."""
     at, found = _at_decision(logits, reply, valid, words)
-    whole = _per_action(
-        at, found, words, n_actions, temperature, _offset(at, words, n_actions, scores)
-    )
-    fixed = at.detach()
-    by_head = _offset(fixed, words, n_actions, scores)
-    return whole, _per_action(fixed, found, words, n_actions, temperature, by_head), found
+    head = (scores - scores.mean(-1, keepdim=True)).float()
+    shift = words.prior_shift(at, n_actions) if words.prior_scale != 1.0 else None
+    offset, fixed = (head, head) if shift is None else (head + shift, head + shift.detach())
+    whole = _per_action(at, found, words, n_actions, temperature, offset)
+    return whole, _per_action(at.detach(), found, words, n_actions, temperature, fixed), found
 
 
 def _at_decision(
