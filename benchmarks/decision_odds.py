@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from benchmarks.cli_args import new_parser
-from benchmarks.feature_probe import fit_ridge, prompt_features
+from benchmarks.feature_probe import fit_ridge, prompt_features, standardise
 from gym_llm.policy.models import DEFAULT_MODEL
 
 
@@ -59,7 +59,7 @@ def leave_one_out(features: np.ndarray, best: Sequence[int], n_actions: int) -> 
 def nearest(features: np.ndarray) -> list[tuple[int, float]]:
     """Each row's most cosine-similar other row (centred and standardised over rows) and the
     cosine."""
-    x = (features - features.mean(0)) / (features.std(0) + 1e-6)
+    x = standardise(features, features)[0]
     x = x / np.linalg.norm(x, axis=1, keepdims=True).clip(min=1e-12)
     cos = x @ x.T
     np.fill_diagonal(cos, -np.inf)

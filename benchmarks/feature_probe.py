@@ -136,7 +136,8 @@ def out_of_fold(x: np.ndarray, y: np.ndarray, fit: Regressor, folds: int, seed: 
     return predicted
 
 
-def _standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both sets in units of the training set's per-feature mean and std."""
     mean, std = train.mean(0), train.std(0) + 1e-6
     return (train - mean) / std, (test - mean) / std
 
@@ -146,7 +147,7 @@ def fit_ridge(
 ) -> np.ndarray:
     """Ridge on standardised features (closed form in the dual: fewer states than features)."""
     del seed
-    x, test = _standardise(x, test)
+    x, test = standardise(x, test)
     mean = y.mean(0)
     dual = np.linalg.solve(x @ x.T + alpha * np.eye(len(x)), y - mean)
     return np.asarray(test @ (x.T @ dual) + mean)
@@ -156,7 +157,7 @@ def fit_mlp(
     x: np.ndarray, y: np.ndarray, test: np.ndarray, seed: int, hidden: int = 64, steps: int = 600
 ) -> np.ndarray:
     """A one-hidden-layer MLP, full-batch Adam with weight decay (settings fixed in advance)."""
-    x, test = _standardise(x, test)
+    x, test = standardise(x, test)
     generator = torch.Generator().manual_seed(seed)
     net = torch.nn.Sequential(
         torch.nn.Linear(x.shape[1], hidden), torch.nn.GELU(), torch.nn.Linear(hidden, y.shape[1])

@@ -77,7 +77,7 @@ class ActionWords:
         still decides *where* a reply names an action and the head alone *which*. A state
         where the model is sure of the wrong word then starts at even odds, not in the
         softmax corner."""
-        extra = (scores - scores.mean(-1, keepdim=True))[:, self.owners].to(logits.dtype)
+        extra = _centred(scores)[:, self.owners].to(logits.dtype)
         if logits.ndim == 3:
             extra = extra.unsqueeze(1).expand(-1, logits.shape[1], -1)
         if self.prior_scale != 1.0:
@@ -177,8 +177,7 @@ def decisions(
     ``logits`` and the head's ``scores``: :func:`decision_log_probs` both ways, with the
     decision token found and gathered once."""
     at, found = _at_decision(logits, reply, valid, words)
-    head = (scores - scores.mean(-1, keepdim=True)).float()
-    shift = words.prior_shift(at, n_actions) if words.prior_scale != 1.0 else None
+    head, shift = _centred(scores).float(), _shift(at, words, n_actions)
     offset, fixed = (head, head) if shift is None else (head + shift, head + shift.detach())
     whole = _per_action(at, found, words, n_actions, temperature, offset)
     return whole, _per_action(at.detach(), found, words, n_actions, temperature, fixed), found
@@ -201,11 +200,21 @@ def _offset(
 ) -> torch.Tensor | None:
     """``(n, K)``: what :meth:`ActionWords.add` adds to each action's tokens at the decision
     (the head's centred scores and the prior's shift), or ``None`` when it adds nothing."""
-    shift = words.prior_shift(at, n_actions) if words.prior_scale != 1.0 else None
+    shift = _shift(at, words, n_actions)
     if scores is None:
         return shift
-    head = (scores - scores.mean(-1, keepdim=True)).float()
+    head = _centred(scores).float()
     return head if shift is None else head + shift
+
+
+def _shift(at: torch.Tensor, words: ActionWords, n_actions: int) -> torch.Tensor | None:
+    """:meth:`ActionWords.prior_shift`, or ``None`` at ``prior_scale`` 1 (nothing to add)."""
+    return words.prior_shift(at, n_actions) if words.prior_scale != 1.0 else None
+
+
+def _centred(scores: torch.Tensor) -> torch.Tensor:
+    """The head's scores less their mean over the actions (see :meth:`ActionWords.add`)."""
+    return scores - scores.mean(-1, keepdim=True)
 
 
 def _action_mass(at: torch.Tensor, owners: torch.Tensor, n_actions: int) -> torch.Tensor:
