@@ -42,6 +42,16 @@ TARGETS: dict[tuple[str, str], tuple[float, int]] = {
     ("FrozenLake-v1", "is_slippery=True"): (0.60, 8192),
 }
 
+#: The PPO settings every row ran with unless it names its own (``gym-llm bench``'s): a row
+#: records a setting only where it differs, so rows recorded before a setting was recorded
+#: still read right.
+RECORDED: dict[str, Any] = {
+    "n_epochs": 2,
+    "batch_size": 32,
+    "learning_rate": None,
+    "ent_coef": 0.01,
+}
+
 
 def env_key(env: str, kwargs: Sequence[str]) -> tuple[str, str]:
     """How a run's env is named in :data:`TARGETS` and in the summary."""
@@ -76,10 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--estimator", default="gae", help="advantage estimator (gae, rebn, grpo, rloo, gigpo)")
     add("--n-envs", type=int, default=8, help="parallel envs")
     add("--n-steps", type=int, default=8, help="steps per env per rollout")
-    add("--batch-size", type=int, default=32, help="PPO minibatch size")
-    add("--epochs", type=int, default=2, help="passes over each rollout")
-    add("--lr", type=float, default=None, help="learning rate (default: PPO's)")
-    add("--ent-coef", type=float, default=0.01, help="entropy bonus")
+    add("--batch-size", type=int, default=RECORDED["batch_size"], help="PPO minibatch size")
+    add("--epochs", type=int, default=RECORDED["n_epochs"], help="passes over each rollout")
+    add(
+        "--lr", type=float, default=RECORDED["learning_rate"], help="learning rate (default: PPO's)"
+    )
+    add("--ent-coef", type=float, default=RECORDED["ent_coef"], help="entropy bonus")
     add("--device", default="auto", help="auto, cpu, cuda or mps")
     add("--count-bonus", type=float, default=0.0,
         help="novelty bonus scale (TrainConfig.count_bonus, falling to 0 by half the budget; "
@@ -174,8 +186,9 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
         base["set"] = extra
     if args.count_bonus:
         base["count_bonus"] = args.count_bonus
-    if args.epochs != 2:  # only where not the default: rows without it ran 2 epochs
-        base["n_epochs"] = args.epochs
+    chosen = {"n_epochs": args.epochs, "batch_size": args.batch_size,
+              "learning_rate": args.lr, "ent_coef": args.ent_coef}  # fmt: skip
+    base.update({k: v for k, v in chosen.items() if v != RECORDED[k]})
     args.jsonl.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
 
@@ -231,8 +244,7 @@ def read_runs(files: Sequence[Path]) -> dict[tuple[Any, ...], list[dict[str, Any
                 )
                 if row.get("count_bonus"):
                     learner += f" + count bonus {row['count_bonus']}"
-                if row.get("n_epochs", 2) != 2:
-                    learner += f", n_epochs {row['n_epochs']}"
+                learner += "".join(f", {k} {row[k]}" for k in RECORDED if k in row)
                 learner += "".join(f", {k} {v}" for k, v in row.get("set", {}).items())
                 key = (row["env"], row["env_kwargs"], learner, row["mode"], row["n_steps"])
                 runs[(*key, row["seed"])].append(row)

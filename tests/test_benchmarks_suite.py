@@ -26,6 +26,8 @@ def test_run_streams_points_then_summarize_plots_and_diagnostics(
     assert [r["env_steps"] for r in rows[:-1]] == [0, 8, 16]
     assert rows[-1]["done"] and rows[-1]["env_steps"] == 16 == totals["env_steps"]
     assert {r["estimator"] for r in rows} == {"gigpo"} and {r["n_epochs"] for r in rows} == {1}
+    assert {r["batch_size"] for r in rows} == {4}  # not the recorded 32: the row says so
+    assert not {"ent_coef", "learning_rate"} & set(rows[0])  # the recorded ones: left out
     assert all(0.0 <= r["value"] <= 1.0 for r in rows)  # FrozenLake's exact goal probability
     settings = {"value_normalization": True, "lora_r": 4, "ent_coef": "auto"}
     assert all(r["set"] == settings for r in rows)  # ent_coef=auto over --ent-coef's 0.01
@@ -33,7 +35,8 @@ def test_run_streams_points_then_summarize_plots_and_diagnostics(
 
     table = main(["summarize", str(jsonl), "--plots", str(tmp_path / "plots")])
     # a setting that is not the default names its own learner
-    learner = "gigpo, n_epochs 1, value_normalization True, lora_r 4, ent_coef auto (choice, 4)"
+    learner = "gigpo, n_epochs 1, batch_size 4, value_normalization True, lora_r 4, ent_coef auto"
+    learner += " (choice, 4)"
     assert f"| FrozenLake-v1 is_slippery=False | {learner} | 1 |" in table
     assert "not reached" in table  # 16 steps never reach the 2,048-step budget
     assert (tmp_path / "plots" / "FrozenLake-v1-is_slippery=False.png").stat().st_size > 0
