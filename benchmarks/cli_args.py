@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from gym_llm.policy.models import DEFAULT_MODEL
@@ -47,3 +49,21 @@ def keeping(record: Callable[..., Any], names: tuple[str, ...], figures: dict[st
         record(key, value, exclude)
 
     return wrapped
+
+
+def tables_per_task(
+    tasks: Sequence[str],
+    table: Callable[[str], dict[str, Any]],
+    report: Callable[[dict[str, Any]], str],
+    json_path: Path | None,
+) -> list[dict[str, Any]]:
+    """Each task's ``table``, printed by ``report`` as it comes, then all of them written to
+    ``json_path`` (when given)."""
+    tables = []
+    for task in tasks:
+        tables.append(table(task))
+        print(report(tables[-1]), flush=True)
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(tables, indent=1))
+    return tables

@@ -17,7 +17,6 @@ linear head must learn against its neighbours, from that state's own samples.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.cli_args import new_parser
+from benchmarks.cli_args import new_parser, tables_per_task
 from benchmarks.feature_probe import fit_ridge, prompt_features, standardise
 from gym_llm.policy.models import DEFAULT_MODEL
 
@@ -77,17 +76,25 @@ def decision(policy: Any, observation: str) -> tuple[str, list[float] | None]:
     return policy.decode(actions[0]), odds
 
 
-def odds_table(task: str, model: str, prior_scale: float = 1.0) -> dict[str, Any]:
-    """The per-state table of one family task (see the module docstring)."""
-    from benchmarks.state_replies import best_actions, state_texts
+def head_policy(task: str, model: str, prior_scale: float = 1.0) -> Any:
+    """A fresh generate-mode policy with the action head for a family task, as PPO builds it."""
     from gym_llm import PPO, make_text_env
-    from gym_llm.policy.scoring import CONTENT_FREE_OBSERVATION
 
     env = make_text_env("gym_llm/Family-v0", 1, env_kwargs={"task": task}, seed=0)
     policy_kwargs = {"model": model, "action_mode": "generate", "action_head": True,
                      "action_prior_scale": prior_scale}  # fmt: skip
     policy = PPO("LLMPolicy", env, n_steps=8, batch_size=8, seed=0, device="cpu",
                  policy_kwargs=policy_kwargs).policy  # fmt: skip
+    env.close()
+    return policy
+
+
+def odds_table(task: str, model: str, prior_scale: float = 1.0) -> dict[str, Any]:
+    """The per-state table of one family task (see the module docstring)."""
+    from benchmarks.state_replies import best_actions, state_texts
+    from gym_llm.policy.scoring import CONTENT_FREE_OBSERVATION
+
+    policy = head_policy(task, model, prior_scale)
     texts, parser = state_texts(task)
     parser.close()
     best = [b[0] for b in best_actions(task)]
@@ -104,7 +111,6 @@ def odds_table(task: str, model: str, prior_scale: float = 1.0) -> dict[str, Any
                        "decision_odds": odds, "probe_predicts": predicted[s],
                        "nearest": close[s][0], "nearest_cosine": close[s][1]})  # fmt: skip
     log_odds = [float(np.log(o[0] / o[1])) for o in found if len(o) == 2 and min(o) > 0]
-    env.close()
     reply, odds = decision(policy, CONTENT_FREE_OBSERVATION)
     return {
         "task": task,
@@ -140,14 +146,9 @@ def report(table: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = build_parser().parse_args(argv)
-    tables = []
-    for task in args.tasks:
-        tables.append(odds_table(task, args.model, args.prior_scale))
-        print(report(tables[-1]), flush=True)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(tables, indent=1))
-    return tables
+    return tables_per_task(
+        args.tasks, lambda task: odds_table(task, args.model, args.prior_scale), report, args.json
+    )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ action's score or the action the LM already favours there.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.cli_args import new_parser
+from benchmarks.cli_args import new_parser, tables_per_task
 from gym_llm.policy.models import DEFAULT_MODEL
 
 PARTS = ("decision", "wording", "no_action")
@@ -119,17 +118,12 @@ def gradient_table(
     task: str, model: str, samples: int, penalty: float, prior_scale: float, seed: int
 ) -> dict[str, Any]:
     """The per-part table of one family task (see the module docstring)."""
+    from benchmarks.decision_odds import head_policy
     from benchmarks.state_replies import INVALID, state_texts
-    from gym_llm import PPO, make_text_env
     from gym_llm.envs.family import FamilyEnv
     from gym_llm.envs.tabular import TabularModel
 
-    env = make_text_env("gym_llm/Family-v0", 1, env_kwargs={"task": task}, seed=0)
-    policy_kwargs = {"model": model, "action_mode": "generate", "action_head": True,
-                     "action_prior_scale": prior_scale}  # fmt: skip
-    policy = PPO("LLMPolicy", env, n_steps=8, batch_size=8, seed=0, device="cpu",
-                 policy_kwargs=policy_kwargs).policy  # fmt: skip
-    env.close()
+    policy = head_policy(task, model, prior_scale)
     texts, parser = state_texts(task)
     policy.calibrate_action_head(texts)  # as PPO does before its first update
     q = TabularModel.of(FamilyEnv(task)).q_values()
@@ -206,23 +200,21 @@ def report(table: dict[str, Any]) -> str:
     for name, part in table["parts"].items():
         lines.append(
             f"  {name:9s} tokens {part['tokens']:5d}  grad {part['head_grad_norm']:.4g}  "
-            f"cos(decision) {part['cosine_with_decision']:+.2f}  step {part['size']:.3g}  common {part['common']:.2f}  raises right "
-            f"{part['raises_right']:.2f}  raises favoured {part['raises_favoured']:.2f}"
+            f"cos(decision) {part['cosine_with_decision']:+.2f}  step {part['size']:.3g}  "
+            f"common {part['common']:.2f}  raises right {part['raises_right']:.2f}  "
+            f"raises favoured {part['raises_favoured']:.2f}"
         )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = build_parser().parse_args(argv)
-    tables = []
-    for task in args.tasks:
-        tables.append(gradient_table(task, args.model, args.samples, args.invalid_penalty,
-                                     args.prior_scale, args.seed))  # fmt: skip
-        print(report(tables[-1]), flush=True)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(tables, indent=1))
-    return tables
+
+    def table(task: str) -> dict[str, Any]:
+        return gradient_table(task, args.model, args.samples, args.invalid_penalty,
+                              args.prior_scale, args.seed)  # fmt: skip
+
+    return tables_per_task(args.tasks, table, report, args.json)
 
 
 if __name__ == "__main__":
