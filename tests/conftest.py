@@ -31,3 +31,23 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def tiny_default_model(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """The default model (``smollm2-135m``, what ``PPO(LLMPolicy, env)`` loads when nothing names
+    a model) made a tiny one: a converted-model cache holding the tiny model under that name, so
+    the code path a user's first call takes runs in seconds. Shared trunk caches are cleared
+    after, so no later test reads the tiny model's states under the real model's name."""
+    from gym_llm.policy.models import DEFAULT_MODEL
+    from gym_llm.policy.trunk_cache import clear_shared_trunk_caches
+
+    cache = tmp_path / "model-cache"
+    cache.mkdir()
+    (cache / DEFAULT_MODEL).symlink_to(tiny_model_dir, target_is_directory=True)
+    monkeypatch.setenv("GYM_LLM_CACHE", str(cache))
+    clear_shared_trunk_caches()
+    yield cache
+    clear_shared_trunk_caches()

@@ -230,8 +230,10 @@ def recorded_policy_kwargs(policy: Any, policy_kwargs: Mapping[str, Any]) -> dic
     if needs_base_model(policy.model_name):
         # Nothing names the base model: it is saved with the agent (base_model.py).
         recorded["model"] = BASE_MODEL_MARKER
-    elif not isinstance(recorded.get("model", ""), str):
-        recorded["model"] = policy.model_name  # where the model object came from
+    elif not isinstance(recorded.get("model"), str):
+        # The default model (no "model" key) or a model object: record the name in effect, so
+        # loading rebuilds the same model whatever the default is then.
+        recorded["model"] = policy.model_name
     recorded["lora"] = policy.lora_settings
     recorded["trainable_layers"] = policy.trainable_layers
     recorded["conversation"] = policy.conversation
