@@ -30,6 +30,10 @@ For numeric action spaces (Box, MultiDiscrete, MultiBinary) with ``n`` elements:
 the **last n numbers** in the reply. Box values are clipped to the bounds (reported as clipped);
 MultiDiscrete/MultiBinary values outside the space, non-integers, NaN or too few numbers are invalid.
 
+Names and replies are compared folded (:func:`gym_llm.text.fold`): case, full-width letters,
+look-alikes such as ``ı``, ``İ`` and ``ſ``, zero-width characters and soft hyphens make no
+difference, so ``fırst`` is ``first`` and ``ＨＩＴ`` is ``hit``.
+
 No parser here ever raises on a string: failures come back as a :class:`ParseResult` with an error.
 """
 
@@ -44,6 +48,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from gym_llm.text import fold
 from gym_llm.wrappers.json_replies import json_action, json_actions, json_objects, without_json
 from gym_llm.wrappers.reading import (
     Mention,
@@ -58,11 +63,13 @@ _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _KEYWORD = r"\b(?:final\s+)?(?:action|answer|choice|move|decision)"
 #: A statement's head (``Action:``, ``My answer is``), so that every statement on a line is found.
 _HEAD = _KEYWORD + r"\s*(?:is\s*)?[:=]?\s*(?:is\s+)?[\"'`*\[\(]*"
-_STATEMENT_HEAD = re.compile(_HEAD, re.IGNORECASE)
+#: The parsers match folded text (:func:`gym_llm.text.fold`: lower case, look-alikes made ASCII),
+#: so no pattern needs ``re.IGNORECASE``, which matches ``ı``, ``ſ`` and ``K`` against ASCII.
+_STATEMENT_HEAD = re.compile(_HEAD)
 #: A statement with the rest of its line (numeric spaces read its numbers).
-_STATEMENT = re.compile(_HEAD + r"(?P<value>[^\n]*)", re.IGNORECASE)
+_STATEMENT = re.compile(_HEAD + r"(?P<value>[^\n]*)")
 #: Where a Discrete statement's value ends: the next statement, a ``;`` or a new line.
-_STATEMENT_END = re.compile(r"[;\n]|" + _KEYWORD + r"\b", re.IGNORECASE)
+_STATEMENT_END = re.compile(r"[;\n]|" + _KEYWORD + r"\b")
 _ONLY_NUMBERS = re.compile(
     r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?:[\s,;]+[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)*"
 )
@@ -152,15 +159,19 @@ class DiscreteParser:
             if all(v is not None and math.isfinite(v) for v in values)
             else None
         )
-        words = [*self.names, *(a for s in (aliases or {}).values() for a in s)]
-        alternation = "|".join(re.escape(n) for n in sorted(words, key=len, reverse=True))
+        words = {self._norm(w) for w in self.names} | {
+            self._norm(a) for s in (aliases or {}).values() for a in s
+        }
+        alternation = "|".join(re.escape(n) for n in sorted(words - {""}, key=len, reverse=True))
         # Whole words and whole numbers only: "1" is not in "-1", "3.14", "2.5" or "v1".
-        self._mention = re.compile(rf"(?<![\w.+\-])(?:{alternation})(?![\w]|[.,]\d)", re.IGNORECASE)
-        self._prefix = re.compile(rf"(?:{alternation})(?![\w]|[.,]\d)", re.IGNORECASE)
+        # Both match folded text against folded names (no re.IGNORECASE: see _STATEMENT_HEAD).
+        self._mention = re.compile(rf"(?<![\w.+\-])(?:{alternation})(?![\w]|[.,]\d)")
+        self._prefix = re.compile(rf"(?:{alternation})(?![\w]|[.,]\d)")
 
     @staticmethod
     def _norm(text: str) -> str:
-        return " ".join(text.strip(_TRIM).lower().split())
+        """A name or reply as the lookup compares it: folded, trimmed, single-spaced."""
+        return " ".join(fold(text).strip(_TRIM).split())
 
     def _by_number(self, value: float | None) -> int | None:
         if value is None or not math.isfinite(value):
@@ -184,8 +195,13 @@ class DiscreteParser:
     def _resolve_prefix(self, value: str) -> int | None:
         value = value.strip(_TRIM)
         match = self._prefix.match(value)
-        if match and (self._numeric_names is None or number_stands_alone(value, 0, match.end())):
-            return self.start + self._lookup[self._norm(match.group())]
+        index = self._lookup.get(self._norm(match.group())) if match else None
+        if (
+            match
+            and index is not None
+            and (self._numeric_names is None or number_stands_alone(value, 0, match.end()))
+        ):
+            return self.start + index
         number = _NUMBER.match(value)
         if number and number_stands_alone(value, 0, number.end()):
             return self._by_number(float(number.group()))
@@ -198,9 +214,9 @@ class DiscreteParser:
             numeric = self._numeric_names is not None and _NUMBER.fullmatch(match.group())
             if numeric and not number_stands_alone(clause, match.start(), match.end()):
                 continue
-            found.append(
-                Mention(self.start + self._lookup[self._norm(match.group())], *match.span())
-            )
+            index = self._lookup.get(self._norm(match.group()))
+            if index is not None:
+                found.append(Mention(self.start + index, *match.span()))
         return found
 
     def _name(self, action: int) -> str:
@@ -238,6 +254,7 @@ class DiscreteParser:
         action = self.resolve(text)
         if action is not None:
             return ParseResult(action, method="exact")
+        text = fold(text)
         verdict = self._json_verdict(text)
         if verdict is not None:
             return verdict
@@ -331,6 +348,7 @@ class NumericParser:
             yield "numbers", everywhere
 
     def __call__(self, text: str) -> ParseResult:
+        text = fold(text)
         error = f"expected {self.size} number(s), found none"
         for method, numbers in self._numbers(text):
             if len(numbers) < self.size:

@@ -26,6 +26,10 @@ MAX_REMEMBERED_ACTIONS = 1000
 Extractor = Callable[[str], Any]
 
 
+class InvalidActionError(ValueError):
+    """A reply named no valid action under ``on_invalid="raise"`` (the declared policy)."""
+
+
 @dataclass(frozen=True)
 class Resolution:
     """What :class:`ActionResolver` made of a reply: the action the env gets and its origin."""
@@ -199,7 +203,9 @@ class ActionResolver:
             self._remember(parsed.action)
             return Resolution(parsed.action, source, error, 0.0, parsed)
         if self.on_invalid == "raise":
-            raise ValueError(f"Invalid action for reply {reply!r}: {error}. {self.advice}".strip())
+            raise InvalidActionError(
+                f"Invalid action for reply {reply!r}: {error}. {self.advice}".strip()
+            )
         if self.fallback_action is not None:
             fallback = self.fallback_action
         elif self._sampler is not None:

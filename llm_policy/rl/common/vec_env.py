@@ -27,6 +27,7 @@ from gym_llm.spaces import NOT_TEXT_HELP
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 from gym_llm.wrappers.conversation import ConversationWrapper
 from gym_llm.wrappers.count_bonus import CountBonusWrapper, CountKey, NoveltyCounts
+from gym_llm.wrappers.resolver import InvalidActionError
 
 
 def check_text_env(env: gym.Env[Any, Any] | VecEnv) -> None:
@@ -38,6 +39,24 @@ def check_text_env(env: gym.Env[Any, Any] | VecEnv) -> None:
             f"The env has observation space {env.observation_space} and action space "
             f"{env.action_space}. " + NOT_TEXT_HELP
         )
+
+
+class EnvStepError(RuntimeError):
+    """An env raised while taking a reply (or resetting after it); the message names the env,
+    the reply and what the parser made of it, and the env's own exception is chained."""
+
+
+def _step_error(env: gym.Env[Any, Any], index: int, reply: str, exc: Exception) -> EnvStepError:
+    name = type(env.unwrapped).__name__
+    spec = getattr(env.unwrapped, "spec", None)
+    label = f"{name} ({spec.id})" if spec is not None else name
+    return EnvStepError(
+        f"env {index} ({label}) raised {type(exc).__name__}: {exc} while taking the reply "
+        f"{reply[:300]!r}{' ...' if len(reply) > 300 else ''}. A reply that names no valid "
+        "move should not raise: a parser returns None (ActionParserWrapper then counts it "
+        "invalid), and a game reports info['action_valid'] = False. Fix the env or its "
+        "parser; the traceback above this one is the env's own."
+    )
 
 
 class TextVecEnv(VecEnv):
@@ -82,16 +101,20 @@ class TextVecEnv(VecEnv):
         infos: list[dict[str, Any]] = []
         for i, env in enumerate(self.envs):
             action = self._actions[i]  # a Reply keeps its token ids (a str subclass)
-            obs, reward, terminated, truncated, info = env.step(
-                action if isinstance(action, str) else str(action)
-            )
-            info = dict(info)
-            dones[i] = terminated or truncated
-            info["TimeLimit.truncated"] = truncated and not terminated
-            if dones[i]:
-                info["terminal_observation"] = obs
-                self.episode_rng_states[i] = episode_rng_state(env)
-                obs, self.reset_infos[i] = env.reset()
+            reply = action if isinstance(action, str) else str(action)
+            try:
+                obs, reward, terminated, truncated, info = env.step(reply)
+                info = dict(info)
+                dones[i] = terminated or truncated
+                info["TimeLimit.truncated"] = truncated and not terminated
+                if dones[i]:
+                    info["terminal_observation"] = obs
+                    self.episode_rng_states[i] = episode_rng_state(env)
+                    obs, self.reset_infos[i] = env.reset()
+            except InvalidActionError:  # the declared on_invalid="raise" policy: its own message
+                raise
+            except Exception as exc:  # the user's env or parser: say which reply did it
+                raise _step_error(env, i, reply, exc) from exc
             observations[i], rewards[i] = obs, float(reward)
             infos.append(info)
         return observations, rewards, dones, infos
