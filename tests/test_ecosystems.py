@@ -16,8 +16,16 @@ from gym_llm.envs.ecosystems import MissingPackage, make_game
 from gym_llm.rl.common.vec_env import make_text_env
 
 
+class FakeRewards:
+    """GEM's ``LanguageGameReward``: its games read the constants when they pay them."""
+
+    invalid_action_reward = 0.0
+    format_error_reward = -0.1
+
+
 class FakeMinesweeper:
-    """GEM's shape: rules at reset, the board only in ``info["suffix"]``, ``\\boxed{}`` moves."""
+    """GEM's shape: rules at reset, the board only in ``info["suffix"]``, ``\\boxed{}`` moves, a
+    refusal paid ``invalid_action_reward`` and an unreadable move ``format_error_reward``."""
 
     seeds: ClassVar[list[int | None]] = []
 
@@ -36,7 +44,7 @@ class FakeMinesweeper:
         if "\\boxed{" not in action:
             return (
                 "At turn 1, you did not provide a valid guess.",
-                -0.1,
+                FakeRewards.format_error_reward,
                 True,
                 False,
                 self._suffix(),
@@ -44,18 +52,41 @@ class FakeMinesweeper:
         cell = action.split("\\boxed{", 1)[1].split("}")[0]
         if cell in self.revealed:
             text = f"you chose to reveal cell {cell}, which has already been revealed."
-            return text, 0.0, False, False, self._suffix()
+            return text, FakeRewards.invalid_action_reward, False, False, self._suffix()
+        if cell == "9 9":  # a refusal in words no list of messages holds
+            return (
+                "the disk is too big for that.",
+                FakeRewards.invalid_action_reward,
+                False,
+                False,
+                self._suffix(),
+            )
         self.revealed.add(cell)
         return f"you revealed {cell}.", 0.3, False, False, self._suffix()
 
 
 class FakeTwx:
-    """TextWorld-Express's shape: the task and valid actions only in ``infos``."""
+    """TextWorld-Express's shape: the task and valid actions only in ``infos``; games split by
+    seed range (an explicit seed picks the game whatever ``gameFold`` says, as in the real one);
+    ``close`` stops its server."""
 
     seeds: ClassVar[list[int | None]] = []
+    closed: ClassVar[int] = 0
 
     def __init__(self, envStepLimit: int = 50) -> None:
         self.game = ""
+
+    def getValidSeedsTrain(self) -> list[int]:
+        return list(range(1000))
+
+    def getValidSeedsDev(self) -> list[int]:
+        return list(range(10000, 11000))
+
+    def getValidSeedsTest(self) -> list[int]:
+        return list(range(20000, 21000))
+
+    def close(self) -> None:
+        FakeTwx.closed += 1
 
     def load(self, gameName: str, gameParams: str) -> None:
         self.game = gameName
@@ -115,7 +146,7 @@ def fake_packages(monkeypatch: pytest.MonkeyPatch) -> None:
     gem = types.ModuleType("gem")
     gem.make = lambda game_id: FakeMinesweeper()
     constants = types.ModuleType("gem.utils.constants")
-    constants.LanguageGameReward = types.SimpleNamespace(format_error_reward=-0.1)
+    constants.LanguageGameReward = FakeRewards
     twx = types.ModuleType("textworld_express")
     twx.TextWorldExpressEnv = FakeTwx
     ta = types.ModuleType("textarena")
@@ -128,7 +159,7 @@ def fake_packages(monkeypatch: pytest.MonkeyPatch) -> None:
         "textarena": ta,
     }.items():
         monkeypatch.setitem(sys.modules, name, module)
-    FakeMinesweeper.seeds, FakeTwx.seeds = [], []
+    FakeMinesweeper.seeds, FakeTwx.seeds, FakeTwx.closed = [], [], 0
 
 
 def test_gem_shows_the_board_and_counts_format_errors_and_refusals(fake_packages: None) -> None:
@@ -137,13 +168,21 @@ def test_gem_shows_the_board_and_counts_format_errors_and_refusals(fake_packages
     assert "Board: []" in text  # the board GEM keeps in info["suffix"]
     text, reward, _, _, info = env.step("\\boxed{reveal 0 0}")
     assert "Board: ['reveal 0 0']" in text and info["action_valid"] and reward == 0.3
-    _, _, terminated, _, info = env.step("\\boxed{reveal 0 0}")
+    _, reward, terminated, _, info = env.step("\\boxed{reveal 0 0}")
     assert not info["action_valid"] and "already been revealed" in info["parse_error"]
-    assert not terminated and info["invalid_actions"] == 1
+    assert not terminated and info["invalid_actions"] == 1 and reward == 0.0
+    text, reward, _, _, info = env.step("\\boxed{9 9}")
+    assert not info["action_valid"] and reward == 0.0  # found by GEM's verdict, not its words
+    # GEM's rules promise the history: every turn's feedback stays in view, the board once.
+    assert text.count("you revealed reveal 0 0") == 1 and text.count("Board:") == 1
+    assert text.index("Rules") < text.index("you revealed") < text.index("too big")
     _, reward, terminated, _, info = env.step("I reveal the corner")
     assert terminated and reward == -0.1 and not info["action_valid"]
-    assert "could not read" in info["parse_error"] and info["invalid_actions"] == 2
-    assert (env.total_invalid, env.total_steps) == (2, 3)
+    assert "could not read" in info["parse_error"] and info["invalid_actions"] == 3
+    assert (env.total_invalid, env.total_steps) == (3, 4)
+    assert (FakeRewards.invalid_action_reward, FakeRewards.format_error_reward) == (0.0, -0.1)
+    latest, _ = gem_env("game:Minesweeper-v0-easy", history=False).reset(seed=0)
+    assert latest.startswith("Rules")
 
 
 def test_every_episode_is_a_fresh_seeded_game(fake_packages: None) -> None:
@@ -178,6 +217,25 @@ def test_textworld_express_shows_the_task_and_valid_actions(fake_packages: None)
     assert FakeTwx.seeds[1] is not None
     plain, _ = textworld_express_env("coin", valid_actions=False).reset(seed=1)
     assert "Valid actions" not in plain and not hasattr(plain, "actions")
+
+
+@pytest.mark.parametrize("fold, low", [("train", 0), ("dev", 10000), ("test", 20000)])
+def test_textworld_express_plays_the_games_of_its_fold(
+    fake_packages: None, fold: str, low: int
+) -> None:
+    vec = make_text_env("twx:coin", 2, seed=0, env_kwargs={"fold": fold})
+    for _ in range(3):
+        vec.reset()
+    assert len(FakeTwx.seeds) == 6
+    assert all(s is not None and low <= s < low + 1000 for s in FakeTwx.seeds), FakeTwx.seeds
+    assert len(set(FakeTwx.seeds)) > 1  # fresh games
+    vec.close()
+    assert FakeTwx.closed == 2  # each env's Java server is stopped
+
+
+def test_textworld_express_refuses_an_unknown_fold(fake_packages: None) -> None:
+    with pytest.raises(ValueError, match="train, dev, test"):
+        textworld_express_env("coin", fold="valid")
 
 
 def test_textarena_counts_the_games_invalid_moves(fake_packages: None) -> None:
@@ -215,12 +273,23 @@ def test_the_cli_says_how_to_install_a_missing_ecosystem(
     assert status == 2 and "pip install 'gym_llm[gem]'" in err and "Traceback" not in err
 
 
-def test_a_conversation_never_repeats_the_rules(fake_packages: None) -> None:
-    vec = make_text_env("gem:game:Minesweeper-v0-easy", 1, seed=0, conversation=True)
+@pytest.mark.parametrize(
+    "env_id, move, rules",
+    [
+        ("gem:game:Minesweeper-v0-easy", "\\boxed{reveal 0 0}", "Rules: reveal cells"),
+        ("twx:coin", "look around", "Your task is to find the coin."),
+        ("textarena:GuessTheNumber-v0", "[3]", "Guess the number in [brackets]."),
+    ],
+)
+def test_a_conversation_never_repeats_the_rules(
+    fake_packages: None, env_id: str, move: str, rules: str
+) -> None:
+    vec = make_text_env(env_id, 1, seed=0, conversation=True)
     vec.reset()
-    vec.step_async(["\\boxed{reveal 0 0}"])
-    obs = vec.step_wait()[0]
-    assert str(next(iter(obs))).count("Rules: reveal cells") == 1
+    for _ in range(3):
+        vec.step_async([move])
+        obs = vec.step_wait()[0]
+    assert str(next(iter(obs))).count(rules) == 1
 
 
 def test_babyai_ids_need_no_import_of_minigrid() -> None:

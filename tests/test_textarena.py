@@ -1,18 +1,18 @@
 """TextArena's single-player games through textarena_env, with the real package.
 
-Marked slow: TextArena pulls in openai and nltk, so ``make test`` does not install it; run with
-``pip install "gym_llm[textarena]" && pytest -m slow tests/test_textarena.py``.
+``make test`` installs TextArena (``pip install "gym_llm[textarena]"``); elsewhere the tests skip
+without it (:mod:`tests.real_packages`).
 """
 
 from __future__ import annotations
 
 import re
 
-import pytest
 from gymnasium.utils.env_checker import check_env
 
-pytest.importorskip("textarena")
-pytestmark = pytest.mark.slow
+from tests.real_packages import require
+
+require("textarena")
 
 
 def test_guess_the_number_is_played_to_the_end_with_its_reward() -> None:

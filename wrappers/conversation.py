@@ -54,10 +54,10 @@ class ConversationWrapper(gym.Wrapper[str, str, str, str]):
         )
         self.observation_space.conversation = True  # type: ignore[attr-defined]
         self.messages: list[dict[str, str]] = []
-        # A text game that repeats its first turn (the rules) in every observation stops: the
-        # conversation keeps the first turn in view already.
-        if getattr(env.unwrapped, "keep_first", False):
-            env.unwrapped.keep_first = False  # type: ignore[attr-defined]
+        # A text game that repeats its first turn (rules, task, history) in every observation
+        # stops (gym_llm.envs.TextGameEnv.conversation): the conversation holds them once.
+        if hasattr(env.unwrapped, "conversation"):
+            env.unwrapped.conversation = True
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
