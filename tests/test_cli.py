@@ -371,3 +371,33 @@ def test_resume_before_the_first_checkpoint_starts_over(
     assert cli.main(["train", "--resume", str(run_dir), "--quiet"]) == 0
     assert "no checkpoint yet" in capsys.readouterr().out
     assert json.loads((run_dir / "result.json").read_text())["timesteps"] == 8
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--env", "foo:bar"], "No module named 'foo'"),
+        (["--env", "gym_llm/KeywordBandit-v0", "--invalid-penalty", "-0.1"], "judges none"),
+        (["--env", "Blackjack-v1", "--env-kwargs", "sabb=False"], "sabb"),
+    ],
+)
+def test_a_bad_env_is_a_usage_error_even_in_a_dry_run(
+    argv: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gym_llm.cli.commands import main
+
+    out = tmp_path / "run"
+    for dry in (["--dry-run"], []):
+        assert main(["train", *argv, "--out", str(out), *dry]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err
+        assert not out.exists()  # nothing written, no model loaded
+
+
+def test_the_env_help_names_the_text_game_prefixes(capsys: pytest.CaptureFixture[str]) -> None:
+    from gym_llm.cli.commands import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert all(p in help_text for p in ("gem:game:", "twx:coin", "textarena:GuessTheNumber"))

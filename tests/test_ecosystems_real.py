@@ -247,3 +247,45 @@ def test_ppo_plays_textworld_express_in_choice_mode_over_its_valid_actions(
     model.learn(16)
     assert model.num_timesteps == 16
     env.close()
+
+
+@pytest.mark.parametrize(
+    "argv, package, says",
+    [
+        (["--env", "twx:coinn"], "textworld_express", "Unknown game (coinn)"),
+        (
+            ["--env", "twx:coin", "--env-kwargs", "game_params=numLocatons=3"],
+            "textworld_express",
+            "numLocatons",
+        ),
+        (["--env", "textarena:GuessTheNumbr-v0"], "textarena", "GuessTheNumbr-v0 not found"),
+    ],
+)
+def test_a_game_that_cannot_start_is_a_usage_error_in_a_dry_run(
+    argv: list[str],
+    package: str,
+    says: str,
+    tmp_path: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    require(package, java=package == "textworld_express")
+    from gym_llm.cli.commands import main
+
+    assert main(["train", *argv, "--out", str(tmp_path / "run"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and not (tmp_path / "run").exists()
+
+
+def test_an_invalid_penalty_reaches_a_text_games_own_verdicts() -> None:
+    require("textworld_express", java=True)
+    from gym_llm import make_text_env
+
+    vec = make_text_env(
+        "twx:coin", 1, seed=0, action_kwargs={"invalid_penalty": -0.5},
+        env_kwargs={"game_params": "numLocations=1"},
+    )  # fmt: skip
+    vec.reset()
+    assert vec.action_space.per_state  # each state's actions are still there for choice mode
+    _, rewards, _, infos = vec.step(np.array(["dance wildly"], dtype=object))
+    assert not infos[0]["action_valid"] and rewards[0] == pytest.approx(-0.5)
+    vec.close()

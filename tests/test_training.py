@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import gymnasium as gym
 import pytest
 
 from gym_llm import PPO
 from gym_llm.evaluation.exact import exact_policy_value
 from gym_llm.experiments.run import TrainConfig, run
+from gym_llm.spaces import TextActions, TextObservations
 
 
 def _config(model_dir: Path, **overrides: object) -> TrainConfig:
@@ -153,21 +156,35 @@ class _Echo:
         return "Done.", 0.0, True, {}
 
 
+class _AnyText(gym.Env[str, str]):
+    """A text env that takes any reply and reports no verdict on it."""
+
+    observation_space = TextObservations(100)
+    action_space = TextActions(None)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        return "Say something.", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return "Done.", 0.0, True, False, {}
+
+
 def test_invalid_penalty_needs_replies_that_gym_llm_parses(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    import gymnasium as gym
-
     from gym_llm.envs import TextGameEnv
-    from gym_llm.experiments.run import parses_actions
+    from gym_llm.experiments.run import judges_replies
     from gym_llm.rl.common.vec_env import make_text_env
 
-    assert parses_actions(make_text_env("Blackjack-v1").envs[0])
-    text = make_text_env(
+    assert judges_replies(make_text_env("Blackjack-v1").envs[0])
+    game = make_text_env(
         lambda: TextGameEnv(_Echo()), action_kwargs={"invalid_penalty": -1.0}
     ).envs[0]
-    assert not parses_actions(text)  # the parser would sit on a text space: it rejects nothing
-    gym.register("gym_llm_test/Echo-v0", entry_point=lambda: TextGameEnv(_Echo()))
+    assert judges_replies(game)  # a text game reports its own verdicts
+    assert not judges_replies(make_text_env(_AnyText).envs[0])  # takes any text, judges none
+    gym.register("gym_llm_test/Echo-v0", entry_point=_AnyText)
     try:
         config = _config(
             tiny_model_dir,
@@ -177,8 +194,9 @@ def test_invalid_penalty_needs_replies_that_gym_llm_parses(
             eval_episodes=1,
             invalid_penalty=-1.0,
         )
-        with pytest.raises(ValueError, match="takes text actions itself"):
+        with pytest.raises(ValueError, match="takes any text and judges none"):
             run(config, tmp_path / "run", progress_bar=False)
+        assert not (tmp_path / "run" / "config.json").exists()
     finally:
         del gym.registry["gym_llm_test/Echo-v0"]
 

@@ -164,6 +164,10 @@ class ActionParserWrapper(
                 sampler=self._sample_numeric,
                 description=_describe_numeric(inner),
             )
+        elif isinstance(inner, TextActions) and parser is None:
+            # A text env's own actions (a list, or each state's): kept, so a parser wrapped on
+            # to add an invalid_penalty to the env's own verdicts hides nothing.
+            self.action_space = inner
         elif isinstance(inner, spaces.Text) or parser is not None:
             self.action_space = TextActions(None, max_length=max_length)
         else:

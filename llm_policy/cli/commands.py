@@ -32,7 +32,7 @@ from gym_llm.cli.arguments import (
     _HelpFormatter,
     add_dataclass_flags,
 )
-from gym_llm.cli.train_eval import _check_env_id, _eval, _train
+from gym_llm.cli.train_eval import _eval, _train, check_env_starts
 
 # --- bench, demos, models ------------------------------------------------------------------
 
@@ -56,7 +56,7 @@ def _demos(args: argparse.Namespace) -> int:
 
     if args.episodes < 1:
         raise CLIError(f"--episodes must be >= 1, got {args.episodes}.")
-    _check_env_id(args.env, args.env_kwargs)
+    check_env_starts(args.env, args.env_kwargs, args.seed)
     extra: dict[str, Any] = {"balanced": True} if args.balanced else {}
     try:
         lines = demos.make_demos(

@@ -38,27 +38,49 @@ def _default_run_dir(config: Any) -> Path:
     return Path("runs") / f"{name}-{config.mode}-{stamp}"
 
 
-def _check_env_id(env_id: str, env_kwargs: dict[str, Any]) -> bool:
-    """Build the env once so that an unknown id or kwarg fails before any model is loaded; returns
-    whether choice mode can play it (its actions are listed, or come with each state)."""
+def check_env_starts(
+    env_id: str, env_kwargs: dict[str, Any], seed: int = 0, invalid_penalty: float = 0.0
+) -> bool:
+    """Build the env and start one episode, so that an unknown id, game, kwarg or setting fails
+    here, before any model is loaded or file written (``--dry-run`` too); returns whether choice
+    mode can play it (its actions are listed, or come with each state)."""
     import gymnasium as gym
 
     import gym_llm  # noqa: F401  (registers gym_llm/<Name>-v0)
-    from gym_llm.envs.ecosystems import MissingPackage
-    from gym_llm.rl.common.vec_env import make_env
+    from gym_llm.envs.ecosystems import GAMES, MissingPackage
+    from gym_llm.experiments.run import check_invalid_penalty
+    from gym_llm.rl.common.vec_env import make_text_env
 
+    shown = f"--env {env_id}" + (f" --env-kwargs {env_kwargs}" if env_kwargs else "")
+    ids = (
+        "Gymnasium ids: `python -c 'import gymnasium; gymnasium.pprint_registry()'`; "
+        f"text games: {', '.join(p + '...' for p in GAMES)}"
+    )
     try:
-        env = make_env(env_id, **env_kwargs)
+        vec = make_text_env(env_id, 1, env_kwargs=env_kwargs, seed=seed)
     except MissingPackage as exc:
-        raise CLIError(f"--env {env_id}: {exc}") from None
+        raise CLIError(f"{shown}: {exc}") from None
+    except ImportError as exc:  # "module:Id" naming a module that is not installed
+        raise CLIError(f"{shown}: {str(exc).rstrip('.')}. {ids}.") from None
     except gym.error.Error as exc:
-        raise CLIError(f"--env {env_id}: {exc}. See `gym.pprint_registry()` for ids.") from None
+        raise CLIError(f"{shown}: {str(exc).rstrip('.')}. {ids}.") from None
     except (TypeError, ValueError) as exc:
-        raise CLIError(f"--env {env_id} {env_kwargs or ''}: {exc}") from None
-    space = env.action_space
-    env.close()
-    if isinstance(space, gym.spaces.Discrete):
-        return True  # the parser's wrapper names its actions
+        raise CLIError(f"{shown}: {exc}") from None
+    try:
+        vec.reset()  # games check their name and parameters when they start
+    except Exception as exc:  # a third-party game's own error, whatever its type
+        vec.close()
+        raise CLIError(
+            f"{shown}: the env did not start ({type(exc).__name__}: {exc}). Check the game's "
+            "name and its env kwargs."
+        ) from None
+    space = vec.action_space
+    try:
+        check_invalid_penalty(invalid_penalty, env_id, vec.envs[0])
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    finally:
+        vec.close()
     return bool(getattr(space, "actions", None) or getattr(space, "per_state", False))
 
 
@@ -129,7 +151,8 @@ def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: 
             f"--out {run_dir} already holds a run (config.json). Choose another --out, or pass "
             "--overwrite to replace it."
         )
-    if not _check_env_id(config.env, config.env_kwargs) and config.mode == "choice":
+    listed = check_env_starts(config.env, config.env_kwargs, config.seed, config.invalid_penalty)
+    if not listed and config.mode == "choice":
         if not resume and not hasattr(args, "mode") and args.config is None:
             # The default mode, on a game whose replies are free text: generate mode.
             config = dataclasses.replace(config, mode="generate")

@@ -131,11 +131,26 @@ def device_name(device: torch.device) -> str:
     return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
-def parses_actions(env: gym.Env[Any, Any]) -> bool:
-    """Whether ``env``'s replies go through an ActionParserWrapper over a non-text space: only
-    there does an invalid_penalty reach invalid replies without hiding a text env's own actions."""
+def judges_replies(env: gym.Env[Any, Any]) -> bool:
+    """Whether some reply to ``env`` can be invalid, so that an ``invalid_penalty`` can reach it:
+    its replies go through an ActionParserWrapper over a non-text space, or it is a text game
+    (:class:`gym_llm.envs.TextGameEnv`: GEM, TextWorld-Express, TextArena, yours) that reports
+    its own verdict on a move."""
+    from gym_llm.envs.text_game import TextGameEnv
+
     parser = unwrap_wrapper(env, ActionParserWrapper)
-    return parser is not None and not isinstance(parser.env.action_space, gym.spaces.Text)
+    parses = parser is not None and not isinstance(parser.env.action_space, gym.spaces.Text)
+    return parses or isinstance(env.unwrapped, TextGameEnv)
+
+
+def check_invalid_penalty(penalty: float, env_id: str, env: gym.Env[Any, Any]) -> None:
+    """Refuse an ``invalid_penalty`` that no reply to ``env`` could ever receive."""
+    if penalty and not judges_replies(env):
+        raise ValueError(
+            f"invalid_penalty needs an env where a reply can be invalid: one whose replies "
+            f"gym_llm parses (Discrete, Box, ...) or a text game that reports its verdict on a "
+            f"move (gym_llm.envs.TextGameEnv); {env_id} takes any text and judges none."
+        )
 
 
 def run(
@@ -161,9 +176,6 @@ def run(
     run_dir = Path(run_dir)
     main = check_processes(config, resume)
     checkpoint = resumable_checkpoint(run_dir) if resume else None
-    if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
     env = make_text_env(
         config.env,
         config.n_envs,
@@ -180,12 +192,10 @@ def run(
             {"invalid_penalty": config.invalid_penalty} if config.invalid_penalty else None
         ),
     )
-    if config.invalid_penalty and not parses_actions(env.envs[0]):
-        raise ValueError(
-            f"invalid_penalty needs an env whose replies gym_llm parses (Discrete, Box, ...); "
-            f"{config.env} takes text actions itself. Give the penalty to its own parser "
-            "(make_text_env(..., action_kwargs={'invalid_penalty': ...}) in Python)."
-        )
+    check_invalid_penalty(config.invalid_penalty, config.env, env.envs[0])
+    if main:  # written once the env is known to run, so a refused run leaves nothing behind
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
     eval_env = make_text_env(
         config.env, config.n_envs, env_kwargs=config.env_kwargs, seed=config.seed + 10_000
     )

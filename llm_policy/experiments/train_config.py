@@ -25,7 +25,9 @@ from gym_llm.wrappers.count_bonus import check_count_key
 class TrainConfig:
     """Everything that defines a run; saved as ``config.json`` so the run can be repeated."""
 
-    #: Gymnasium env id (any registered id; gym_llm/<Name>-v0 after ``import gym_llm``).
+    #: Gymnasium env id (any registered id; gym_llm/<Name>-v0 after ``import gym_llm``), or a
+    #: text game: gem:<GEM id> (gem:game:Minesweeper-v0-easy), twx:<TextWorld-Express game>
+    #: (twx:coin; fold and game_params in env_kwargs), textarena:<id> (textarena:GuessTheNumber-v0).
     env: str = "Blackjack-v1"
     #: "ppo" (on-policy, the LM itself learns) or "dqn" (off-policy action values on the LM's
     #: frozen features with its prior; choice mode, LoRA).
