@@ -191,7 +191,11 @@ class TextWorldExpressGame:
     def _shown(
         self, text: str, infos: dict[str, Any], first: bool = False
     ) -> tuple[str, dict[str, Any]]:
-        info = {"valid_actions": list(infos.get("validActions") or []), "score": infos.get("score")}
+        info = {
+            "valid_actions": list(infos.get("validActions") or []),
+            "score": infos.get("score"),
+            "success": bool(infos.get("tasksuccess", False)),
+        }
         task = self.task if (first or not self.conversation) else ""
         return (f"{task}\n\n{text.strip()}" if task else text.strip()), info
 
@@ -250,8 +254,10 @@ class TextArenaGame:
     ``close()``) as ``reset(seed) -> text`` and ``step(text) -> four values``, with the game's
     ``set_invalid_move`` calls counted."""
 
-    def __init__(self, make: Callable[[], Any]) -> None:
+    def __init__(self, make: Callable[[], Any], forfeit_reward: float | None = None) -> None:
         self._make = make
+        #: The reward of a game lost by invalid moves (``None``: TextArena's own).
+        self.forfeit_reward = forfeit_reward
         self.env: Any = None
         self._invalid: str | None = None
         #: In a conversation, each observation holds only the game's new messages (TextArena's
@@ -302,16 +308,32 @@ class TextArenaGame:
             return self._observation(), 0.0, False, info
         rewards, game_info = self.env.close()
         reward = float(rewards.get(0, 0.0)) if isinstance(rewards, dict) else float(rewards or 0)
-        return "The game is over.", reward, True, {**info, "game_info": game_info}
+        forfeit = self._invalid is not None  # the game ended on an invalid move
+        if forfeit and self.forfeit_reward is not None:
+            reward = self.forfeit_reward
+        return (
+            "The game is over.",
+            reward,
+            True,
+            {**info, "game_info": game_info, "forfeit": forfeit},
+        )
 
 
-def textarena_env(game_id: str, **kwargs: Any) -> TextGameEnv:
+def textarena_env(
+    game_id: str, *, forfeit_reward: float | None = None, **kwargs: Any
+) -> TextGameEnv:
     """A TextArena single-player game (``pip install 'gym_llm[textarena]'``) by its TextArena id
     ``game_id``, e.g. ``textarena_env("GuessTheNumber-v0")``; ``kwargs`` go to
-    :class:`TextGameEnv`."""
+    :class:`TextGameEnv`.
+
+    TextArena ends a game after a few invalid moves and pays the progress made so far (in
+    GuessTheNumber, 0.84 for one close guess and then invalid replies): a policy can learn to
+    forfeit. ``forfeit_reward`` pays a game lost that way this instead (``info["forfeit"]``
+    says which games ended so); ``None`` keeps TextArena's reward.
+    """
     ta = _require("textarena", "textarena")
     # TextArena's observations already carry the rules and every earlier turn.
-    game = TextArenaGame(lambda: ta.make(game_id))
+    game = TextArenaGame(lambda: ta.make(game_id), forfeit_reward)
     return TextGameEnv(game, **{"keep_first": False, **kwargs})
 
 

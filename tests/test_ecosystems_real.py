@@ -289,3 +289,25 @@ def test_an_invalid_penalty_reaches_a_text_games_own_verdicts() -> None:
     _, rewards, _, infos = vec.step(np.array(["dance wildly"], dtype=object))
     assert not infos[0]["action_valid"] and rewards[0] == pytest.approx(-0.5)
     vec.close()
+
+
+def test_a_textarena_forfeit_by_invalid_moves_can_be_paid_less() -> None:
+    require("textarena")
+    from gym_llm.envs import textarena_env
+
+    for forfeit_reward, expected in ((None, 0.8421), (-1.0, -1.0)):
+        env = textarena_env("GuessTheNumber-v0", forfeit_reward=forfeit_reward)
+        env.reset(seed=0)
+        env.step("[10]")
+        done, info, reward = False, {}, 0.0
+        while not done:
+            _, reward, done, _, info = env.step("hello")
+        assert info["forfeit"] and float(reward) == pytest.approx(expected, abs=1e-3)
+
+
+def test_a_bare_gem_env_is_pointed_to_its_game_id() -> None:
+    gem = require("gem")
+    from gym_llm import make_text_env
+
+    with pytest.raises(TypeError, match=r"make_text_env\('gem:game:Minesweeper-v0-easy'\)"):
+        make_text_env(lambda: gem.make("game:Minesweeper-v0-easy"))

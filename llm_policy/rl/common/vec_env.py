@@ -163,6 +163,29 @@ def make_env(env_id: str, **kwargs: Any) -> gym.Env[Any, Any]:
     return gym.make(env_id, **kwargs)
 
 
+def _not_an_env(env: Any) -> str:
+    """What to do with a factory's object that is not a ``gymnasium.Env``: an ecosystem's own
+    object is built by its game id instead (its adapter keeps the board and the verdicts)."""
+    from gym_llm.envs.ecosystems import GAMES
+
+    name = type(env).__name__
+    package = type(env).__module__.partition(".")[0]
+    ids = {"gem": "gem:game:Minesweeper-v0-easy", "textarena": "textarena:GuessTheNumber-v0",
+           "textworld_express": "twx:coin"}  # fmt: skip
+    if package in ids:
+        return (
+            f"make_text_env's factory returned {package}'s {name}, not a gymnasium.Env. Name "
+            f"the game instead, e.g. make_text_env({ids[package]!r}): its adapter shows the "
+            "board and counts the game's own verdicts (prefixes: " + ", ".join(GAMES) + ")."
+        )
+    return (
+        f"make_text_env's factory returned {name}, not a gymnasium.Env. For a text game with "
+        "reset() -> text and step(text) -> (text, reward, done), wrap it in "
+        "gym_llm.envs.TextGameEnv first; for GEM, TextWorld-Express or TextArena, pass its id "
+        "(gem:..., twx:..., textarena:...)."
+    )
+
+
 def make_text_env(
     env_id: str | Callable[[], gym.Env[Any, Any]],
     n_envs: int = 1,
@@ -201,11 +224,7 @@ def make_text_env(
     def factory() -> gym.Env[Any, Any]:
         env = make_env(env_id, **(env_kwargs or {})) if isinstance(env_id, str) else env_id()
         if not isinstance(env, gym.Env):
-            raise TypeError(
-                f"make_text_env's factory returned {type(env).__name__}, not a gymnasium.Env. "
-                "For a text game with reset() -> text and step(text) -> (text, reward, done), "
-                "wrap it in gym_llm.envs.TextGameEnv first."
-            )
+            raise TypeError(_not_an_env(env))
         if observation_kwargs or not isinstance(env.observation_space, spaces.Text):
             env = TextObservationWrapper(env, **(observation_kwargs or {}))
         if action_kwargs or not isinstance(env.action_space, spaces.Text):
