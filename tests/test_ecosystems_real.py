@@ -299,7 +299,8 @@ def test_a_textarena_forfeit_by_invalid_moves_can_be_paid_less() -> None:
         env = textarena_env("GuessTheNumber-v0", forfeit_reward=forfeit_reward)
         env.reset(seed=0)
         env.step("[10]")
-        done, info, reward = False, {}, 0.0
+        done, reward = False, 0.0
+        info: dict[str, Any] = {}
         while not done:
             _, reward, done, _, info = env.step("hello")
         assert info["forfeit"] and float(reward) == pytest.approx(expected, abs=1e-3)
