@@ -142,6 +142,43 @@ def summarize(path: Path) -> list[str]:
     return lines
 
 
+def plot(path: Path, out_dir: Path) -> list[Path]:
+    """One PNG per game: each seed's test-fold success against training env steps (the
+    untrained model at 0), with the random valid action's success as a dashed line."""
+    from gym_llm.experiments.plots import _pyplot
+
+    plt: Any = _pyplot()
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for game in sorted({r["game"] for r in rows}):
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        runs = [r for r in rows if r["game"] == game]
+        for seed in sorted({r["seed"] for r in runs}):
+            curve = sorted(
+                (r["env_steps"], r["success"])
+                for r in runs
+                if r["seed"] == seed and r["agent"] == "llm"
+            )
+            ax.plot(*zip(*curve, strict=True), marker="o", label=f"PPO, seed {seed}")
+        randoms = [r["success"] for r in runs if r["agent"] == "random"]
+        if randoms:
+            ax.axhline(float(np.mean(randoms)), color="grey", ls="--", label="random valid action")
+        ax.set(
+            xlabel="training env steps (train fold)",
+            ylabel="success on the test fold",
+            title=f"TextWorld-Express {game}: held-out games ({runs[0]['eval_games']} per point)",
+            ylim=(-0.02, 1.02),
+        )
+        ax.legend(fontsize=8)
+        target = out_dir / f"{game}.png"
+        fig.tight_layout()
+        fig.savefig(target, dpi=110)
+        plt.close(fig)
+        written.append(target)
+    return written
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.twx_heldout", description=__doc__.split("\n\n")[0]
@@ -161,12 +198,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--jsonl", type=Path, default=Path("benchmarks/results/twx-heldout/runs.jsonl")
     )
     parser.add_argument("--summarize", type=Path, metavar="JSONL", help="print the summary only")
+    parser.add_argument(
+        "--plot", type=Path, metavar="DIR", help="with --summarize: write one PNG per game there"
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> list[str]:
     args = build_parser().parse_args(argv)
     if args.summarize is not None:
+        if args.plot is not None:
+            plot(args.summarize, args.plot)
         lines = summarize(args.summarize)
         print("\n".join(lines))
         return lines
