@@ -122,6 +122,10 @@ def summarize(path: Path) -> list[str]:
     for game in sorted({r["game"] for r in rows}):
         runs = [r for r in rows if r["game"] == game]
         seeds = sorted({r["seed"] for r in runs if r.get("final")})
+        if not seeds:
+            last = max((r["env_steps"] for r in runs if r["agent"] == "llm"), default=0)
+            lines.append(f"{game}: no run finished yet (cut short at {last} env steps)")
+            continue
         rand = {r["seed"]: r for r in runs if r["agent"] == "random"}
         llm = [r for r in runs if r["agent"] == "llm"]
         untrained = {r["seed"]: r for r in llm if r["env_steps"] == 0}
