@@ -263,14 +263,14 @@ class TextArenaGame:
         #: In a conversation, each observation holds only the game's new messages (TextArena's
         #: own observation is the whole game so far, rules included, every turn).
         self.conversation = False
-        #: The game's whole text as last shown (the part a conversation holds already).
-        self._shown = ""
+        #: The game's whole text as last read (the part a conversation holds already).
+        self._last_text = ""
 
     def reset(self, seed: int | None = None) -> str:
         self.env = self._make()  # a new game object: TextArena keeps history across reset()
         self.env.reset(num_players=1, seed=seed)
         self._watch_invalid_moves()
-        self._shown = ""
+        self._last_text = ""
         return self._observation()
 
     def _watch_invalid_moves(self) -> None:
@@ -292,10 +292,9 @@ class TextArenaGame:
             text = "\n".join(str(m[1]) if isinstance(m, tuple) else str(m) for m in observation)
         else:
             text = str(observation)
-        shown = self._shown
-        self._shown = text
-        if self.conversation and shown and text.startswith(shown):
-            return text[len(shown) :].strip() or text  # only what the game added this turn
+        before, self._last_text = self._last_text, text
+        if self.conversation and before and text.startswith(before):
+            return text[len(before) :].strip() or text  # only what the game added this turn
         return text
 
     def step(self, text: str) -> tuple[str, float, bool, dict[str, Any]]:

@@ -113,8 +113,12 @@ class TextGameEnv(gym.Env[str, str]):
         self._conversation = bool(on)
         if on:
             self.keep_first = False
+        self._tell_game()
+
+    def _tell_game(self) -> None:
+        """Pass :attr:`conversation` on to a game that has the attribute."""
         if hasattr(self.game, "conversation"):
-            self.game.conversation = bool(on)
+            self.game.conversation = self._conversation
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -122,8 +126,7 @@ class TextGameEnv(gym.Env[str, str]):
         super().reset(seed=seed)
         if self._factory is not None and self._first is not None:
             self.game = self._factory()  # a fresh game: no state from the last episode
-            if hasattr(self.game, "conversation"):
-                self.game.conversation = self._conversation
+            self._tell_game()
         method = getattr(self.game, self._reset_name)
         takes_seed = "seed" in inspect.signature(method).parameters
         if takes_seed and seed is None:  # a fresh game, replayable from the first seed

@@ -67,20 +67,20 @@ def check_env_starts(
     except (TypeError, ValueError) as exc:
         raise CLIError(f"{shown}: {exc}") from None
     try:
-        vec.reset()  # games check their name and parameters when they start
-    except Exception as exc:  # a third-party game's own error, whatever its type
-        vec.close()
-        raise CLIError(
-            f"{shown}: the env did not start ({type(exc).__name__}: {exc}). Check the game's "
-            "name and its env kwargs."
-        ) from None
-    space = vec.action_space
-    try:
-        check_invalid_penalty(invalid_penalty, env_id, vec.envs[0])
-    except ValueError as exc:
-        raise CLIError(str(exc)) from None
+        try:
+            vec.reset()  # games check their name and parameters when they start
+        except Exception as exc:  # a third-party game's own error, whatever its type
+            raise CLIError(
+                f"{shown}: the env did not start ({type(exc).__name__}: {exc}). Check the "
+                "game's name and its env kwargs."
+            ) from None
+        try:
+            check_invalid_penalty(invalid_penalty, env_id, vec.envs[0])
+        except ValueError as exc:
+            raise CLIError(str(exc)) from None
     finally:
-        vec.close()
+        vec.close()  # a game's server (TextWorld-Express's Java) stops either way
+    space = vec.action_space
     return bool(getattr(space, "actions", None) or getattr(space, "per_state", False))
 
 
