@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -167,10 +168,7 @@ class TextWorldExpressGame:
     FOLDS = ("train", "dev", "test")
 
     def __init__(self, env: Any, game: str, params: str, fold: str) -> None:
-        if fold not in self.FOLDS:
-            raise ValueError(
-                f"fold={fold!r}: TextWorld-Express splits its games into {', '.join(self.FOLDS)}."
-            )
+        self.check_fold(fold)
         self.env, self.game, self.params, self.fold = env, game, params, fold
         self.task = ""
         #: In a conversation, the task leads the first observation only.
@@ -178,6 +176,13 @@ class TextWorldExpressGame:
         #: The seeds of the fold's games (train 0-999, dev 10000-10999, test 20000-20999): an
         #: explicit seed outside them would play a game of another fold, whatever ``gameFold``.
         self.seeds: list[int] = []
+
+    @classmethod
+    def check_fold(cls, fold: str) -> None:
+        if fold not in cls.FOLDS:
+            raise ValueError(
+                f"fold={fold!r}: TextWorld-Express splits its games into {', '.join(cls.FOLDS)}."
+            )
 
     def game_seed(self, seed: int | None) -> int | None:
         """The fold's game for an episode seed: ``seed`` picks one of the fold's seeds."""
@@ -213,10 +218,19 @@ class TextWorldExpressGame:
         return shown, float(reward), bool(done), info
 
     def close(self) -> None:
-        """Stop the game's Java server (~200 MB per env)."""
+        """Stop the game's Java server (~200 MB per env) and wait until it is gone: the package's
+        own ``__del__`` closes again, and a second close while Java is still exiting writes to a
+        broken pipe during garbage collection, wherever that happens to run."""
         close = getattr(self.env, "close", None)
         if callable(close):
             close()
+        java = getattr(getattr(self.env, "_gateway", None), "java_process", None)
+        if java is not None:
+            try:
+                java.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                java.kill()
+                java.wait()
 
 
 def textworld_express_env(
@@ -243,6 +257,7 @@ def textworld_express_env(
     from gym_llm.wrappers.valid_actions import ValidActionsWrapper
 
     twx = _require("textworld_express", "textworld-express")
+    TextWorldExpressGame.check_fold(fold)  # before a Java server starts for nothing
     env = twx.TextWorldExpressEnv(envStepLimit=step_limit)
     adapter = TextWorldExpressGame(env, game, game_params, fold)
     game_env = TextGameEnv(adapter, **{"keep_first": False, **kwargs})

@@ -7,7 +7,6 @@ Where they are missing the tests skip, except under ``make test``, which sets
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 import numpy as np
@@ -173,11 +172,8 @@ def test_textworld_express_folds_are_other_games_and_close_stops_java() -> None:
         assert all(low <= adapter.game_seed(s) < low + 1000 for s in range(6))
         java = adapter.env._gateway.java_process
         env.close()
-        for _ in range(50):
-            if java.poll() is not None:
-                break
-            time.sleep(0.1)
         assert java.poll() is not None, "the Java server outlived env.close()"
+        adapter.env.close()  # what the package's own __del__ does later: nothing left to break
     assert games["train"] != games["test"]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import inspect
 import json
 import re
@@ -62,6 +63,12 @@ def _env_kwargs_arg(text: str) -> dict[str, Any]:
 
 def field_docs(cls: type) -> dict[str, str]:
     """Each field's ``#:`` comment (the lines right above it), joined into one sentence."""
+    return dict(_field_docs(cls))
+
+
+@functools.cache
+def _field_docs(cls: type) -> dict[str, str]:
+    """Read once per process: ``inspect.getsource`` parses the whole module every call."""
     try:
         source = inspect.getsource(cls)
     except (OSError, TypeError):  # no source (frozen app): flags still work, without help text
