@@ -149,7 +149,9 @@ def _compare(got: Any, want: Any, where: str) -> list[str]:
         if not isinstance(got, list) or len(got) != len(want):
             return [f"{where}: length {len(got) if isinstance(got, list) else got} != {len(want)}"]
         return [
-            d for i, (g, w) in enumerate(zip(got, want)) for d in _compare(g, w, f"{where}[{i}]")
+            d
+            for i, (g, w) in enumerate(zip(got, want, strict=True))
+            for d in _compare(g, w, f"{where}[{i}]")
         ]
     if isinstance(want, float) and not EXACT:
         both_nan = math.isnan(want) and math.isnan(float(got))
