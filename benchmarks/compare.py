@@ -1,6 +1,6 @@
 """Comparison benchmark: an LLM agent next to classic RL on the same envs and env-step budget.
 
-A thin front end to :func:`gym_llm.compare.main` (also ``gym-llm bench``) that writes to
+A thin front end to :func:`gym_llm.cli.bench.main` (also ``gym-llm bench``) that writes to
 ``benchmarks/results/compare-<name>/`` by default (``results.csv``, ``summary.md``, a PNG per
 env), so kept results sit with the other benchmarks. Run envs as separate invocations with the
 same ``--name`` to build one table: each invocation replaces only its own envs' rows.

@@ -3,7 +3,7 @@
 Each job: two fresh Python processes join a gloo group (a file store), make 20
 ``broadcast_object_list`` calls, and rank 1 leaves at once (rank 0 waits 0.3 s). A process that
 dies by a signal (SIGABRT: "terminate called without an active exception") counts as aborted.
-The measurements behind :func:`gym_llm.rl.distributed.leave_job` (``benchmarks/RESULTS.md``)::
+The measurements behind :func:`gym_llm.rl.common.distributed.leave_job` (``benchmarks/RESULTS.md``)::
 
     python -m benchmarks.exit_race --jobs 60 --how plain leave-held
 """
@@ -30,7 +30,7 @@ HOW = {
 _JOB = """
 import sys, time
 import torch.distributed as dist
-from gym_llm.rl.distributed import leave_job
+from gym_llm.rl.common.distributed import leave_job
 rank, store = int(sys.argv[1]), sys.argv[2]
 dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
 for _ in range(20):

@@ -2,10 +2,10 @@
 
     python benchmarks/sft_vs_ppo.py --model smollm2-135m --timesteps 128 --sft-epochs 1
 
-Two runs of :func:`gym_llm.training.run` from the same base model, seed and PPO settings:
+Two runs of :func:`gym_llm.experiments.run.run` from the same base model, seed and PPO settings:
 
 * ``ppo``: PPO for ``--timesteps`` env steps;
-* ``sft+ppo``: first supervised fine-tuning (:func:`gym_llm.sft.warm_start`) on demonstrations of
+* ``sft+ppo``: first supervised fine-tuning (:func:`gym_llm.rl.sft.warm_start`) on demonstrations of
   the env's reference policy (:func:`gym_llm.experiments.demos.make_demos`, one per state with the default
   ``--balanced``; or ``--demos FILE``), then the same PPO.
 
@@ -134,7 +134,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     env_kwargs = parse_env_kwargs(args.env_kwargs)
     if not exact_evaluation_supported(args.env, env_kwargs):
-        raise SystemExit(f"{args.env} {env_kwargs} has no exact evaluation; see gym_llm.exact.")
+        raise SystemExit(
+            f"{args.env} {env_kwargs} has no exact evaluation; see gym_llm.evaluation.exact."
+        )
     name = result_name(args)
     run_dir = args.run_dir or Path("runs") / name
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ runs several seeds one after another in one process (sharing the model's trunk c
         --jsonl out/suite.jsonl --run-dir /tmp/runs/fl-0
     python -m benchmarks.suite summarize out/suite.jsonl
 
-``run`` trains SmolLM2 with ``gym_llm.training.run`` (exact evaluation of the greedy policy at each
+``run`` trains SmolLM2 with ``gym_llm.experiments.run.run`` (exact evaluation of the greedy policy at each
 point) and writes one line per point plus a last line with the run's totals. ``summarize`` reads
 the lines of many runs and prints, per env and estimator, the mean ± std over seeds at each
 target budget of issue 14, the env step and training seconds at which each seed first met the

@@ -5,15 +5,15 @@ Importing ``gym_llm`` imports this module, so ``gym.make("gym_llm/KeywordBandit-
 
 ``KeywordBandit`` speaks text itself. ``GuessNumber`` and ``TextMaze`` keep numeric (Discrete)
 spaces so classic agents can play them too, and describe themselves
-(:class:`~gym_llm.envs.protocol.DescribesItself`) so the text wrappers need no arguments:
+(:class:`~gym_llm.spaces.DescribesItself`) so the text wrappers need no arguments:
 ``gym_llm.make_text_env("gym_llm/GuessNumber-v0")``.
 """
 
 import gymnasium
 
 from gym_llm.envs.ecosystems import gem_env, textarena_env, textworld_express_env
-from gym_llm.envs.protocol import DescribesItself, self_description
 from gym_llm.envs.text_game import TextGameEnv
+from gym_llm.spaces import DescribesItself, self_description
 
 __all__ = [
     "DescribesItself",

@@ -24,7 +24,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from gym_llm.spaces import DEFAULT_OBS_MAX_LENGTH, TextActions, TextObservations
-from gym_llm.wrappers.text_observation import cut_middle
+from gym_llm.text import cut_middle
 
 _FIRST = "{first}\n\n(That was the start of the game.) Now:\n{now}"
 

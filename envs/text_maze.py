@@ -8,7 +8,7 @@ start in a uniformly random open cell, so the optimum is minus the mean shortest
 **-100/17 ≈ -5.882** on the default maze; uniformly random moves earn **-43.28**.
 
 The dynamics are deterministic and listed in :attr:`TextMazeEnv.P` (Gymnasium's toy-text format),
-so :class:`gym_llm.exact.TabularModel` evaluates any policy exactly over the 50-step horizon.
+so :class:`gym_llm.evaluation.exact.TabularModel` evaluates any policy exactly over the 50-step horizon.
 """
 
 from __future__ import annotations

@@ -17,15 +17,11 @@ The main loop, with the embedded model (downloads nothing)::
     model.learn(256)
 """
 
-from gym_llm import _aliases
+import importlib
+from typing import TYPE_CHECKING, Any
 
-_aliases.install()  # old module paths (gym_llm.exact, gym_llm.sft, ...) still import
-
-import importlib  # noqa: E402
-from typing import TYPE_CHECKING, Any  # noqa: E402
-
-import gym_llm.envs  # noqa: E402, F401  (registers gym_llm/* env ids)
-from gym_llm.spaces import TextActions, TextObservations  # noqa: E402
+import gym_llm.envs  # noqa: F401  (registers gym_llm/* env ids)
+from gym_llm.spaces import TextActions, TextObservations
 
 if TYPE_CHECKING:
     from gym_llm.policy.llm_policy import LLMPolicy

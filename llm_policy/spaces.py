@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from gymnasium import spaces
@@ -176,3 +176,38 @@ def as_text_batch(observation: Any) -> tuple[list[str], bool]:
         return [observation], True
     flat = np.asarray(observation, dtype=object).ravel()
     return [o if isinstance(o, str) else str(o) for o in flat], False
+
+
+# --- an env that describes itself ----------------------------------------------------------
+
+
+@runtime_checkable
+class DescribesItself(Protocol):
+    """An env (checked on ``env.unwrapped``) that provides its own text, so that an env with
+    numeric spaces (which SB3's ``MlpPolicy`` can also play) needs no arguments to the text
+    wrappers: :class:`gym_llm.wrappers.TextObservationWrapper` takes ``describe`` as its
+    formatter and ``instruction`` as the system prompt, :class:`gym_llm.wrappers.ActionParserWrapper`
+    lists ``action_names`` as the valid replies. The check is structural (no base class);
+    wrapper arguments still win.
+
+    >>> import gymnasium as gym
+    >>> import gym_llm
+    >>> env = gym.make("gym_llm/GuessNumber-v0")
+    >>> isinstance(env.unwrapped, DescribesItself)
+    True
+    """
+
+    #: The task for the model: rules, goal, what a good outcome is (the system prompt).
+    instruction: str
+    #: The names of the Discrete actions in index order (what the model may reply).
+    action_names: Sequence[str]
+
+    def describe(self, observation: Any) -> str:
+        """The text of one observation (it must contain everything the policy needs)."""
+        ...
+
+
+def self_description(env: Any) -> DescribesItself | None:
+    """``env.unwrapped`` if it describes itself, else ``None``."""
+    unwrapped = getattr(env, "unwrapped", env)
+    return unwrapped if isinstance(unwrapped, DescribesItself) else None

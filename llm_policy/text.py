@@ -28,3 +28,20 @@ def fold(text: str) -> str:
     text = "".join(c for c in text if unicodedata.category(c) != "Cf")
     text = _DOT_ABOVE.sub("", text).translate(_TURKISH_I)
     return unicodedata.normalize("NFKC", text)
+
+
+#: How :func:`cut_middle` marks the cut (with the number of characters left out).
+CUT_MARK = "\n[... {} characters cut ...]\n"
+
+
+def cut_middle(text: str, limit: int, head_share: float = 1 / 3) -> str:
+    """``text`` in at most ``limit`` characters: its head (``head_share`` of the room: the rules
+    and goal come first) and its tail (the latest state comes last), with a mark saying how much
+    was cut in between."""
+    if len(text) <= limit:
+        return text
+    room = limit - len(CUT_MARK.format(len(text)))
+    head = int(room * head_share)
+    tail = room - head
+    cut = len(text) - head - tail
+    return text[:head] + CUT_MARK.format(cut) + text[len(text) - tail :]

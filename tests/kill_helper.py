@@ -24,7 +24,7 @@ import torch
 
 from gym_llm.cli import commands
 from gym_llm.experiments import checkpoints
-from gym_llm.rl import vec_env
+from gym_llm.rl.common import vec_env
 
 STEPS = {"done": 0}
 

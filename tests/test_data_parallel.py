@@ -15,7 +15,7 @@ import torch
 
 from gym_llm import PPO
 from gym_llm.experiments.run import TrainConfig
-from gym_llm.rl import distributed
+from gym_llm.rl.common import distributed
 from gym_llm.testing import save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 from stable_baselines3.common.logger import configure
 
 from gym_llm import PPO, LLMPolicy, make_text_env
-from gym_llm.rl import distributed
+from gym_llm.rl.common import distributed
 from gym_llm.testing import save_tiny_model
 
 WORDS = ["apple", "banana", "cherry", "grape"]

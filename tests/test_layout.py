@@ -104,17 +104,6 @@ def test_wrappers_and_envs_import_without_torch_transformers_or_sb3() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_old_module_paths_are_the_moved_modules() -> None:
-    import importlib
-
-    from gym_llm._aliases import MOVED
-
-    for old, new in MOVED.items():
-        assert importlib.import_module(f"gym_llm.{old}") is importlib.import_module(
-            f"gym_llm.{new}"
-        )
-
-
 def test_algorithms_follow_sb3s_layout() -> None:
     rl = ROOT / "llm_policy" / "rl"
     for package, modules in {

@@ -8,8 +8,8 @@ import gymnasium as gym
 import pytest
 from gymnasium import spaces
 
+from gym_llm.text import cut_middle
 from gym_llm.wrappers import TextObservationWrapper
-from gym_llm.wrappers.text_observation import cut_middle
 
 
 class Echo(gym.Env[str, str]):

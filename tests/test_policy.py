@@ -348,7 +348,7 @@ def test_sampler_draws_from_the_softmax() -> None:
 @pytest.mark.parametrize("mode", ["choice", "generate"])
 def test_bf16_policy_runs_on_any_cpu_and_keeps_log_probs(kb_model_dir: Path, mode: str) -> None:
     """bf16 weights on a CPU without AVX512-BF16 used to crash in oneDNN's weight packing; the
-    head's logits are float32 (gym_llm.models.float32_logits), so stored and recomputed log-probs
+    head's logits are float32 (gym_llm.policy.models.float32_logits), so stored and recomputed log-probs
     differ only by the bf16 hidden states' rounding (measured here: <= 1.2e-4)."""
     policy = _policy(kb_model_dir, lora={"r": 4}, action_mode=mode, max_new_tokens=5, dtype="bf16")
     assert policy.lm.get_output_embeddings().weight.dtype == torch.bfloat16

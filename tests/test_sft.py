@@ -69,7 +69,7 @@ def _bandit_agent(tmp_path: Path, lora: dict[str, Any] | None, mode: str = "choi
 
 
 def _success(agent: PPO) -> float:
-    """Exact success: one greedy question per target (as gym_llm.exact.keyword_bandit_value)."""
+    """Exact success: one greedy question per target (as gym_llm.evaluation.exact.keyword_bandit_value)."""
     env = _bandit()
     replies, _ = agent.predict([env.observation_for(t) for t in WORDS], deterministic=True)
     return sum(env.score(str(r), t) for r, t in zip(replies, WORDS, strict=True)) / len(WORDS)

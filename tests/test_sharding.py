@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor, init_device_mesh
 
 from gym_llm import PPO
-from gym_llm.rl import distributed, sharding
+from gym_llm.rl.common import distributed, sharding
 from tests.test_data_parallel import HELPER, ROOT, _run, _torchrun
 
 ACCELERATE_FSDP = [

@@ -1,4 +1,4 @@
-"""``gym_llm.training.run``: one run leaves a complete, inspectable run directory."""
+"""``gym_llm.experiments.run.run``: one run leaves a complete, inspectable run directory."""
 
 from __future__ import annotations
 

@@ -10,8 +10,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from gym_llm.envs.protocol import self_description
-from gym_llm.spaces import DEFAULT_ACTION_MAX_LENGTH, TextActions
+from gym_llm.spaces import DEFAULT_ACTION_MAX_LENGTH, TextActions, self_description
 from gym_llm.wrappers import builtin_envs
 from gym_llm.wrappers.formatters import format_array, format_number
 from gym_llm.wrappers.parsing import ParseResult

@@ -10,29 +10,13 @@ from typing import Any, Literal, SupportsFloat
 import gymnasium as gym
 from gymnasium import spaces
 
-from gym_llm.envs.protocol import self_description
-from gym_llm.spaces import DEFAULT_OBS_MAX_LENGTH, TEXT_CHARSET, TextObservations
+from gym_llm.spaces import DEFAULT_OBS_MAX_LENGTH, TEXT_CHARSET, TextObservations, self_description
+from gym_llm.text import CUT_MARK, cut_middle
 from gym_llm.wrappers import builtin_envs
 from gym_llm.wrappers.formatters import check_supported, format_number, format_observation
 
 #: A user formatter: ``obs -> str`` or ``(obs, info) -> str``.
 Formatter = Callable[..., str]
-
-
-_CUT_MARK = "\n[... {} characters cut ...]\n"
-
-
-def cut_middle(text: str, limit: int, head_share: float = 1 / 3) -> str:
-    """``text`` in at most ``limit`` characters: its head (``head_share`` of the room: the rules
-    and goal come first) and its tail (the latest state comes last), with a mark saying how much
-    was cut in between."""
-    if len(text) <= limit:
-        return text
-    room = limit - len(_CUT_MARK.format(len(text)))
-    head = int(room * head_share)
-    tail = room - head
-    cut = len(text) - head - tail
-    return text[:head] + _CUT_MARK.format(cut) + text[len(text) - tail :]
 
 
 def _accepts_info(formatter: Formatter) -> bool:
@@ -120,7 +104,7 @@ class TextObservationWrapper(gym.Wrapper[str, Any, Any, Any], gym.utils.RecordCo
         gym.Wrapper.__init__(self, env)
         if on_long not in ("truncate", "raise"):
             raise ValueError(f"on_long must be 'truncate' or 'raise', got {on_long!r}.")
-        if max_length < 2 * len(_CUT_MARK) + 40:
+        if max_length < 2 * len(CUT_MARK) + 40:
             raise ValueError(f"max_length={max_length} is too short to hold an observation.")
         self.on_long = on_long
         #: Observations cut to ``max_length`` so far (over the wrapper's life).

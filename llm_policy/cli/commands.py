@@ -8,7 +8,7 @@ Subcommands::
     gym-llm demos  --env ENV_ID --episodes N --out demos.jsonl
     gym-llm models
 
-``train`` has one flag per field of :class:`gym_llm.training.TrainConfig`, generated from the
+``train`` has one flag per field of :class:`gym_llm.experiments.train_config.TrainConfig`, generated from the
 dataclass (type, default, and the field's ``#:`` comment as help), so a field added there is a flag
 here without touching this file. ``--config runs/NAME/config.json`` repeats a run; flags given next
 to it override single fields. Usage mistakes (a missing or malformed config file, unknown keys,
@@ -38,7 +38,7 @@ from gym_llm.cli.train_eval import _eval, _train, check_env_starts
 
 
 def _bench(argv: Sequence[str]) -> int:
-    """Everything after ``bench`` goes to ``gym_llm.compare.main`` (imported only now: it pulls in
+    """Everything after ``bench`` goes to ``gym_llm.cli.bench.main`` (imported only now: it pulls in
     SB3's algorithms and matplotlib)."""
     try:
         from gym_llm.cli import bench as compare
@@ -272,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     models = commands.add_parser(
         "models",
         help="list the model registry and what loads offline here",
-        description="The model registry (gym_llm.models.MODEL_REGISTRY) and, for each model, "
+        description="The model registry (gym_llm.policy.models.MODEL_REGISTRY) and, for each model, "
         "where it would load from right now; no weights are loaded.",
         formatter_class=_HelpFormatter,
     )

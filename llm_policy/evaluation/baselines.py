@@ -58,7 +58,7 @@ DQN_TRAIN_FREQ = 4
 
 
 def tabular_supported(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> bool:
-    """Whether the env is scored by :class:`~gym_llm.exact.TabularModel` (one raw state per
+    """Whether the env is scored by :class:`~gym_llm.evaluation.exact.TabularModel` (one raw state per
     index of ``unwrapped.P``); Blackjack and KeywordBandit have their own exact evaluation."""
     return env_id in ALL_TABULAR_ENVS and exact_evaluation_supported(env_id, env_kwargs)
 

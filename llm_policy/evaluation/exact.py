@@ -350,5 +350,5 @@ def _require_supported(env_id: str, env_kwargs: Mapping[str, Any] | None) -> Non
             f"Blackjack-v1 with sab=False and natural=False, {KEYWORD_BANDIT}, "
             f"{', '.join(TEXT_TABULAR_ENVS)}, and "
             f"{', '.join(TABULAR_ENVS)} with a step limit (max_episode_steps=...) and default "
-            "dynamics. Use gym_llm.evaluation.evaluate (Monte-Carlo) instead."
+            "dynamics. Use gym_llm.evaluation.monte_carlo.evaluate (Monte-Carlo) instead."
         )

@@ -67,7 +67,7 @@ class TrainResult:
     model: PPO | DQN
     #: Evaluation right after the SFT warm start (``None`` without ``sft_demos``).
     after_sft: CurvePoint | None = None
-    #: The warm start's statistics (gym_llm.sft.warm_start), ``None`` without ``sft_demos``.
+    #: The warm start's statistics (gym_llm.rl.sft.warm_start), ``None`` without ``sft_demos``.
     sft: dict[str, float] | None = None
     #: Processes that trained data-parallel (each with ``config.n_envs`` envs).
     processes: int = 1

@@ -33,7 +33,7 @@ from gym_llm.policy.prompts import (
 )
 from gym_llm.policy.top_layers import TopLayers, TurnStates
 from gym_llm.replies import Reply, conversation_json
-from gym_llm.wrappers.text_observation import cut_middle
+from gym_llm.text import cut_middle
 
 #: Shorter shared prefixes are not worth a separate pass.
 _MIN_SHARED_PREFIX = 8

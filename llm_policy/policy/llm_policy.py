@@ -73,7 +73,7 @@ class LLMPolicy(UpdatePasses):
         tokenizer: the tokenizer of a ``model`` object (ignored for names and paths).
         conversation: observations may be whole conversations: a JSON list of
             ``{"role", "content"}`` user/assistant turns, rendered after the system message by
-            the model's chat template (:func:`gym_llm.prompts.build_conversation`); a plain
+            the model's chat template (:func:`gym_llm.policy.prompts.build_conversation`); a plain
             string is still one user turn.
         lora: LoRA settings: ``"default"`` (the model's registry settings: r=16, alpha 32, the
             attention and MLP projections), a dict of ``peft.LoraConfig`` fields overriding
@@ -90,7 +90,7 @@ class LLMPolicy(UpdatePasses):
             instruction) once and reuse its KV cache: per policy version in rollouts, per
             micro-batch (with gradients) in training. Results are the same either way.
         reserve_kv_cache: in generate mode, decode into a KV cache allocated once with room for
-            the reply (:class:`gym_llm.kv_cache.ReservedCache`) instead of growing it with
+            the reply (:class:`gym_llm.policy.kv_cache.ReservedCache`) instead of growing it with
             ``torch.cat`` every token. Results are the same either way.
         pack_frozen_weights: on the CPU, run rollouts (no-gradient passes) through oneDNN with
             the frozen linear weights packed once (:mod:`gym_llm.policy.packed_linear`) instead of

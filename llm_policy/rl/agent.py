@@ -4,7 +4,7 @@ LlamaGym users subclass ``Agent``, write ``get_system_prompt``, ``format_observa
 ``extract_action``, and drive the env themselves with ``act`` / ``assign_reward`` /
 ``terminate_episode``. This class is deliberately thin: replies, exact token log-probs and values
 come from :class:`gym_llm.LLMPolicy` (generate mode, with whole conversations as observations), and
-the update is :meth:`gym_llm.PPO.train` on a :class:`gym_llm.buffer.TextRolloutBuffer` holding the
+the update is :meth:`gym_llm.PPO.train` on a :class:`gym_llm.rl.ppo.buffer.TextRolloutBuffer` holding the
 collected turns in order, so GAE, the clipped surrogate, KL early stopping and logging are the same
 code the SB3-style ``PPO.learn`` runs.
 
@@ -87,7 +87,7 @@ class Agent(AgentSaving, ResolverSettings, abc.ABC):
             ``seed``) or gym_llm's PPO names (:data:`gym_llm.rl.agent_config.PPO_KEYS`). LlamaGym's ``ppo_config_dict``
             keyword works too. Unknown keys raise.
         sft_warm_start: run supervised fine-tuning on ``sft_demos`` before any RL
-            (:func:`gym_llm.sft.warm_start`).
+            (:func:`gym_llm.rl.sft.warm_start`).
         sft_demos: chat-messages JSONL path or records for the warm start.
         sft_replay: after each update, fine-tune one epoch on the top ``sft_replay`` share (by
             return) of the last ``sft_replay_window`` episodes; 0 = off.
@@ -367,7 +367,7 @@ class Agent(AgentSaving, ResolverSettings, abc.ABC):
         self, demos: str | os.PathLike[str] | Sequence[Mapping[str, Any]], **kwargs: Any
     ) -> dict[str, float]:
         """Supervised fine-tuning of this agent's policy on chat-messages demonstrations
-        (:func:`gym_llm.sft.warm_start`, with ``sft_kwargs`` then ``kwargs``); returns its stats."""
+        (:func:`gym_llm.rl.sft.warm_start`, with ``sft_kwargs`` then ``kwargs``); returns its stats."""
         from gym_llm.rl import sft
 
         stats = sft.warm_start(self.policy, demos, **{**self.sft_kwargs, **kwargs})

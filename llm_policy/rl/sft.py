@@ -48,7 +48,7 @@ def sft_examples(
 ) -> list[dict[str, list[int]]]:
     """Token ids and completion masks, one example per assistant reply.
 
-    The prompt is every message before the reply, rendered with :func:`gym_llm.prompts.render_prompt`
+    The prompt is every message before the reply, rendered with :func:`gym_llm.policy.prompts.render_prompt`
     and tokenised without added special tokens (as :meth:`LLMPolicy.prompt_ids` does); the
     completion is the reply tokenised on its own (as choice mode scores actions) plus the EOS token
     (where generate mode stops).

@@ -41,6 +41,18 @@ def check_text_env(env: gym.Env[Any, Any] | VecEnv) -> None:
         )
 
 
+def wrap_text_env(env: gym.Env[Any, Any] | VecEnv, monitor_wrapper: bool = True) -> VecEnv:
+    """What PPO and DQN train on: a text env as a :class:`TextVecEnv` (with SB3's ``Monitor``
+    for episode returns), a vec env as it is; either checked to speak text."""
+    check_text_env(env)
+    if isinstance(env, VecEnv):
+        return env
+    wrapped: gym.Env[Any, Any] = env
+    if monitor_wrapper and not is_wrapped(env, Monitor):
+        wrapped = Monitor(env)
+    return TextVecEnv([lambda: wrapped])
+
+
 class EnvStepError(RuntimeError):
     """An env raised while taking a reply (or resetting after it); the message names the env,
     the reply and what the parser made of it, and the env's own exception is chained."""

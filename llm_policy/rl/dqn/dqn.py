@@ -20,14 +20,16 @@ import torch
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.utils import LinearSchedule, polyak_update
+from stable_baselines3.common.vec_env import VecEnv
 
 from gym_llm.policy.llm_policy import LLMPolicy
 from gym_llm.policy.q_head import QHead
+from gym_llm.rl.common.vec_env import wrap_text_env
 from gym_llm.rl.dqn.distill import distill_steps
 from gym_llm.rl.dqn.replay import TextReplayBuffer
 from gym_llm.rl.dqn.saving import DQNSaving
 from gym_llm.rl.dqn.targets import double_q_target, posterior_logits
-from gym_llm.rl.ppo import LORA_LEARNING_RATE, PPO
+from gym_llm.rl.ppo import LORA_LEARNING_RATE
 from gym_llm.spaces import as_text_batch
 
 #: Distinct observations whose features and prior are kept (~2.5 KB each for SmolLM2-135M).
@@ -165,7 +167,9 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
         if _init_setup_model:
             self._setup_model()
 
-    _wrap_env = staticmethod(PPO._wrap_env)
+    @staticmethod
+    def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
+        return wrap_text_env(env, monitor_wrapper)  # SB3's hook: text envs are never DummyVecEnv
 
     def _setup_model(self) -> None:
         self._setup_lr_schedule()

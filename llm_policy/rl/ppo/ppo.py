@@ -15,11 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-import gymnasium as gym
 import numpy as np
 import torch
-from stable_baselines3.common.env_util import is_wrapped
-from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.utils import FloatSchedule
@@ -29,7 +26,7 @@ from gym_llm.policy.llm_policy import LLMPolicy
 from gym_llm.rl.common.checkpoint import SavedConfig
 from gym_llm.rl.common.distributed import init_from_launcher
 from gym_llm.rl.common.sharding import requested_by_launcher
-from gym_llm.rl.common.vec_env import TextVecEnv, check_text_env
+from gym_llm.rl.common.vec_env import check_text_env, wrap_text_env
 from gym_llm.rl.ppo.advantages import check_estimator
 from gym_llm.rl.ppo.buffer import TextRolloutBuffer
 from gym_llm.rl.ppo.data_parallel import DataParallel
@@ -302,14 +299,7 @@ class PPO(DataParallel):
 
     @staticmethod
     def _wrap_env(env: GymEnv, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
-        if isinstance(env, VecEnv):
-            check_text_env(env)
-            return env
-        check_text_env(env)
-        wrapped: gym.Env[Any, Any] = env
-        if monitor_wrapper and not is_wrapped(env, Monitor):
-            wrapped = Monitor(env)
-        return TextVecEnv([lambda: wrapped])
+        return wrap_text_env(env, monitor_wrapper)  # SB3's hook: text envs are never DummyVecEnv
 
     def _setup_model(self) -> None:
         self._setup_lr_schedule()
