@@ -212,7 +212,7 @@ def per_state_gradients(model: Any, texts: list[str]) -> dict[str, Any]:
 
 def rollout_figures(model: Any, right_by_text: dict[str, int]) -> dict[str, Any]:
     """One rollout: advantage signal-to-noise per state, gradient norms per parameter group."""
-    from gym_llm.rl.ppo.losses import clipped_surrogate, value_loss
+    from gym_llm.rl.ppo.loss_terms import clipped_surrogate, value_loss
 
     model._setup_learn(model.n_steps * model.n_envs, None)
     callback = model._init_callback(None)

@@ -219,7 +219,9 @@ def test_the_floor_is_checked_and_saved(model_dir: Path, tmp_path: Path) -> None
             _ppo(model_dir, min_action_prob=bad)
     with pytest.raises(ValueError, match="action_head=True"):
         _ppo(model_dir, min_action_prob=0.05, policy={"action_mode": "generate"})
-    three = SimpleNamespace(action_mode="choice", actions_list=["a", "b", "c"], action_words=None)
+    three = SimpleNamespace(
+        scores_listed_actions=True, chooses_among_listed=True, actions_list=["a", "b", "c"]
+    )
     check_listed_actions(three, target=False, auto=False, floor=0.3)
     with pytest.raises(ValueError, match="less than 1/3"):  # 3 x 0.4 > 1: all at the floor
         check_listed_actions(three, target=False, auto=False, floor=0.4)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from gym_llm.rl.ppo.losses import (
+from gym_llm.rl.ppo.loss_terms import (
     clipped_surrogate,
     entropy_bonus,
     k3_kl,

@@ -332,11 +332,11 @@ def test_passes_split_by_memory_give_the_one_pass_update(
 ) -> None:
     """Turns grouped by observation into passes of a few rows each step the weights as one
     pass over the whole minibatch does (the loss is a sum over turns)."""
-    import gym_llm.rl.ppo.update
+    import gym_llm.rl.ppo.ppo
 
     whole = _ppo(model_dir, batch_size=16, n_epochs=2)
     whole.learn(16)
-    monkeypatch.setattr(gym_llm.rl.ppo.update, "UPDATE_MEMORY_BUDGET_MB", 1e-6)  # one row per pass
+    monkeypatch.setattr(gym_llm.rl.ppo.ppo, "UPDATE_MEMORY_BUDGET_MB", 1e-6)  # one row per pass
     split = _ppo(model_dir, batch_size=16, n_epochs=2)
     split.learn(16)
     assert whole.turns_per_pass == 16 and split.turns_per_pass < 16

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gym_llm import PPO, LLMPolicy, make_text_env
-from gym_llm.rl.ppo.update import NonFiniteTrainingError
+from gym_llm.rl.ppo.guard import NonFiniteTrainingError
 from gym_llm.testing import save_tiny_model
 
 WORDS = ["apple", "banana", "cherry", "grape"]

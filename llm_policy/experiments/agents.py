@@ -66,7 +66,7 @@ def load_agent(path: str | Path, env: Any = None, device: str = "auto") -> PPO |
     """A saved agent of either kind: ``config.json``'s format says which class reads it."""
     import json
 
-    from gym_llm.rl.dqn.saving import DQN_FORMAT
+    from gym_llm.rl.common.checkpoint import DQN_FORMAT
 
     config_file = Path(path) / "config.json"
     try:

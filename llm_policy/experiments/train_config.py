@@ -8,6 +8,7 @@ from typing import Any
 
 from gym_llm.evaluation.exact import exact_evaluation_supported
 from gym_llm.policy.action_head import check_prior_scale
+from gym_llm.policy.arguments import lists_a_choice
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.top_layers import parse_trainable_layers
 from gym_llm.rl.ppo.advantages import check_estimator
@@ -210,7 +211,8 @@ class TrainConfig:
         if self.min_action_prob and self.algo != "ppo":
             raise ValueError("min_action_prob is a term of PPO's loss; DQN has none.")
         check_floor(self.min_action_prob)
-        check_choice_among_listed(auto, self.min_action_prob > 0, self.mode, bool(self.action_head))
+        among_listed = lists_a_choice(self.mode, bool(self.action_head))
+        check_choice_among_listed(auto, self.min_action_prob > 0, among_listed)
         check_entropy_of(self.target_entropy_of, auto)
         check_estimator(self.advantage_estimator)
         if self.choice_calibration and self.mode != "choice":

@@ -55,3 +55,10 @@ def resolve_mode(
             f"choice_normalization must be 'sum' or 'mean', got {choice_normalization!r}."
         )
     return action_mode
+
+
+def lists_a_choice(action_mode: str, action_head: bool) -> bool:
+    """Whether a policy in ``action_mode`` decides among listed actions, so that an entropy
+    target or a probability floor has a distribution to act on: choice mode, or generate mode
+    with the action head (whose action words name each action's tokens)."""
+    return action_mode == "choice" or action_head

@@ -32,7 +32,7 @@ from gymnasium import spaces
 from gym_llm.policy.action_head import ActionHead, check_prior_scale, choice_extras
 from gym_llm.policy.action_words import action_words
 from gym_llm.policy.adapters import enable_gradient_checkpointing, make_trainable, name_or_path
-from gym_llm.policy.arguments import check_arguments, resolve_mode
+from gym_llm.policy.arguments import check_arguments, lists_a_choice, resolve_mode
 from gym_llm.policy.models import MODEL_REGISTRY, float32_logits, load_model
 from gym_llm.policy.outputs import Evaluation, PolicyStep, UpdateWork
 from gym_llm.policy.param_groups import check_lr_scale, param_groups
@@ -329,6 +329,19 @@ class LLMPolicy(UpdatePasses):
             action_prior_scale=self.action_words.prior_scale if self.action_words else 1.0,
         )
         return data
+
+    @property
+    def scores_listed_actions(self) -> bool:
+        """Whether each step comes with a distribution over the listed actions (choice mode):
+        what exact per-state entropies, a target update, shared update rows and a Q head need.
+        Callers ask this instead of reading the action mode."""
+        return self.action_mode == "choice"
+
+    @property
+    def chooses_among_listed(self) -> bool:
+        """Whether the policy's decision is a choice among listed actions it can hold an entropy
+        or a floor on: choice mode, or generate mode with the action head's action words."""
+        return lists_a_choice(self.action_mode, self.action_words is not None)
 
     def act(self, observations: Sequence[str], deterministic: bool = False) -> PolicyStep:
         """Replies for a batch of observations, with exact log-probs and values (one LM batch)."""

@@ -18,6 +18,8 @@ from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from gym_llm.rl.common.base_model import BASE_MODEL_MARKER, needs_base_model, resolve_model
 from gym_llm.rl.common.checkpoint_files import CheckpointError, agent_path
 from gym_llm.spaces import TextActions, TextObservations
@@ -80,6 +82,36 @@ SAVED_HYPERPARAMETERS = (
     "reward_scale",
     "critic_warmup_steps",
     "max_consecutive_skips",
+)
+
+
+#: The ``format`` field of a saved DQN's ``config.json``.
+DQN_FORMAT = "gym_llm.DQN/1"
+
+#: Constructor arguments written to ``config.json`` and passed back by ``load``.
+DQN_HYPERPARAMETERS = (
+    "learning_rate",
+    "buffer_size",
+    "learning_starts",
+    "batch_size",
+    "tau",
+    "gamma",
+    "train_freq",
+    "gradient_steps",
+    "n_steps",
+    "target_update_interval",
+    "exploration_fraction",
+    "exploration_initial_eps",
+    "exploration_final_eps",
+    "max_grad_norm",
+    "alpha",
+    "beta",
+    "q_width",
+    "distill_interval",
+    "distill_steps",
+    "distill_final_steps",
+    "distill_batch_size",
+    "distill_learning_rate",
 )
 
 
@@ -243,3 +275,38 @@ def recorded_policy_kwargs(policy: Any, policy_kwargs: Mapping[str, Any]) -> dic
         cls = recorded["optimizer_class"]
         recorded["optimizer_class"] = f"{cls.__module__}:{cls.__qualname__}"
     return recorded
+
+
+def regroup_optimizer_state(
+    saved: dict[str, Any], optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
+    """A saved optimizer state laid out in ``optimizer``'s parameter groups.
+
+    Agents saved before the heads had groups of their own hold fewer groups (one, or the LM's
+    weights with the action head, then the value head) whose parameters are, in order, the LM's,
+    the action head's and the value head's: the order of today's groups, so the state carries
+    over index for index.
+    """
+    groups = optimizer.param_groups
+    if len(saved["param_groups"]) == len(groups):
+        return saved
+    flat = [i for group in saved["param_groups"] for i in group["params"]]
+    if len(flat) != sum(len(g["params"]) for g in groups):
+        raise ValueError(
+            f"The saved optimizer state holds {len(flat)} parameters, this policy trains "
+            f"{sum(len(g['params']) for g in groups)}: it was saved with other trainable layers "
+            "or LoRA settings."
+        )
+    template = {k: v for k, v in saved["param_groups"][0].items() if k != "params"}
+    regrouped, start = [], 0
+    for group in groups:
+        count = len(group["params"])
+        regrouped.append(
+            {
+                **template,
+                "lr_scale": group.get("lr_scale", 1.0),
+                "params": flat[start : start + count],
+            }
+        )
+        start += count
+    return {"state": saved["state"], "param_groups": regrouped}

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import random
+import warnings
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -127,3 +129,59 @@ def restore_env_rng_states(envs: Any, states: list[dict[str, Any]]) -> bool:
             if sampler_state is not None:
                 sampler._np_random = generator_from_state(sampler_state)
     return True
+
+
+# --- an on-policy algorithm's run: its generators, its envs' next episodes, its statistics -------
+
+
+def algorithm_state(
+    algo: Any, shuffle_rng: np.random.Generator, at_boundary: bool
+) -> dict[str, Any]:
+    """The run's random state and SB3's episode bookkeeping, as JSON-ready data; ``at_boundary``:
+    taken between rollouts (mid-rollout the observations are the step's, not the next
+    rollout's: not resumable)."""
+    boundary = at_boundary and algo._last_obs is not None
+    starts = algo._last_episode_starts
+    return {
+        "rng": global_rng_state(),
+        "shuffle_rng": generator_state(shuffle_rng),
+        "env_rngs": env_rng_states(algo.env) if algo.env is not None else [],
+        "last_obs": [str(o) for o in algo._last_obs] if boundary else None,
+        "last_episode_starts": [bool(x) for x in starts] if starts is not None else None,
+        "episode_num": int(algo._episode_num),
+        "ep_info_buffer": list(algo.ep_info_buffer or []),
+        "ep_success_buffer": [bool(x) for x in algo.ep_success_buffer or []],
+    }
+
+
+def resume_envs(algo: Any, state: dict[str, Any]) -> int:
+    """The envs as the checkpoint left them: each env's current episode begins again from the
+    same reset (its recorded generator state or seed). Where the checkpoint was taken between
+    episodes that is exactly the checkpoint's state; an episode in progress starts over. Envs
+    whose resets cannot be replayed (other vector envs) start fresh episodes from their own
+    generators. Returns how many episodes started over.
+
+    Gymnasium envs cannot hand over their inner state, so this is as exact as a resume gets:
+    with one-step episodes, or checkpoints at episode ends, the resumed run is the
+    uninterrupted run, bit for bit on the CPU."""
+
+    env = algo.env
+    env._reset_seeds()  # not the construction seed: that would replay the run's start
+    replayed = restore_env_rng_states(env, state["env_rngs"])
+    observations = env.reset()
+    last_obs, starts = state["last_obs"], state["last_episode_starts"]
+    size = algo._stats_window_size
+    algo.ep_info_buffer = deque(state["ep_info_buffer"], maxlen=size)
+    algo.ep_success_buffer = deque(state["ep_success_buffer"], maxlen=size)
+    algo._last_obs = observations
+    algo._last_episode_starts = np.ones(env.num_envs, dtype=bool)
+    at_boundary = last_obs is not None and starts is not None and all(starts)
+    if replayed and at_boundary and [str(o) for o in observations] != last_obs:
+        warnings.warn(
+            "Resuming: the envs' replayed resets show other observations than at the "
+            "checkpoint (an env whose reset draws randomness outside its np_random, or "
+            "another env). Training continues on the new episodes.",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+    return env.num_envs if starts is None or not replayed else sum(not s for s in starts)

@@ -12,8 +12,10 @@ adapter off, so each distinct observation costs one model pass for the whole run
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from typing import Any, ClassVar
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -24,10 +26,23 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from gym_llm.policy.llm_policy import LLMPolicy
 from gym_llm.policy.q_head import QHead
-from gym_llm.rl.common.vec_env import wrap_text_env
+from gym_llm.rl.common.base_model import base_model_writer
+from gym_llm.rl.common.checkpoint import (
+    DQN_FORMAT,
+    DQN_HYPERPARAMETERS,
+    SavedConfig,
+    recorded_policy_kwargs,
+    space_records,
+)
+from gym_llm.rl.common.checkpoint_files import (
+    CheckpointError,
+    agent_path,
+    read_tensors,
+    write_agent_directory,
+)
+from gym_llm.rl.common.vec_env import check_text_env, wrap_text_env
 from gym_llm.rl.dqn.distill import distill_steps
 from gym_llm.rl.dqn.replay import TextReplayBuffer
-from gym_llm.rl.dqn.saving import DQNSaving
 from gym_llm.rl.dqn.targets import double_q_target, posterior_logits
 from gym_llm.rl.ppo import LORA_LEARNING_RATE
 from gym_llm.spaces import as_text_batch
@@ -35,8 +50,10 @@ from gym_llm.spaces import as_text_batch
 #: Distinct observations whose features and prior are kept (~2.5 KB each for SmolLM2-135M).
 FEATURE_CACHE_LIMIT = 200_000
 
+SelfDQN = TypeVar("SelfDQN", bound="DQN")
 
-class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
+
+class DQN(OffPolicyAlgorithm):
     """Deep Q-learning for :class:`LLMPolicy` on text envs in choice mode.
 
     SB3's DQN arguments keep their meaning and defaults (``learning_rate``, ``buffer_size``,
@@ -164,6 +181,8 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
         self._sample_rng = np.random.default_rng(seed)
         #: TD steps whose loss was not finite and so never reached the weights.
         self.skipped_steps = 0
+        #: Where the last :meth:`save` wrote (``None`` before the first).
+        self.last_checkpoint: Path | None = None
         if _init_setup_model:
             self._setup_model()
 
@@ -178,7 +197,7 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
             self.observation_space, self.action_space, self.lr_schedule, device=self.device,
             **self.policy_kwargs,
         )  # fmt: skip
-        if self.policy.action_mode != "choice" or self.policy.per_state:
+        if not self.policy.scores_listed_actions or self.policy.per_state:
             raise ValueError(
                 "DQN needs choice mode over one fixed list of actions (its Q head has one output "
                 "per listed action); per-state action lists and generate mode train with PPO."
@@ -368,3 +387,104 @@ class DQN(DQNSaving, OffPolicyAlgorithm):  # type: ignore[misc]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["q_net", "q_net_target", "q_optimizer"], []
+
+    # --- save / load (format gym_llm.DQN/1; the replay buffer is not saved) ---------------------
+
+    def saved_config(self) -> SavedConfig:
+        hyper: dict[str, Any] = {}
+        for name in DQN_HYPERPARAMETERS:
+            value = getattr(self, name)
+            if name == "train_freq" and hasattr(value, "frequency"):  # SB3's TrainFreq
+                value = [value.frequency, value.unit.value]
+            if callable(value):
+                continue  # a schedule: not JSON; load() takes the constructor's default
+            hyper[name] = value
+        observation_space, action_space = space_records(self.observation_space, self.action_space)
+        return SavedConfig(
+            hyperparameters=hyper,
+            policy_kwargs=recorded_policy_kwargs(self.policy, self.policy_kwargs),
+            num_timesteps=self.num_timesteps,
+            n_updates=self._n_updates,
+            observation_space=observation_space,
+            action_space=action_space,
+            format=DQN_FORMAT,
+        )
+
+    def save(  # type: ignore[override]
+        self,
+        path: str | os.PathLike[str],
+        exclude: Any = None,
+        include: Any = None,
+        *,
+        extra_json: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Write ``config.json`` + ``policy.pt`` (never a pickled object; the base weights only
+        when nothing else names them: ``base_model/``), plus a JSON file for each ``extra_json``
+        entry. A failed save leaves the previous checkpoint at ``path`` intact; ``agent.zip``
+        (SB3's spelling) writes the directory ``agent``."""
+        tensors: dict[str, Any] = {
+            "q_net": self.q_net.state_dict(),
+            "q_net_target": self.q_net_target.state_dict(),
+            "q_optimizer": self.q_optimizer.state_dict(),
+            "trainable": self.policy.trainable_state_dict(),
+            "optimizer": self.policy.optimizer.state_dict(),
+        }
+        if self.policy.choice_calibration is not None:
+            tensors["choice_calibration"] = self.policy.choice_calibration.cpu()
+        config = {"config.json": self.saved_config().to_json()}
+        write_agent_directory(path, config, tensors, extra_json, base_model_writer(self.policy))
+        self.last_checkpoint = agent_path(path)
+
+    @classmethod
+    def load(  # type: ignore[override]
+        cls: type[SelfDQN],
+        path: str | os.PathLike[str],
+        env: Any = None,
+        device: torch.device | str = "auto",
+        **kwargs: Any,
+    ) -> SelfDQN:
+        """Rebuild an agent saved by :meth:`save`; ``env`` is optional (needed to keep training)."""
+        saved = SavedConfig.read(path, DQN_FORMAT, DQN_HYPERPARAMETERS)
+        hyper = {**saved.hyperparameters, **kwargs}
+        if isinstance(hyper.get("train_freq"), list):
+            hyper["train_freq"] = tuple(hyper["train_freq"])
+        policy_kwargs = saved.load_policy_kwargs()
+        if env is None:
+            model = cls(
+                LLMPolicy, None, policy_kwargs=policy_kwargs, device=device,
+                _init_setup_model=False, **hyper,
+            )  # fmt: skip
+            model.observation_space, model.action_space = saved.spaces()
+            model.n_envs = 1
+            model._setup_model()
+        else:
+            check_text_env(env)
+            actions = getattr(env.action_space, "actions", None)
+            if saved.action_space["actions"] != (list(actions or []) or None):
+                raise ValueError(
+                    f"The env's actions {actions} differ from the saved agent's "
+                    f"{saved.action_space['actions']}."
+                )
+            model = cls(LLMPolicy, env, policy_kwargs=policy_kwargs, device=device, **hyper)
+        model.load_policy_state(path)
+        return model
+
+    def load_policy_state(self, path: str | os.PathLike[str]) -> None:
+        """Load what a :meth:`save` directory holds (values, target values, optimizers, adapter,
+        counters) into this already-built agent; its replay buffer starts empty (module doc)."""
+        saved = SavedConfig.read(path, DQN_FORMAT, DQN_HYPERPARAMETERS)
+        state = read_tensors(path, self.device)
+        try:
+            self.q_net.load_state_dict(state["q_net"])
+            self.q_net_target.load_state_dict(state["q_net_target"])
+            self.q_optimizer.load_state_dict(state["q_optimizer"])
+            self.policy.load_trainable_state_dict(state["trainable"])
+            self.policy.optimizer.load_state_dict(state["optimizer"])
+        except (KeyError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(
+                f"{Path(path) / 'policy.pt'} does not fit this agent: build it with the saved "
+                f"settings (DQN.load reads them from config.json). ({type(exc).__name__}: {exc})"
+            ) from None
+        if "choice_calibration" in state:
+            self.policy.choice_calibration = state["choice_calibration"].to(self.device)
+        self.num_timesteps, self._n_updates = int(saved.num_timesteps), int(saved.n_updates)

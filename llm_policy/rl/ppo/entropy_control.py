@@ -32,7 +32,7 @@ import torch
 from gym_llm.policy.outputs import Evaluation
 from gym_llm.rl.common.diagnostics import entropy
 from gym_llm.rl.common.distributed import global_sums
-from gym_llm.rl.ppo.losses import probability_floor
+from gym_llm.rl.ppo.loss_terms import probability_floor
 
 #: Where ``"auto"`` starts, and the bounds of the coefficient.
 INITIAL_COEF, MIN_COEF, MAX_COEF = 0.01, 1e-4, 1.0
@@ -110,7 +110,7 @@ def check_listed_actions(policy: Any, target: bool, auto: bool, floor: float) ->
     (choice mode), and ``ent_coef="auto"`` and ``min_action_prob`` (choice mode, or generate
     mode with the action head, whose ``action_words`` name each action's tokens); ``floor``:
     ``min_action_prob``, under ``1/K``."""
-    if target and policy.action_mode != "choice":
+    if target and not policy.scores_listed_actions:
         raise ValueError(
             'policy_update="target" needs choice mode (a target over the listed actions); '
             'in generate mode use policy_update="clip".'
@@ -120,7 +120,7 @@ def check_listed_actions(policy: Any, target: bool, auto: bool, floor: float) ->
             'policy_update="target", ent_coef="auto" and min_action_prob work over one fixed '
             "list of actions; this env brings its own list in every state: use the defaults."
         )
-    check_choice_among_listed(auto, floor > 0, policy.action_mode, policy.action_words is not None)
+    check_choice_among_listed(auto, floor > 0, policy.chooses_among_listed)
     if floor and floor * len(policy.actions_list) >= 1:
         raise ValueError(
             f"min_action_prob {floor} would hold all {len(policy.actions_list)} actions at the "
@@ -128,10 +128,10 @@ def check_listed_actions(policy: Any, target: bool, auto: bool, floor: float) ->
         )
 
 
-def check_choice_among_listed(auto: bool, floor: bool, action_mode: str, has_words: bool) -> None:
-    """``ent_coef="auto"`` and ``min_action_prob`` need a choice among listed actions: choice
-    mode, or generate mode with the action head (``has_words``)."""
-    if (auto or floor) and action_mode != "choice" and not has_words:
+def check_choice_among_listed(auto: bool, floor: bool, among_listed: bool) -> None:
+    """``ent_coef="auto"`` and ``min_action_prob`` need a choice among listed actions
+    (``among_listed``: choice mode, or generate mode with the action head)."""
+    if (auto or floor) and not among_listed:
         raise ValueError(
             'ent_coef="auto" and min_action_prob act on the choice among listed actions: in '
             "generate mode set policy_kwargs action_head=True (an env with listed actions), or "

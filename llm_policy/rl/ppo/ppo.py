@@ -3,39 +3,96 @@
 Everything SB3 users know keeps working (constructor style, ``learn()``, callbacks, logger and
 TensorBoard, ``progress_bar``, ``predict``, ``evaluate_policy``); what differs is what an LLM
 needs: rollouts are batched LM calls over strings, the buffer stores token sequences, the loss is
-the clipped surrogate per action token with the turn's GAE advantage, gradients are accumulated
-over micro-batches, and an optional KL penalty pulls towards the reference model (the same weights
-with the LoRA adapter disabled; no second copy in memory).
+the clipped surrogate per action token with the turn's GAE advantage (:func:`~gym_llm.rl.ppo.loss.ppo_loss`),
+gradients are accumulated over micro-batches, and an optional KL penalty pulls towards the
+reference model (the same weights with the LoRA adapter disabled; no second copy in memory).
+
+Laid out as SB3's ``PPO``: ``collect_rollouts`` and ``train`` here; the parts it owns are the
+rollout's counts and diagnostics (:class:`~gym_llm.rl.ppo.rollout.RolloutMonitor`), the NaN
+guard (:class:`~gym_llm.rl.ppo.guard.NanGuard`) and data parallelism
+(:class:`~gym_llm.rl.ppo.data_parallel.DataParallel`); the saved format is
+:mod:`gym_llm.rl.common.checkpoint`, the run's random state :mod:`gym_llm.rl.common.run_state`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 import torch
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
-from stable_baselines3.common.utils import FloatSchedule
+from stable_baselines3.common.utils import FloatSchedule, explained_variance
 from stable_baselines3.common.vec_env import VecEnv
+from torch.nn.utils import get_total_norm
 
 from gym_llm.policy.llm_policy import LLMPolicy
-from gym_llm.rl.common.checkpoint import SavedConfig
-from gym_llm.rl.common.distributed import init_from_launcher
-from gym_llm.rl.common.sharding import requested_by_launcher
+from gym_llm.policy.value_head import ValueHead
+from gym_llm.rl.common.base_model import base_model_writer
+from gym_llm.rl.common.checkpoint import (
+    SAVED_HYPERPARAMETERS,
+    TRAINING_STATE,
+    SavedConfig,
+    recorded_policy_kwargs,
+    regroup_optimizer_state,
+    space_records,
+)
+from gym_llm.rl.common.checkpoint_files import (
+    CheckpointError,
+    agent_path,
+    read_tensors,
+    write_agent_directory,
+)
+from gym_llm.rl.common.distributed import (
+    any_process,
+    average_gradients,
+    every_process,
+    from_main_process,
+    gather_objects,
+    global_mean,
+    global_moments,
+    init_from_launcher,
+    rank,
+    same_in_every_process,
+    world_size,
+)
+from gym_llm.rl.common.run_state import (
+    algorithm_state,
+    generator_from_state,
+    restore_global_rng_state,
+    resume_envs,
+)
+from gym_llm.rl.common.sharding import (
+    clip_grad_norm,
+    is_sharded,
+    lockstep_rows,
+    refresh,
+    sharded_update,
+)
 from gym_llm.rl.common.vec_env import check_text_env, wrap_text_env
-from gym_llm.rl.ppo.advantages import check_estimator
-from gym_llm.rl.ppo.buffer import TextRolloutBuffer
+from gym_llm.rl.ppo.advantages import check_estimator, critic_free_advantages, dones_from_starts
+from gym_llm.rl.ppo.buffer import TextBatch, TextRolloutBuffer, grouped_passes
 from gym_llm.rl.ppo.data_parallel import DataParallel
 from gym_llm.rl.ppo.entropy_control import (
     check_entropy_of,
     check_floor,
     check_listed_actions,
+    marginal_entropy,
+    next_ent_coef,
     parse_ent_coef,
 )
+from gym_llm.rl.ppo.guard import NanGuard
+from gym_llm.rl.ppo.loss import LossSettings, ppo_loss
+from gym_llm.rl.ppo.rollout import RolloutMonitor
+from gym_llm.rl.ppo.target_update import rollout_targets
 from gym_llm.spaces import TextActions, TextObservations
 
 SelfPPO = TypeVar("SelfPPO", bound="PPO")
@@ -54,6 +111,20 @@ FULL_FINETUNE_LEARNING_RATE = 1e-5
 #: for ~1.7x the update time per env step.
 DEFAULT_N_EPOCHS = 4
 
+#: ``train/NAME``: the mean over the update's passes of ``stats[KEY]`` (logged where it has any).
+MEAN_FIGURES = (
+    ("policy_gradient_loss", "pg"),
+    ("value_loss", "value"),
+    ("entropy_loss", "entropy"),
+    ("approx_kl", "approx_kl"),
+    ("clip_fraction", "clip_fraction"),
+    ("floor_loss", "floor"),
+    ("kl_ref", "kl_ref"),
+)
+
+#: Memory (MB) the update's activations may take on the CPU when ``micro_batch_size=None``.
+UPDATE_MEMORY_BUDGET_MB = 1536
+
 
 def default_learning_rate(policy_kwargs: dict[str, Any] | None) -> float:
     """:data:`LORA_LEARNING_RATE`, or :data:`FULL_FINETUNE_LEARNING_RATE` with ``lora=None``."""
@@ -61,7 +132,20 @@ def default_learning_rate(policy_kwargs: dict[str, Any] | None) -> float:
     return FULL_FINETUNE_LEARNING_RATE if full else LORA_LEARNING_RATE
 
 
-class PPO(DataParallel):
+def _pad(arrays: list[np.ndarray], width: int, device: torch.device) -> torch.Tensor:
+    out = torch.zeros((len(arrays), width), dtype=torch.float32)
+    for i, a in enumerate(arrays):
+        out[i, : len(a)] = torch.as_tensor(a, dtype=torch.float32)
+    return out.to(device)
+
+
+def _finite_mean(values: list[float]) -> float:
+    """The mean of the finite values (a skipped step's infinite norm would hide the rest)."""
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.mean(finite)) if finite else float("nan")
+
+
+class PPO(OnPolicyAlgorithm):
     """Proximal Policy Optimization for :class:`LLMPolicy` on text envs.
 
     SB3's PPO arguments keep their meaning. Started by ``torchrun`` or ``accelerate launch``
@@ -93,7 +177,7 @@ class PPO(DataParallel):
             batch's mean action distribution: high for a state-dependent policy, however certain).
         min_action_prob: a floor on every listed action's probability in every state (choice
             mode, or generate mode with the action head: at the reply's decision token), held
-            by a log-barrier in the loss (:func:`~gym_llm.rl.ppo.losses.probability_floor`); 0 (default): off.
+            by a log-barrier in the loss (:func:`~gym_llm.rl.ppo.loss_terms.probability_floor`); 0 (default): off.
         policy_update: ``"clip"`` (default): PPO's clipped surrogate. ``"target"`` (choice
             mode): cross-entropy to the old policy tilted by each state's mean advantage per
             action, ``pi_old · exp(A / eta)``, a step of ``kl_step`` nats
@@ -121,7 +205,7 @@ class PPO(DataParallel):
             already predicts something (TWOSOME warms its critic up for 5k steps).
         max_consecutive_skips: the NaN guard skips an optimizer step whose loss, gradient or
             value is not finite (``train/skipped_steps``); after this many in a row, training
-            stops with a :class:`~gym_llm.rl.ppo.update.NonFiniteTrainingError` naming the cause
+            stops with a :class:`~gym_llm.rl.ppo.guard.NonFiniteTrainingError` naming the cause
             and the last checkpoint. Turns whose reward is not finite are left out of the update
             (``train/nonfinite_turns``), so one bad reward costs its episode, not the run.
         fsdp: shard full fine-tuning's weights, gradients and Adam moments over the processes
@@ -177,6 +261,8 @@ class PPO(DataParallel):
         # Under torchrun / accelerate launch: join the job (and pick this process's GPU) before
         # the device is resolved and the model built. A no-op in one process.
         init_from_launcher()
+        #: Several processes (torchrun, accelerate launch): seeds, equal weights, FSDP.
+        self.parallel = DataParallel(fsdp)
         super().__init__(
             policy,  # type: ignore[arg-type]
             env,  # type: ignore[arg-type]
@@ -212,8 +298,8 @@ class PPO(DataParallel):
             raise ValueError(
                 f"clip_range_vf must be > 0 (or None: no clipping), got {clip_range_vf}."
             )
-        if max_consecutive_skips < 1:
-            raise ValueError(f"max_consecutive_skips must be >= 1, got {max_consecutive_skips}.")
+        #: The NaN guard: skipped optimizer steps, and when to stop.
+        self.guard = NanGuard(max_consecutive_skips)
         if critic_warmup_steps < 0:
             raise ValueError(f"critic_warmup_steps must be >= 0, got {critic_warmup_steps}.")
         self.advantage_estimator = check_estimator(advantage_estimator)
@@ -239,30 +325,58 @@ class PPO(DataParallel):
         self.target_kl = target_kl
         self.kl_coef = kl_coef
         self.micro_batch_size = micro_batch_size
-        self.n_logged_samples = n_logged_samples
+        #: What each rollout shows besides its turns (rollout/* figures).
+        self.monitor = RolloutMonitor(n_logged_samples)
         #: max |ratio - 1| on the first minibatch of the last update (invariant: ~0).
         self.first_ratio_error = float("nan")
-        #: Share of replies the env could not parse in the last rollout.
-        self.invalid_action_rate = float("nan")
         #: Mean turns per forward/backward pass in the last update (micro_batch_size or auto).
         self.turns_per_pass = float("nan")
         #: Running std of every advantage so far: the scale of normalize_advantage.
         self.advantage_scale = RunningMeanStd()
         self._shuffle_rng = np.random.default_rng(seed)
-        #: Each observation's greedy action when a rollout first saw it (rollout/greedy_changed).
-        self._first_greedy: dict[str, int] = {}
-        self._warned_input_ignored = False
-        self.rollout_action_probs: dict[str, np.ndarray] = {}
-        # The NaN guard (gym_llm.rl.ppo.update) and resuming (gym_llm.rl.ppo.training_state).
-        self.max_consecutive_skips = max_consecutive_skips
-        self.fsdp = requested_by_launcher() if fsdp is None else bool(fsdp)
-        self.skipped_steps = self._consecutive_skips = self.nonfinite_turns = 0
+        #: Turns of the last rollout left out of the update for a non-finite advantage or return.
+        self.nonfinite_turns = 0
+        #: Where the last :meth:`save` wrote (``None`` before the first); named by the NaN guard.
         self.last_checkpoint: Path | None = None
+        #: Episodes that were in progress at the checkpoint and started over on resume.
         self.restarted_episodes = 0
         self._pending_resume: dict[str, Any] | None = None
+        #: True while a rollout is being collected (a checkpoint then cannot resume exactly).
         self._in_rollout = False
         if _init_setup_model:
             self._setup_model()
+
+    # --- what users and the tests read off the parts ---------------------------------------------
+
+    @property
+    def n_logged_samples(self) -> int:
+        """(prompt, reply, reward) examples written to TensorBoard per rollout."""
+        return self.monitor.n_logged_samples
+
+    @property
+    def max_consecutive_skips(self) -> int:
+        """The NaN guard stops training after this many skipped steps in a row."""
+        return self.guard.max_consecutive_skips
+
+    @property
+    def skipped_steps(self) -> int:
+        """Optimizer steps skipped by the NaN guard over the run (``train/skipped_steps``)."""
+        return self.guard.skipped_steps
+
+    @property
+    def invalid_action_rate(self) -> float:
+        """Share of replies the env could not parse in the last rollout."""
+        return self.monitor.invalid_action_rate
+
+    @property
+    def rollout_action_probs(self) -> dict[str, np.ndarray]:
+        """Choice mode: each observation's action probabilities in the last rollout."""
+        return self.monitor.action_probs
+
+    @property
+    def fsdp(self) -> bool:
+        """Full fine-tuning's weights are sharded over the processes (FSDP)."""
+        return self.parallel.fsdp
 
     # --- set-up --------------------------------------------------------------------------------
 
@@ -286,6 +400,12 @@ class PPO(DataParallel):
         model.n_envs = n_envs
         model._setup_model()
         return model
+
+    def set_random_seed(self, seed: int | None = None) -> None:
+        """SB3's, with each process of a data-parallel job on its own seeds
+        (:meth:`DataParallel.process_seed`)."""
+        n_envs = self.env.num_envs if self.env is not None else self.n_envs
+        super().set_random_seed(self.parallel.process_seed(seed, n_envs))
 
     def _update_learning_rate(
         self, optimizers: torch.optim.Optimizer | list[torch.optim.Optimizer]
@@ -317,13 +437,32 @@ class PPO(DataParallel):
             self.ent_coef_auto,
             self.min_action_prob,
         )
-        self._start_equal()
+        self.parallel.start_equal(self.policy)
         self.rollout_buffer = TextRolloutBuffer(
             self.n_steps,
             self.n_envs,
             device=self.device,
             gae_lambda=self.gae_lambda,
             gamma=self.gamma,
+        )
+
+    def _setup_learn(
+        self,
+        total_timesteps: int,
+        callback: Any = None,
+        reset_num_timesteps: bool = True,
+        tb_log_name: str = "run",
+        progress_bar: bool = False,
+    ) -> tuple[int, BaseCallback]:
+        pending, self._pending_resume = self._pending_resume, None
+        resuming = pending is not None and not reset_num_timesteps
+        if not self.parallel.setup_learn(self.policy, resuming):  # one log, one progress bar
+            self.tensorboard_log, self.verbose, progress_bar = None, 0, False
+        if resuming and self.env is not None:
+            assert pending is not None
+            self.restarted_episodes = resume_envs(self, pending)
+        return super()._setup_learn(
+            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
         )
 
     def predict(  # type: ignore[override]
@@ -354,7 +493,490 @@ class PPO(DataParallel):
             progress_bar=progress_bar,
         )
 
+    # --- rollouts ------------------------------------------------------------------------------
+
+    def collect_rollouts(
+        self,
+        env: VecEnv,
+        callback: BaseCallback,
+        rollout_buffer: Any,
+        n_rollout_steps: int,
+    ) -> bool:
+        """Fill the buffer with ``n_rollout_steps`` batched policy calls (one per vector step):
+        truncated episodes bootstrap from the value of their last observation, and the
+        critic-free estimators replace GAE's advantages after the rollout."""
+        self._in_rollout = True  # a checkpoint taken now cannot resume from _last_obs
+        try:
+            return self._collect(env, callback, rollout_buffer, n_rollout_steps)
+        finally:
+            self._in_rollout = False
+
+    def _collect(
+        self, env: VecEnv, callback: BaseCallback, rollout_buffer: Any, n_rollout_steps: int
+    ) -> bool:
+        assert self._last_obs is not None, "No previous observation was provided"
+        buffer: TextRolloutBuffer = rollout_buffer
+        policy, monitor = self.policy, self.monitor
+        policy.set_training_mode(False)
+        buffer.reset()
+        callback.on_rollout_start()
+        n_steps = 0
+        processes = world_size()
+        finished: list[dict[str, Any]] = []  # Monitor's records of the episodes that ended
+        # A generating policy over a fixed list: its valid replies' actions give the diagnostics.
+        listed = None if policy.scores_listed_actions else policy.actions_list
+        monitor.start(listed, policy.truncated_prompts)
+        dones = np.zeros(env.num_envs, dtype=bool)
+        while n_steps < n_rollout_steps:
+            observations: np.ndarray = self._last_obs  # type: ignore[assignment]
+            with torch.inference_mode():
+                step = policy.act(list(observations))
+            monitor.before_step(observations, step)
+            new_obs, rewards, dones, infos = env.step(np.array(step.replies, dtype=object))
+            self.num_timesteps += env.num_envs * processes  # env steps of every process
+            callback.update_locals(locals())
+            if not every_process(callback.on_step()):  # all stop together, none waits forever
+                return False
+            self._update_info_buffer(infos, dones)
+            if processes > 1:
+                finished.extend(info["episode"] for info in infos if "episode" in info)
+            n_steps += 1
+            monitor.observe(observations, step, rewards, infos)
+            rewards = rewards.astype(np.float32) * self.reward_scale
+            for idx, done in enumerate(dones):
+                terminal = infos[idx].get("terminal_observation")
+                if done and terminal is not None and infos[idx].get("TimeLimit.truncated", False):
+                    with torch.inference_mode():
+                        terminal_value = policy.predict_values([str(terminal)])[0]
+                    rewards[idx] += self.gamma * float(terminal_value)
+            buffer.add_turns(
+                observations,
+                step.replies,
+                step.actions,
+                step.token_log_probs,
+                rewards,
+                self._last_episode_starts,  # type: ignore[arg-type]
+                step.values,
+                step.states,
+            )
+            self._last_obs = new_obs  # type: ignore[assignment]
+            self._last_episode_starts = dones
+        with torch.inference_mode():
+            last_values = policy.predict_values(list(self._last_obs))  # type: ignore[arg-type]
+        buffer.compute_returns_and_advantage(last_values=last_values.float(), dones=dones)
+        if self.advantage_estimator != "gae":
+            buffer.advantages = critic_free_advantages(
+                self.advantage_estimator,
+                buffer.rewards,
+                dones_from_starts(buffer.episode_starts, dones),
+                buffer.episode_starts,
+                buffer.observations_text,
+                self.gamma,
+            ).astype(np.float32)
+        # Episode statistics and counts over every process (the same in each).
+        for source, records in enumerate(gather_objects(finished)):
+            if source != rank():
+                self.ep_info_buffer.extend(records)  # type: ignore[union-attr]
+        monitor.finish(
+            self.logger,
+            turns=n_steps * env.num_envs,
+            processes=processes,
+            truncated_prompts=policy.truncated_prompts,
+            per_state=policy.per_state,
+            num_timesteps=self.num_timesteps,
+            remedies=self._remedies(),
+        )
+        callback.update_locals(locals())
+        callback.on_rollout_end()
+        return True
+
+    def _remedies(self) -> str:
+        """What to try against an input-independent policy, leaving out what is already on."""
+        policy = self.policy
+        off = [
+            f"policy_kwargs={{'{name}': True}}"
+            for name, on in (
+                ("action_head", policy.action_head is not None or not policy.actions_list),
+                (
+                    "choice_calibration",
+                    policy.choice_calibration is not None or not policy.scores_listed_actions,
+                ),
+            )
+            if not on
+        ]
+        return ", ".join([*off, "an entropy bonus (ent_coef, or ent_coef='auto')"])
+
+    # --- the update ----------------------------------------------------------------------------
+
+    def train(self) -> None:
+        """Clipped-surrogate PPO over ``n_epochs`` of shuffled minibatches of turns (with
+        gradients and optimizer sharded under FSDP: :mod:`gym_llm.rl.common.sharding`)."""
+        lm = self.policy.lm
+        self._calibrate_action_head()
+        with sharded_update(lm) if is_sharded(lm) else contextlib.nullcontext():
+            self._train()
+
+    def _calibrate_action_head(self) -> None:
+        """Before the first step, the action head's centre and scale from this rollout's
+        distinct observations (the main process's, so that every process holds the same)."""
+        head = self.policy.action_head
+        if head is None or head.is_calibrated:
+            return
+        seen = dict.fromkeys(str(o) for o in self.rollout_buffer.observations_text.reshape(-1))
+        self.policy.calibrate_action_head(from_main_process(list(seen)))
+
+    def _train(self) -> None:
+        policy, buffer = self.policy, self.rollout_buffer
+        lockstep = is_sharded(policy.lm)
+        centre, scale = self._advantage_normalisation()
+        value_scale = self._update_value_statistics()
+        targets = self._choice_targets(centre, scale) if self.policy_update == "target" else None
+        policy.set_training_mode(True)
+        self._update_learning_rate(policy.optimizer)
+        clip = self.clip_range(self._current_progress_remaining)
+        stats: defaultdict[str, list[float]] = defaultdict(list)
+        continue_training, first, first_error = True, True, 0.0
+        epoch = 0
+        finite = buffer.finite_turns()
+        same_in_every_process(int(finite.sum()), "The number of finite turns")
+        if not finite.any():  # nothing to learn from: one skip
+            policy.set_training_mode(False)
+            self.guard.skip(
+                "advantage or return in every turn", [], self.logger, self.last_checkpoint
+            )
+            self.logger.record("train/skipped_steps", self.skipped_steps)
+            self.logger.record("train/nonfinite_turns", self.nonfinite_turns)
+            return
+        warmup = self.num_timesteps <= self.critic_warmup_steps
+        # The optimizer's parameters: under FSDP the shards it steps (the module holds the
+        # gathered whole weights, whose gradients FSDP moves to the shards).
+        trainable = [p for group in policy.optimizer.param_groups for p in group["params"]]
+        value_ids = {id(p) for p in policy.value_head.parameters()}
+        frozen_now = (  # during the critic's warm-up the policy's weights wait
+            [p for p in trainable if id(p) not in value_ids] if warmup else []
+        )
+        for epoch in range(self.n_epochs):
+            for batch in buffer.minibatches(self.batch_size, self._shuffle_rng):
+                advantages = (batch.advantages - centre) / scale
+                policy.optimizer.zero_grad(set_to_none=True)
+                n = len(batch.observations)
+                settings = self._loss_settings(clip)
+                batch_kl: list[float] = []
+                batch_entropy: list[float] = []
+                batch_probs: list[torch.Tensor] = []  # target_entropy_of="marginal"
+                bad_cause: str | None = None
+                rows = self._rows_per_pass(batch.observations, batch.actions)
+                if lockstep:  # FSDP: as many passes in every process
+                    rows = lockstep_rows(n, rows)
+                passes = [slice(start, start + rows) for start in range(0, n, rows)]
+                if self._rows_are_shared(batch, lockstep):
+                    # One row per distinct observation: each observation's turns in one pass,
+                    # as many observations per pass as fit (the loss is a sum over turns).
+                    order, passes = grouped_passes(batch.observations, rows)
+                    batch, advantages = batch.take(order), advantages[order]
+                stats["rows_per_pass"].append(n / len(passes))
+                for part in passes:
+                    observations, actions = batch.observations[part], batch.actions[part]
+                    states = batch.states[part] if batch.states is not None else None
+                    ev = policy.evaluate_actions(observations, actions, states)
+                    old = _pad(
+                        batch.old_token_log_probs[part], ev.token_log_probs.shape[1], self.device
+                    )
+                    wanted = (
+                        torch.stack([targets[str(o)] for o in observations])
+                        if targets is not None and ev.choice_log_probs is not None
+                        else None
+                    )
+                    ref = (
+                        policy.reference_log_probs(observations, actions, states)
+                        if self.kl_coef > 0
+                        else None
+                    )
+                    terms = ppo_loss(
+                        ev, old, advantages[part], batch.returns[part], batch.old_values[part],
+                        settings, value_scale=value_scale, targets=wanted, ref_log_probs=ref,
+                    )  # fmt: skip
+                    loss = terms.loss
+                    if terms.floor is not None:
+                        stats["floor"].append(terms.floor.item())
+                    if terms.kl_ref is not None:
+                        stats["kl_ref"].append(terms.kl_ref.item())
+                    if bad_cause is None and not torch.isfinite(ev.values.detach()).all():
+                        bad_cause = "value"
+                    elif bad_cause is None and not torch.isfinite(loss.detach()):
+                        bad_cause = "loss"
+                    (loss * (len(observations) / n)).backward()
+                    if first:
+                        first_error = max(first_error, terms.surrogate.max_ratio_error)
+                    batch_kl.append(terms.surrogate.approx_kl)
+                    stats["pg"].append(terms.policy.item())
+                    stats["value"].append(terms.value.item())
+                    stats["entropy"].append(terms.entropy.item())
+                    batch_entropy.append(-terms.entropy.item() * len(observations) / n)
+                    if self.target_entropy_of == "marginal" and terms.listed is not None:
+                        batch_probs.append(terms.listed.detach().exp())
+                    stats["approx_kl"].append(terms.surrogate.approx_kl)
+                    stats["clip_fraction"].append(terms.surrogate.clip_fraction)
+                if first:
+                    self.first_ratio_error, first = first_error, False
+                kl = global_mean(float(np.mean(batch_kl))) if self.target_kl is not None else 0.0
+                if self.target_kl is not None and kl > 1.5 * self.target_kl:
+                    continue_training = False
+                    if self.verbose >= 1:
+                        print(
+                            f"Early stopping at epoch {epoch} (approx_kl {np.mean(batch_kl):.4f})"
+                        )
+                    break
+                average_gradients(trainable)  # data-parallel: the mean over the processes
+                for param in frozen_now:
+                    param.grad = None
+                value_grads = [p.grad for p in policy.value_head.parameters() if p.grad is not None]
+                stats["value_grad_norm"].append(float(get_total_norm(value_grads)))
+                if lockstep:  # sharded and whole gradients
+                    norm = clip_grad_norm(trainable, self.max_grad_norm)
+                else:
+                    norm = torch.nn.utils.clip_grad_norm_(trainable, self.max_grad_norm)
+                stats["grad_norm"].append(float(norm))
+                cause = bad_cause or ("gradient" if not torch.isfinite(norm) else None)
+                if cause is None and any_process(bad_cause is not None):
+                    cause = "loss or value in another process"
+                if cause is not None:  # the NaN guard: this step never reaches the weights
+                    policy.optimizer.zero_grad(set_to_none=True)
+                    self.guard.skip(cause, batch.observations, self.logger, self.last_checkpoint)
+                    continue
+                self.guard.passed()
+                policy.optimizer.step()
+                if lockstep:  # the whole weights from the stepped shards
+                    refresh(policy.lm)
+                if self.ent_coef_auto:
+                    if self.target_entropy_of == "marginal":  # over every process already
+                        held = marginal_entropy(batch_probs)
+                    else:
+                        held = global_mean(float(np.sum(batch_entropy)))
+                    self._adapt_ent_coef(held)
+                self._n_updates += 1
+            if not continue_training:
+                break
+        policy.set_training_mode(False)
+        self._log_update(stats, clip, warmup, continue_training, epoch)
+
+    def _adapt_ent_coef(self, entropy: float) -> None:
+        """``ent_coef="auto"``: after a step, from its minibatch's ``entropy`` (of states or
+        marginal: ``target_entropy_of``)."""
+        k = len(self.policy.actions_list)
+        self.ent_coef = next_ent_coef(self.ent_coef, entropy, self.target_entropy, k)
+
+    def _loss_settings(self, clip: float) -> LossSettings:
+        return LossSettings(
+            clip_range=clip,
+            clip_range_vf=self.clip_range_vf,
+            vf_coef=self.vf_coef,
+            ent_coef=self.ent_coef,
+            adaptive_entropy=self.ent_coef_auto,
+            min_action_prob=self.min_action_prob,
+            kl_coef=self.kl_coef,
+        )
+
+    def _log_update(
+        self,
+        stats: dict[str, list[float]],
+        clip: float,
+        warmup: bool,
+        continue_training: bool,
+        epoch: int,
+    ) -> None:
+        values = self.rollout_buffer.values.flatten()
+        returns = self.rollout_buffer.returns.flatten()
+        for name, key in MEAN_FIGURES:
+            if stats[key]:
+                self.logger.record(f"train/{name}", float(np.mean(stats[key])))
+        self.logger.record("train/ent_coef", self.ent_coef)
+        self.logger.record("train/explained_variance", float(explained_variance(values, returns)))
+        # The critic's offset: explained variance cannot see a value head that is off by a
+        # constant, which is what a head too slow for the returns' scale looks like.
+        self.logger.record("train/value_offset", float(np.mean(values - returns)))
+        self.logger.record("train/return_mean", float(np.mean(returns)))
+        # Before clipping: when the value head's share is most of it, the global clip to
+        # max_grad_norm shrinks the policy's step too.
+        self.logger.record("train/grad_norm", _finite_mean(stats["grad_norm"]))
+        self.logger.record("train/value_grad_norm", _finite_mean(stats["value_grad_norm"]))
+        self.logger.record("train/first_ratio_error", self.first_ratio_error)
+        self.logger.record("train/early_stopped", int(not continue_training))
+        self.logger.record("train/epochs", epoch + 1)
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/clip_range", clip)
+        self.logger.record("train/critic_warmup", int(warmup))
+        self.logger.record("train/skipped_steps", self.skipped_steps)
+        self.logger.record("train/nonfinite_turns", self.nonfinite_turns)
+        self.turns_per_pass = float(np.mean(stats["rows_per_pass"]))
+        self.logger.record("train/turns_per_pass", self.turns_per_pass)
+        self.logger.record("train/learning_rate", self.policy.optimizer.param_groups[0]["lr"])
+
+    def _choice_targets(self, centre: float, scale: float) -> dict[str, torch.Tensor]:
+        """``policy_update="target"``: each observation's target distribution over the listed
+        actions (:func:`~gym_llm.rl.ppo.target_update.rollout_targets`)."""
+        buffer, finite = self.rollout_buffer, self.rollout_buffer.finite_turns()
+        targets, eta, lift = rollout_targets(
+            [str(o) for o in buffer.observations_text.reshape(-1)[finite]],
+            [int(a[0]) for a in buffer.action_tokens.reshape(-1)[finite]],
+            (buffer.advantages.reshape(-1)[finite] - centre) / scale,
+            self.rollout_action_probs,
+            len(self.policy.actions_list),
+            self.kl_step,
+        )
+        if not targets:
+            return {}
+        self.logger.record("train/target_eta", eta)
+        self.logger.record("train/target_lift_rare", lift)
+        stacked = np.stack(list(targets.values()))  # one copy to the device
+        on_device = torch.as_tensor(stacked, dtype=torch.float32, device=self.device)
+        return dict(zip(targets, on_device, strict=True))
+
+    def _advantage_normalisation(self) -> tuple[float, float]:
+        """``(centre, scale)`` for this rollout's advantages: ``(0, 1)`` when not normalising.
+
+        Centred on the rollout's mean and scaled by the std of every advantage seen so far in
+        the run, not of this minibatch (SB3, CleanRL) or rollout (TRL): once a task is solved,
+        every reward of a rollout can be the same and its advantages are only the critic's
+        noise; dividing by *their* tiny std made that noise full-scale and collapsed solved runs
+        back onto a wrong answer (KeywordBandit; seeds measured in benchmarks/RESULTS.md).
+        """
+        advantages = self.rollout_buffer.advantages
+        advantages = advantages[np.isfinite(advantages)]  # non-finite turns are left out
+        self.nonfinite_turns = int(self.rollout_buffer.advantages.size - advantages.size)
+        if not self.normalize_advantage:
+            return 0.0, 1.0
+        if world_size() == 1:  # float32 mean as always: one-process runs stay bit-identical
+            if advantages.size <= 1:
+                return 0.0, 1.0
+            self.advantage_scale.update(advantages.reshape(-1).astype(np.float64))
+            return float(advantages.mean()), float(np.sqrt(self.advantage_scale.var)) + 1e-8
+        mean, var, count = global_moments(advantages.reshape(-1))  # over every process
+        if count <= 1:
+            return 0.0, 1.0
+        self.advantage_scale.update_from_moments(
+            np.asarray(mean, dtype=np.float64), np.asarray(var, dtype=np.float64), count
+        )
+        return mean, float(np.sqrt(self.advantage_scale.var)) + 1e-8
+
+    def _update_value_statistics(self) -> float:
+        """``value_normalization``: pool this rollout's returns into the value head's running
+        statistics (over every process, so that each holds the same head) before any step.
+        The head's std: return units per unit of its output, 1 without normalisation."""
+        head = cast(ValueHead, self.policy.value_head)
+        if head.normalize:
+            returns = self.rollout_buffer.returns
+            head.update_statistics(global_moments(returns[np.isfinite(returns)].reshape(-1)))
+        return head.std
+
+    def _rows_are_shared(self, batch: TextBatch, lockstep: bool) -> bool:
+        """Whether turns that share an observation share one row of a pass (listed actions
+        scored from stored states, micro-batches sized by memory)."""
+        return (
+            self.micro_batch_size is None
+            and not lockstep
+            and batch.states is not None
+            and self.policy.scores_listed_actions
+            and self.policy.uses_rollout_states
+        )
+
+    def _rows_per_pass(self, observations: Sequence[str], actions: Sequence[np.ndarray]) -> int:
+        """Rows per forward/backward pass: as set, or as many as fit the memory budget."""
+        if self.micro_batch_size is not None:
+            return self.micro_batch_size
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            budget = free / 4
+        else:
+            budget = UPDATE_MEMORY_BUDGET_MB * 2**20
+        per_turn = self.policy.update_bytes_per_turn(observations, actions)
+        return max(1, min(len(observations), int(budget // max(per_turn, 1))))
+
     # --- save / load ---------------------------------------------------------------------------
+
+    def training_state(self) -> dict[str, Any]:
+        """The run's random state and bookkeeping, as JSON-ready data (``training_state.json``)."""
+        return {
+            **algorithm_state(self, self._shuffle_rng, at_boundary=not self._in_rollout),
+            "first_greedy": dict(self.monitor.first_greedy),
+            "skipped_steps": int(self.skipped_steps),
+        }
+
+    def restore_training_state(self, state: dict[str, Any]) -> None:
+        """Restore the generators now; the envs' part waits for ``learn(...,
+        reset_num_timesteps=False)`` (a fresh ``learn`` resets the envs as usual). In a job of
+        several processes each keeps its own seeds (the saved ones are one process's: every
+        process would sample the same replies) and an exact resume is refused."""
+        if self.parallel.resumes_exactly():
+            restore_global_rng_state(state["rng"])
+            self._shuffle_rng = generator_from_state(state["shuffle_rng"])
+            self.monitor.first_greedy = {str(k): int(v) for k, v in state["first_greedy"].items()}
+            self.guard.skipped_steps = int(state.get("skipped_steps", 0))
+            self._episode_num = int(state["episode_num"])
+        self._pending_resume = state
+
+    def saved_config(self) -> SavedConfig:
+        """What ``config.json`` records: hyper-parameters, the policy's settings in effect, the
+        counters and the spaces."""
+        hyper = {
+            k: getattr(self, k) for k in SAVED_HYPERPARAMETERS if not callable(getattr(self, k))
+        }
+        if self.ent_coef_auto:  # adaptive: it resumes from where it got to
+            hyper["ent_coef"] = f"auto_{self.ent_coef}"
+        observation_space, action_space = space_records(self.observation_space, self.action_space)
+        return SavedConfig(
+            hyperparameters=hyper,
+            policy_kwargs=recorded_policy_kwargs(self.policy, self.policy_kwargs),
+            num_timesteps=self.num_timesteps,
+            n_updates=self._n_updates,
+            observation_space=observation_space,
+            action_space=action_space,
+        )
+
+    def _tensors(self) -> dict[str, torch.Tensor | dict[str, Any]]:
+        scale = self.advantage_scale
+        tensors: dict[str, torch.Tensor | dict[str, Any]] = {
+            "trainable": self.policy.trainable_state_dict(),
+            "optimizer": self.parallel.optimizer_state(self.policy),
+            "advantage_scale": torch.tensor(
+                [float(scale.mean), float(scale.var), float(scale.count)], dtype=torch.float64
+            ),
+        }
+        if self.policy.choice_calibration is not None:
+            tensors["choice_calibration"] = self.policy.choice_calibration.cpu()
+        return tensors
+
+    def save(  # type: ignore[override]
+        self,
+        path: str | os.PathLike[str],
+        exclude: Any = None,
+        include: Any = None,
+        *,
+        extra_json: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Write a directory: ``config.json`` + ``policy.pt`` (adapter, value head, optimizer)
+        + ``training_state.json``, plus a JSON file for each ``extra_json`` entry
+        (``Agent.save`` adds ``agent.json``).
+
+        Never a pickled model or tokenizer; the base weights only when nothing else names them
+        (a model object with no name or path: ``base_model/``, loaded back from there).
+        ``agent.zip`` (SB3's spelling) writes the directory ``agent``. The directory is written
+        next to ``path`` and renamed into place, so a failed save leaves the previous checkpoint
+        intact. In a job of several processes only the main process writes (FSDP: call it in
+        every process; it gathers the optimizer's moments).
+        """
+
+        def write() -> None:
+            texts = {
+                "config.json": self.saved_config().to_json(),
+                TRAINING_STATE: json.dumps(self.training_state(), default=float),
+            }
+            write_agent_directory(
+                path, texts, self._tensors(), extra_json, base_model_writer(self.policy)
+            )
+            self.last_checkpoint = agent_path(path)
+
+        self.parallel.save(self.policy, write)
 
     @classmethod
     def load(  # type: ignore[override]
@@ -388,3 +1010,43 @@ class PPO(DataParallel):
             model = cls(LLMPolicy, env, policy_kwargs=policy_kwargs, device=device, **hyper)
         model.load_policy_state(path)
         return model
+
+    def load_policy_state(self, path: str | os.PathLike[str]) -> None:
+        """Load the trained state a :meth:`save` directory holds (adapter, value head, optimizer,
+        counters, and the random state a resumed :meth:`learn` continues from) into this
+        already-built agent; shared by ``PPO.load`` and ``Agent.load``."""
+        saved = SavedConfig.read(path)
+        state = read_tensors(path, self.device)
+        try:
+            self.policy.load_trainable_state_dict(state["trainable"])
+            optimizer_state = regroup_optimizer_state(state["optimizer"], self.policy.optimizer)
+            self.policy.optimizer.load_state_dict(optimizer_state)
+        except (ValueError, RuntimeError) as exc:
+            lora = saved.policy_kwargs.get("lora") or {}
+            raise CheckpointError(
+                f"{Path(path) / 'policy.pt'} does not fit this policy: it was saved for model "
+                f"{saved.policy_kwargs.get('model')!r} with LoRA rank {lora.get('r')} and "
+                f"trainable layers {saved.policy_kwargs.get('trainable_layers')}; this policy "
+                f"is {self.policy.model_name!r} with LoRA rank "
+                f"{(self.policy.lora_settings or {}).get('r')} and trainable layers "
+                f"{self.policy.trainable_layers}. Build the agent with the saved settings "
+                f"(PPO.load reads them from config.json). ({exc})"
+            ) from None
+        if "choice_calibration" in state:  # exactly the constants the agent trained with
+            self.policy.choice_calibration = state["choice_calibration"].to(self.device)
+        if "advantage_scale" in state:  # agents saved before it existed start a fresh one
+            mean, var, count = state["advantage_scale"].tolist()
+            self.advantage_scale.mean = np.asarray(mean, dtype=np.float64)
+            self.advantage_scale.var = np.asarray(var, dtype=np.float64)
+            self.advantage_scale.count = count
+        self.num_timesteps = int(saved.num_timesteps)
+        self._n_updates = int(saved.n_updates)
+        training_file = agent_path(path) / TRAINING_STATE
+        if training_file.is_file():  # agents saved before it existed resume with fresh RNGs
+            try:
+                self.restore_training_state(json.loads(training_file.read_text()))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                raise CheckpointError(
+                    f"{training_file} is damaged ({type(exc).__name__}: {exc}). Load an earlier "
+                    "checkpoint, or delete the file to continue with fresh random state."
+                ) from None
