@@ -92,7 +92,7 @@ def head_policy(task: str, model: str, prior_scale: float = 1.0) -> Any:
 def odds_table(task: str, model: str, prior_scale: float = 1.0) -> dict[str, Any]:
     """The per-state table of one family task (see the module docstring)."""
     from benchmarks.state_replies import best_actions, state_texts
-    from gym_llm.policy.scoring import CONTENT_FREE_OBSERVATION
+    from gym_llm.policy.choice import CONTENT_FREE_OBSERVATION
 
     policy = head_policy(task, model, prior_scale)
     texts, parser = state_texts(task)

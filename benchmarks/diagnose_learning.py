@@ -188,7 +188,7 @@ def per_state_gradients(model: Any, texts: list[str]) -> dict[str, Any]:
     try:
         for text in texts:
             policy.zero_grad(set_to_none=True)
-            logits, _, _ = policy._choice_scores([text])
+            logits, _, _ = policy.actions.scores([text])
             logits = logits[0].float()
             centred = logits - logits.mean()
             per_action = []

@@ -66,7 +66,7 @@ def floor(args: argparse.Namespace) -> dict[str, Any]:
     top = num_layers(policy.lm) - policy.first_trainable_layer
     suffix = [len(policy.prompt_ids(t)) - len(policy.shared_prefix) for t in texts]
     rollout_flops = sum(2.0 * (n * top * per_layer + head) for n in suffix)
-    policy.update_work = UpdateWork()
+    policy.runner.update_work = UpdateWork()
     start = time.perf_counter()
     model.train()
     update_s = time.perf_counter() - start

@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "lora_b_std": args.lora_b_std,
         "default": measure(policy, batches, args.seed),
     }
-    policy.pack_frozen_weights = False
+    policy.runner.pack_frozen_weights = False
     result["packed_weights_off"] = measure(policy, batches, args.seed)
     for name in ("default", "packed_weights_off"):
         r = result[name]

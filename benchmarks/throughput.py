@@ -236,12 +236,12 @@ def switched_off(model: PPO, switch: str | None) -> Iterator[None]:
         return
     if switch == "prefix":
         saved = policy.shared_prefix
-        policy.shared_prefix = []
+        policy.prompts.shared_prefix = []
         policy.invalidate_prefix_cache()
         try:
             yield
         finally:
-            policy.shared_prefix = saved
+            policy.prompts.shared_prefix = saved
             policy.invalidate_prefix_cache()
     elif switch in ("reserve", "packed", "reuse", "memo"):
         flag = {
@@ -284,7 +284,7 @@ def learn_block(model: PPO, peak: PeakMemory | None = None) -> dict[str, float]:
     """One ``learn()`` of ``n_steps x n_envs`` env steps: rollout and update timed apart."""
     timer = _RolloutTimer()
     steps = model.n_steps * model.n_envs
-    model.policy.update_work = UpdateWork()
+    model.policy.runner.update_work = UpdateWork()
     with peak.watch() if peak is not None else contextlib.nullcontext():
         _sync()
         start = time.perf_counter()

@@ -33,7 +33,7 @@ def _ppo(model_dir: Path, head: bool, **policy: object) -> PPO:
 
 def _logits(model: PPO, observations: list[str] = OBS) -> torch.Tensor:
     with torch.no_grad():
-        return model.policy._choice_scores(observations)[0]
+        return model.policy.actions.scores(observations)[0]
 
 
 def test_standardiser_centres_and_floors_the_scale() -> None:
@@ -90,7 +90,7 @@ def test_learning_calibrates_then_moves_the_head_with_exact_ratios(model_dir: Pa
     cached = _logits(model)
     model.policy.eval()
     with torch.no_grad():
-        uncached = model.policy._choice_scores_uncached(OBS)[0]
+        uncached = model.policy.actions.uncached_scores(OBS)[0]
     torch.testing.assert_close(cached, uncached, atol=1e-4, rtol=1e-4)
     fresh = _ppo(model_dir, True, trunk_cache_mb=0)
     fresh.policy.load_trainable_state_dict(model.policy.trainable_state_dict())

@@ -43,7 +43,7 @@ def _ppo(model_dir: Path, calibration: bool, mode: str = "choice") -> PPO:
 
 def _logits(model: PPO, observations: list[str]) -> torch.Tensor:
     with torch.no_grad():
-        logits, _, _ = model.policy._choice_scores(observations)
+        logits, _, _ = model.policy.actions.scores(observations)
     return logits
 
 

@@ -81,7 +81,7 @@ def test_the_policys_replies_reach_its_later_prompts_as_sampled(
 ) -> None:
     agent = _maze_agent(tiny_model_dir, 1, mode, 4, n_steps=2, batch_size=2)
     env, policy = agent.env, agent.policy
-    encode = policy._encode
+    encode = policy.prompts.encode
     observations = env.reset()
     with torch.inference_mode():
         step = policy.act(list(observations))

@@ -55,7 +55,7 @@ def test_choice_scores_with_shared_cache_match_full_sequences(kb_model_dir: Path
     """Scoring candidates on the shared prompt KV cache equals scoring each full sequence."""
     policy = _policy(kb_model_dir, action_mode="choice", choice_calibration=False)
     with torch.no_grad():
-        scores, _, _ = policy._choice_scores(OBS)
+        scores, _, _ = policy.actions.scores(OBS)
         for b, obs in enumerate(OBS):
             prompt = policy.prompt_ids(obs)
             for k, action in enumerate(policy.actions_list):
@@ -137,7 +137,7 @@ def test_cached_prefix_gives_the_same_log_probs_and_values(kb_model_dir: Path, m
     with torch.inference_mode():
         step = shared.act(obs)
         # cached for the next step (choice mode: the trainable layers' part only)
-        assert shared._prefix_kv is not None or shared._top_prefix is not None
+        assert shared.runner._prefix_kv is not None or shared.runner._top_prefix is not None
         reference = whole.predict_values(obs)
     np.testing.assert_allclose(step.values.numpy(), reference.numpy(), atol=1e-5)
     for policy in (shared, whole):
@@ -183,11 +183,11 @@ def test_prefix_cache_is_invalidated_when_weights_change(kb_model_dir: Path) -> 
         policy.value_head.weight.normal_()  # zero at init: make values depend on the prompt
     with torch.inference_mode():
         before = policy.predict_values(OBS)
-        cached = policy._prefix_kv
+        cached = policy.runner._prefix_kv
         policy.predict_values(OBS)
-        assert policy._prefix_kv is cached  # reused, not recomputed
+        assert policy.runner._prefix_kv is cached  # reused, not recomputed
     policy.set_training_mode(True)  # what PPO.train does before changing weights
-    assert policy._prefix_kv is None
+    assert policy.runner._prefix_kv is None
     with torch.no_grad():
         for name, p in policy.named_parameters():
             if "lora_B" in name:
@@ -201,13 +201,13 @@ def test_prefix_cache_is_invalidated_when_weights_change(kb_model_dir: Path) -> 
         np.testing.assert_allclose(after.numpy(), reference.predict_values(OBS).numpy(), atol=1e-5)
     assert not np.allclose(after.numpy(), before.numpy())
     # An optimizer step changes the weights version: the next rollout encodes the prefix anew.
-    cached = policy._prefix_kv
+    cached = policy.runner._prefix_kv
     assert cached is not None
     policy.evaluate_actions(OBS, [np.array([0]), np.array([1])]).values.sum().backward()
     policy.optimizer.step()
     with torch.inference_mode():
         stepped = policy.predict_values(OBS)
-    assert policy._prefix_kv is not cached
+    assert policy.runner._prefix_kv is not cached
     reference.load_state_dict(policy.state_dict())
     with torch.inference_mode():
         np.testing.assert_allclose(
@@ -312,8 +312,10 @@ def test_packed_frozen_weights_give_the_same_rollouts(kb_model_dir: Path, mode: 
         torch.manual_seed(0)
         with torch.inference_mode():
             steps.append(policy.act(obs))
-    assert packed._packed is not None and packed._packed.packed_bytes > 0  # really used
-    assert plain._packed is None
+    assert (
+        packed.runner._packed is not None and packed.runner._packed.packed_bytes > 0
+    )  # really used
+    assert plain.runner._packed is None
     for a, b in zip(steps[0].actions, steps[1].actions, strict=True):
         np.testing.assert_array_equal(a, b)
     for a, b in zip(steps[0].token_log_probs, steps[1].token_log_probs, strict=True):

@@ -31,7 +31,7 @@ def test_prior_is_the_starting_policy_and_training_does_not_move_it(model_dir: P
     assert log_prior.shape == (4, 2) and features.shape[0] == 4
     torch.testing.assert_close(log_prior.exp().sum(-1), torch.ones(4))
     with torch.no_grad():
-        start = torch.log_softmax(policy._choice_scores(OBS)[0].float(), -1)
+        start = torch.log_softmax(policy.actions.scores(OBS)[0].float(), -1)
     torch.testing.assert_close(log_prior, start)  # LoRA's B and the head start at zero
     torch.testing.assert_close(log_prior[0], log_prior[3])  # same observation, same numbers
     # Every trainable weight moves (the adapter, the action head): the policy changes, the
@@ -40,7 +40,7 @@ def test_prior_is_the_starting_policy_and_training_does_not_move_it(model_dir: P
         for p in policy.parameters():
             if p.requires_grad:
                 p.add_(torch.randn_like(p) * 0.5)
-        moved = torch.log_softmax(policy._choice_scores(OBS)[0].float(), -1)
+        moved = torch.log_softmax(policy.actions.scores(OBS)[0].float(), -1)
     assert not torch.allclose(moved, start, atol=1e-3)
     again, features_again = policy.prior_choice_scores(OBS)
     torch.testing.assert_close(again, log_prior)

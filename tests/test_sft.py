@@ -331,11 +331,11 @@ def test_cached_and_uncached_log_probs_agree_after_warm_start(tmp_path: Path, mo
         policy.set_training_mode(training)
         with torch.set_grad_enabled(training):
             cached = policy.evaluate_actions(observations, step.actions)
-            prefix, policy.shared_prefix = policy.shared_prefix, []
+            prefix, policy.prompts.shared_prefix = policy.prompts.shared_prefix, []
             try:
                 whole = policy.evaluate_actions(observations, step.actions)
             finally:
-                policy.shared_prefix = prefix
+                policy.prompts.shared_prefix = prefix
         torch.testing.assert_close(cached.token_log_probs, whole.token_log_probs)
         torch.testing.assert_close(cached.values, whole.values)
         sampled = torch.zeros_like(cached.token_log_probs)

@@ -108,8 +108,8 @@ def test_log_probs_stay_exact_across_lists_of_different_lengths(
             assert np.allclose(again.token_log_probs[:, 0].numpy(), stored, atol=1e-5)
         # The reference: each row alone, scored with its own list and no cache at all.
         for row, obs in enumerate(batch):
-            with policy._candidates_for(obs.actions):
-                logits, _ = policy._choice_scores_uncached([obs])
+            with policy.actions.candidates_for(obs.actions):
+                logits, _ = policy.actions.uncached_scores([obs])
             reference = torch.log_softmax(logits, -1)[0, int(step.actions[row][0])]
             assert abs(float(reference) - float(stored[row])) < 1e-5
 

@@ -225,9 +225,12 @@ def test_update_from_states_when_the_prefix_split_differs_from_the_rollout(
     torch.manual_seed(0)
     with torch.inference_mode():
         shared = fast.act(OBS[:2])
-        saved, fast.shared_prefix = fast.shared_prefix, []  # this batch encodes whole prompts
+        saved, fast.prompts.shared_prefix = (
+            fast.prompts.shared_prefix,
+            [],
+        )  # this batch encodes whole prompts
         whole = fast.act(OBS[2:])
-        fast.shared_prefix = saved
+        fast.prompts.shared_prefix = saved
     assert shared.states is not None and whole.states is not None
     assert {s.offset for s in shared.states} == {len(saved)}
     assert {s.offset for s in whole.states} == {0}
@@ -235,7 +238,7 @@ def test_update_from_states_when_the_prefix_split_differs_from_the_rollout(
     ev_fast = fast.evaluate_actions(OBS, actions, states)
     ev_slow = slow.evaluate_actions(OBS, actions)
     torch.testing.assert_close(ev_fast.token_log_probs, ev_slow.token_log_probs, atol=1e-5, rtol=0)
-    fast.shared_prefix = []  # now the update cannot share it, but half the turns did
+    fast.prompts.shared_prefix = []  # now the update cannot share it, but half the turns did
     ev_whole = fast.evaluate_actions(OBS, actions, states)
     torch.testing.assert_close(ev_whole.token_log_probs, ev_slow.token_log_probs, atol=1e-5, rtol=0)
     torch.testing.assert_close(ev_whole.values, ev_slow.values, atol=1e-5, rtol=0)
@@ -258,8 +261,8 @@ def test_choice_rollouts_score_each_observation_once_per_weights(
     fresh = _policy(deep_model_dir, lora={"r": 2}, trainable_layers=2)
     fresh.load_state_dict(policy.state_dict())
     with torch.no_grad():
-        expected, _, _ = fresh._choice_scores(OBS[:2])
-        remembered, _, _ = policy._remembered_choice_scores(OBS[:2])
+        expected, _, _ = fresh.actions.scores(OBS[:2])
+        remembered, _, _ = policy.actions.remembered_scores(OBS[:2])
     torch.testing.assert_close(remembered, expected, atol=1e-6, rtol=0)
     policy.set_training_mode(True)
     ev = policy.evaluate_actions(OBS[:1], first.actions[:1], first.states[:1])
@@ -285,12 +288,12 @@ def test_the_memo_is_forgotten_when_weights_change_behind_its_back(
     counters; the policy's own weights_version still sees it, so no caller has to invalidate."""
     policy = _policy(deep_model_dir, lora={"r": 2}, trainable_layers=2)
     with torch.no_grad():
-        before, _, _ = policy._remembered_choice_scores(OBS[:1])
+        before, _, _ = policy.actions.remembered_scores(OBS[:1])
         for name, parameter in policy.named_parameters():
             if "lora_B" in name:
                 parameter.data.normal_(0.0, 0.5)  # in place, no version bump
-        after, _, _ = policy._remembered_choice_scores(OBS[:1])
-        fresh, _, _ = policy._choice_scores(OBS[:1])
+        after, _, _ = policy.actions.remembered_scores(OBS[:1])
+        fresh, _, _ = policy.actions.scores(OBS[:1])
     assert not after.equal(before)
     torch.testing.assert_close(after, fresh)
 
@@ -298,31 +301,31 @@ def test_the_memo_is_forgotten_when_weights_change_behind_its_back(
 def test_the_memo_follows_evaluation_temperature_and_its_memory_budget(
     deep_model_dir: Path, one_torch_thread: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gym_llm.policy.scoring
+    import gym_llm.policy.choice
 
     cached = _policy(deep_model_dir, lora={"r": 2}, trainable_layers=2)
     cached.predict(OBS[0], deterministic=True)  # evaluation: states from the trunk cache
-    kept = cached._memo[OBS[0]][2]
+    kept = cached.actions._memo[OBS[0]][2]
     with torch.inference_mode():
         assert kept is not None and cached.act([OBS[0]]).states == [kept]  # nothing recomputed
     policy = _policy(deep_model_dir, lora={"r": 2}, trainable_layers=2, trunk_cache_mb=0)
     policy.predict(OBS[0], deterministic=True)  # no trunk cache: evaluation keeps no states
-    assert policy._memo[OBS[0]][2] is None
+    assert policy.actions._memo[OBS[0]][2] is None
     with torch.inference_mode():
         step = policy.act([OBS[0]])  # a rollout needs them: scored again, with states
-    assert step.states is not None and policy._memo[OBS[0]][2] is step.states[0]
+    assert step.states is not None and policy.actions._memo[OBS[0]][2] is step.states[0]
     with torch.no_grad():
-        before, _, _ = policy._remembered_choice_scores(OBS[:1])
+        before, _, _ = policy.actions.remembered_scores(OBS[:1])
         policy.temperature = 2.0
-        after, _, _ = policy._remembered_choice_scores(OBS[:1])
+        after, _, _ = policy.actions.remembered_scores(OBS[:1])
     torch.testing.assert_close(after, before / 2)  # not the memo's temperature-1 scores
     one_entry = step.states[0].nbytes
-    monkeypatch.setattr(gym_llm.policy.scoring, "_MEMO_MAX_BYTES", int(2.5 * one_entry))
+    monkeypatch.setattr(gym_llm.policy.choice, "_MEMO_MAX_BYTES", int(2.5 * one_entry))
     with torch.inference_mode():
         for observation in OBS:
             policy.act([observation])
-            assert policy._memo_bytes <= 2.5 * one_entry
-    assert len(policy._memo) < len(OBS)
+            assert policy.actions._memo_bytes <= 2.5 * one_entry
+    assert len(policy.actions._memo) < len(OBS)
 
 
 @pytest.mark.parametrize("mode", ["choice", "generate"])

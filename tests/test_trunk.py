@@ -159,8 +159,8 @@ def test_repeated_prompts_share_one_pass_in_generate_mode_with_the_same_gradient
     assert len({tuple(a) for a in step.actions}) > 1  # different replies to one prompt
     policy.set_training_mode(True)
     shared = policy.evaluate_actions(observations, step.actions, step.states)
-    size = policy._split_prefix([policy.prompt_ids(o) for o in observations])
-    rows = policy._replies_from_states(step.states, step.actions, size)  # one row per turn
+    size = policy.runner.split_prefix([policy.prompt_ids(o) for o in observations])
+    rows = policy.actions._replies_from_states(step.states, step.actions, size)  # one row per turn
     whole = policy.evaluate_actions(observations, step.actions)  # all layers, no states
     for i, stored in enumerate(step.token_log_probs):  # invariant 1
         got = shared.token_log_probs[i][shared.mask[i]].detach().numpy()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from gymnasium import spaces
 
-from gym_llm.policy.scoring import ActionMode, Normalization
 from gym_llm.spaces import NOT_TEXT_HELP
+
+ActionMode = Literal["choice", "generate"]
+Normalization = Literal["sum", "mean"]
 
 
 def check_arguments(
@@ -62,3 +65,21 @@ def lists_a_choice(action_mode: str, action_head: bool) -> bool:
     target or a probability floor has a distribution to act on: choice mode, or generate mode
     with the action head (whose action words name each action's tokens)."""
     return action_mode == "choice" or action_head
+
+
+@dataclass
+class Sampling:
+    """How the policy turns scores into actions, shared by the policy (which records and may
+    change them: ``policy.temperature = 0.5``) and its action mode's strategy (which reads them
+    at every call)."""
+
+    #: Over tokens in generate mode, over action scores in choice mode.
+    temperature: float
+    #: Generate mode: the reply budget.
+    max_new_tokens: int
+    #: Generate mode: decode into a KV cache allocated once with room for the reply.
+    reserve_kv_cache: bool
+    #: Choice mode: score each distinct observation once per weights version in rollouts.
+    memoize_choice_scores: bool
+    #: Choice mode: ``"sum"`` of candidate token log-probs, or per-token ``"mean"``.
+    choice_normalization: str

@@ -2,22 +2,21 @@
 
 The policy acts on batches of observation strings and returns replies together with *exact*
 log-probabilities of what it sampled, so PPO's importance ratio is computed on the same numbers the
-sampler used. Two action modes share one network:
+sampler used. It is built from parts, each setting its own state:
 
-* ``choice``: every valid action string (listed by :class:`gym_llm.spaces.TextActions`) is scored
-  as a continuation of the prompt; the prompt is run once and its KV cache shared by all
-  candidates. The action distribution is ``softmax(score / temperature)`` where the score is the
-  sum (or per-token mean) of the candidate's token log-probs.
-* ``generate``: free text is sampled token by token from ``softmax(logits / temperature)`` (no
-  top-k/top-p, whose truncation the stored log-probs would not account for); sampled token ids and
-  their log-probs are kept as sampled, never decoded and re-tokenised.
+* a prompt builder (:class:`~gym_llm.policy.prompts.PromptBuilder`): observation or conversation
+  -> token ids, fitted, with the prefix every prompt shares;
+* the LM runner (:class:`~gym_llm.policy.lm.LMRunner`): batched passes, the shared prefix's KV
+  cache, packed frozen weights, the reference model, the states an update starts from;
+* the heads: the critic (:mod:`~gym_llm.policy.value_head`, on the last prompt token) and the
+  action head (:mod:`~gym_llm.policy.action_head`);
+* one strategy per action mode, :attr:`LLMPolicy.actions`, with ``sample()`` for rollouts and
+  ``evaluate()`` for updates: :class:`~gym_llm.policy.choice.ChoiceActions` (every listed action
+  scored as a continuation of the prompt) or :class:`~gym_llm.policy.generate.GeneratedActions`
+  (free text sampled token by token).
 
-The critic is a linear head (:mod:`~gym_llm.policy.value_head`) on the last prompt token's final
-hidden state. The class is built in layers, one module each, every layer using only those below it:
-:mod:`~gym_llm.policy.encoding` (prompts, the shared prefix's KV cache, the prompt pass),
-:mod:`~gym_llm.policy.scoring` (action distributions for rollouts),
-:mod:`~gym_llm.policy.update` (re-evaluation with gradients), and this module (construction and
-the SB3 policy interface).
+Nothing outside ``policy/`` needs to know the mode: it asks :attr:`LLMPolicy.scores_listed_actions`
+or :attr:`LLMPolicy.chooses_among_listed`.
 """
 
 from __future__ import annotations
@@ -28,23 +27,37 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
+from stable_baselines3.common.policies import BasePolicy
+from torch.distributed.fsdp import FSDPModule
 
 from gym_llm.policy.action_head import ActionHead, check_prior_scale, choice_extras
 from gym_llm.policy.action_words import action_words
 from gym_llm.policy.adapters import enable_gradient_checkpointing, make_trainable, name_or_path
-from gym_llm.policy.arguments import check_arguments, lists_a_choice, resolve_mode
+from gym_llm.policy.arguments import (
+    ActionMode,
+    Normalization,
+    Sampling,
+    check_arguments,
+    lists_a_choice,
+    resolve_mode,
+)
+from gym_llm.policy.choice import CONTENT_FREE_OBSERVATION, ChoiceActions
+from gym_llm.policy.generate import GeneratedActions, decode
+from gym_llm.policy.lm import LMRunner
 from gym_llm.policy.models import MODEL_REGISTRY, float32_logits, load_model
 from gym_llm.policy.outputs import Evaluation, PolicyStep, UpdateWork
 from gym_llm.policy.param_groups import check_lr_scale, param_groups
-from gym_llm.policy.scoring import (
-    CONTENT_FREE_OBSERVATION,
-    ActionMode,
-    Normalization,
+from gym_llm.policy.prompts import PromptBuilder, check_max_prompt_tokens
+from gym_llm.policy.top_layers import (
+    TopLayers,
+    TrainableLayers,
+    TurnStates,
+    num_layers,
+    top_layers_supported,
 )
-from gym_llm.policy.top_layers import TopLayers, TrainableLayers, top_layers_supported
-from gym_llm.policy.trunk_cache import DEFAULT_TRUNK_CACHE_MB
-from gym_llm.policy.update import UpdatePasses
+from gym_llm.policy.trunk_cache import DEFAULT_TRUNK_CACHE_MB, TrunkCache
 from gym_llm.policy.value_head import ValueHead
+from gym_llm.replies import Reply
 from gym_llm.spaces import TextActions, as_text_batch
 
 __all__ = [
@@ -58,7 +71,7 @@ __all__ = [
 ]
 
 
-class LLMPolicy(UpdatePasses):
+class LLMPolicy(BasePolicy):
     """Actor-critic policy over text built from the spaces plus ``policy_kwargs``.
 
     Args:
@@ -203,6 +216,7 @@ class LLMPolicy(UpdatePasses):
             optimizer_kwargs=optimizer_kwargs,
         )
         listed = action_space.actions if isinstance(action_space, TextActions) else None
+        #: Each observation brings its own actions (``TextActions(per_state=True)``).
         self.per_state = bool(getattr(action_space, "per_state", False))
         choices = bool(listed) or self.per_state
         self.action_mode = resolve_mode(action_mode, choices, choice_normalization)
@@ -210,24 +224,17 @@ class LLMPolicy(UpdatePasses):
         spec = MODEL_REGISTRY.get(name.lower())
         self.model_name = name
         # A ConversationWrapper's space says its observations are conversations.
-        self.conversation = conversation or bool(getattr(observation_space, "conversation", False))
-        if max_prompt_tokens is not None and max_prompt_tokens < 16:
-            raise ValueError(f"max_prompt_tokens must be >= 16 (or None), got {max_prompt_tokens}.")
-        self.max_prompt_tokens = max_prompt_tokens
-        #: Prompts cut to ``max_prompt_tokens`` so far (distinct observations).
-        self.truncated_prompts = 0
+        conversation = conversation or bool(getattr(observation_space, "conversation", False))
+        check_max_prompt_tokens(max_prompt_tokens)
+        #: The env's listed actions (empty: free text; per state: each observation's own).
         self.actions_list = tuple(listed or ())
-        self.max_new_tokens = max_new_tokens or (spec.max_new_tokens if spec else 24)
-        self.temperature = float(temperature)
-        self.system_prompt = system_prompt
-        self.choice_normalization = choice_normalization
 
         if isinstance(model, str):
-            lm, self.tokenizer = load_model(model, device=device, dtype=dtype)
+            lm, tokenizer = load_model(model, device=device, dtype=dtype)
+        elif str(device) != "auto":
+            lm = model.to(device)
         else:
-            lm, self.tokenizer = model, tokenizer
-            if str(device) != "auto":
-                lm = lm.to(device)
+            lm = model
         float32_logits(lm)  # exact log-probs in bf16 too (invariant 1)
         trainable = make_trainable(lm, lora, trainable_layers, spec)
         self.lora_settings = trainable.lora_settings
@@ -253,50 +260,259 @@ class LLMPolicy(UpdatePasses):
         )
         generating = bool(action_head) and self.action_mode == "generate"
         check_prior_scale(action_prior_scale, generating)
-        self.action_words = (
-            action_words(self.tokenizer, self.actions_list, lm.device, action_prior_scale)
+        words = (
+            action_words(tokenizer, self.actions_list, lm.device, action_prior_scale)
             if generating
             else None
         )
 
-        self.stop_ids = self._stop_token_ids()
-        self.gradient_checkpointing = gradient_checkpointing
-        self.reuse_rollout_states = reuse_rollout_states
-        self.memoize_choice_scores = memoize_choice_scores
-        self.top = (
+        #: Observation -> prompt token ids.
+        self.prompts = PromptBuilder(
+            tokenizer,
+            observation_space,
+            action_space,
+            system_prompt=system_prompt,
+            conversation=conversation,
+            max_prompt_tokens=max_prompt_tokens,
+        )
+        top = (
             TopLayers(lm, self.first_trainable_layer)
             if self.first_trainable_layer and top_layers_supported(lm)
             else None
         )
-        self._memo = {}
-        self._memo_version = None
-        self._memo_bytes = 0
-        self._states_wanted = True
-        self._prompt_cache, self._prompt_cache_tokens = {}, 0
+        #: Batched passes of the LM and the caches that make them cheap.
+        self.runner = LMRunner(
+            lm,
+            self.prompts,
+            self.value_head,
+            self.action_head,
+            first_trainable_layer=self.first_trainable_layer,
+            centred_critic=self.centred_critic,
+            gradient_checkpointing=gradient_checkpointing,
+            reuse_rollout_states=reuse_rollout_states,
+            pack_frozen_weights=pack_frozen_weights,
+            top=top,
+        )
         self.share_prefix = share_prefix
-        self.shared_prefix = self._find_shared_prefix() if share_prefix else []
-        self.reserve_kv_cache = reserve_kv_cache
-        self.pack_frozen_weights = pack_frozen_weights
-        self._packed = None  # built on the first rollout with packing on
-        self._prefix_kv = None
-        self._prefix_version = None
-        fixed = self.action_mode == "choice" and not self.per_state
-        self._candidates = self._tokenize_candidates() if fixed else None
-        self._in_group, self._candidate_sets = False, {}
-        # What decides the frozen layers' output, for a cache shared by policies on this model.
-        frozen = (name.lower(), str(lm.dtype), str(lm.device), self.first_trainable_layer)
-        frozen_identity = (*frozen, pack_frozen_weights) if isinstance(model, str) else None
-        self._init_trunk(trunk_cache_mb, frozen_identity)
-        self._reference_mode = False
-        self.update_work = UpdateWork()
+        if share_prefix:
+            self.prompts.find_shared_prefix()
+        self.trunk_cache_mb = float(trunk_cache_mb)
+        #: Temperature and the modes' decoding settings, shared with the strategy.
+        self.sampling = Sampling(
+            temperature=float(temperature),
+            max_new_tokens=max_new_tokens or (spec.max_new_tokens if spec else 24),
+            reserve_kv_cache=reserve_kv_cache,
+            memoize_choice_scores=memoize_choice_scores,
+            choice_normalization=choice_normalization,
+        )
+        #: The action mode's strategy: what the policy samples and how it re-evaluates it.
+        self.actions: ChoiceActions | GeneratedActions
+        if self.action_mode == "choice":
+            self.actions = ChoiceActions(
+                self.runner,
+                self.actions_list,
+                per_state=self.per_state,
+                sampling=self.sampling,
+                action_head=self.action_head,
+            )
+            # What decides the frozen layers' output, for a cache shared by policies on it.
+            frozen = (name.lower(), str(lm.dtype), str(lm.device), self.first_trainable_layer)
+            identity = (*frozen, pack_frozen_weights) if isinstance(model, str) else None
+            self.actions.use_trunk(trunk_cache_mb, identity)
+        else:
+            self.actions = GeneratedActions(
+                self.runner,
+                self.actions_list,
+                sampling=self.sampling,
+                stop_ids=self.prompts.stop_token_ids(lm),
+                action_head=self.action_head,
+                action_words=words,
+            )
         self.value_lr_scale = check_lr_scale("value_lr_scale", value_lr_scale)
         self.action_head_lr_scale = check_lr_scale("action_head_lr_scale", action_head_lr_scale)
         self.optimizer = self.optimizer_class(  # type: ignore[call-arg]
             self._param_groups(lr_schedule(1)), lr=lr_schedule(1), **self.optimizer_kwargs
         )
-        self.choice_calibration = None  # content_free_scores scores without one
         if choice_calibration:
             self.choice_calibration = self.content_free_scores()
+
+    # --- the parts, as users and the learners read them ----------------------------------------
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer over the trainable weights and the heads (its parameters are what the
+        caches' weights version follows)."""
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        self._optimizer = optimizer
+        self.runner.track(optimizer)
+
+    @property
+    def device(self) -> torch.device:
+        return self.runner.device
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.prompts.tokenizer
+
+    @property
+    def conversation(self) -> bool:
+        """Observations may be whole conversations (JSON lists of user/assistant turns)."""
+        return self.prompts.conversation
+
+    @property
+    def system_prompt(self) -> str | None:
+        return self.prompts.system_prompt
+
+    @property
+    def max_prompt_tokens(self) -> int | None:
+        return self.prompts.max_prompt_tokens
+
+    @property
+    def truncated_prompts(self) -> int:
+        """Prompts cut to ``max_prompt_tokens`` so far (distinct observations)."""
+        return self.prompts.truncated_prompts
+
+    @property
+    def shared_prefix(self) -> list[int]:
+        """Token ids every prompt starts with (``[]``: none found, or ``share_prefix=False``)."""
+        return self.prompts.shared_prefix
+
+    def prompt_text(self, observation: str) -> str:
+        """The exact prompt the model sees for ``observation``."""
+        return self.prompts.prompt_text(observation)
+
+    def prompt_ids(self, observation: str) -> list[int]:
+        """Token ids of the prompt, memoised."""
+        return self.prompts.prompt_ids(observation)
+
+    @property
+    def temperature(self) -> float:
+        return self.sampling.temperature
+
+    @temperature.setter
+    def temperature(self, value: float) -> None:
+        self.sampling.temperature = float(value)
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.sampling.max_new_tokens
+
+    @max_new_tokens.setter
+    def max_new_tokens(self, value: int) -> None:
+        self.sampling.max_new_tokens = int(value)
+
+    @property
+    def reserve_kv_cache(self) -> bool:
+        return self.sampling.reserve_kv_cache
+
+    @reserve_kv_cache.setter
+    def reserve_kv_cache(self, value: bool) -> None:
+        self.sampling.reserve_kv_cache = bool(value)
+
+    @property
+    def memoize_choice_scores(self) -> bool:
+        return self.sampling.memoize_choice_scores
+
+    @memoize_choice_scores.setter
+    def memoize_choice_scores(self, value: bool) -> None:
+        self.sampling.memoize_choice_scores = bool(value)
+
+    @property
+    def choice_normalization(self) -> str:
+        return self.sampling.choice_normalization
+
+    @property
+    def gradient_checkpointing(self) -> bool:
+        return self.runner.gradient_checkpointing
+
+    @property
+    def reuse_rollout_states(self) -> bool:
+        return self.runner.reuse_rollout_states
+
+    @reuse_rollout_states.setter
+    def reuse_rollout_states(self, value: bool) -> None:
+        self.runner.reuse_rollout_states = bool(value)
+
+    @property
+    def pack_frozen_weights(self) -> bool:
+        return self.runner.pack_frozen_weights
+
+    @pack_frozen_weights.setter
+    def pack_frozen_weights(self, value: bool) -> None:
+        self.runner.pack_frozen_weights = bool(value)
+
+    @property
+    def top(self) -> TopLayers | None:
+        """The trainable layers as a model of their own, where the update can start there."""
+        return self.runner.top
+
+    @property
+    def uses_rollout_states(self) -> bool:
+        """Whether rollouts keep states and the update starts at the first trainable layer."""
+        return self.runner.uses_rollout_states
+
+    @property
+    def update_work(self) -> UpdateWork:
+        """Running count of what the update computed (benchmarks read and reset it)."""
+        return self.runner.update_work
+
+    @property
+    def packed_weight_bytes(self) -> int:
+        """Memory the packed frozen weights in use hold (0 with packing off)."""
+        return self.runner.packed_weight_bytes
+
+    @property
+    def action_words(self) -> Any:
+        """Generate mode with the action head: the tokens its scores are added to (else ``None``)."""
+        return self.actions.action_words if isinstance(self.actions, GeneratedActions) else None
+
+    @property
+    def stop_ids(self) -> list[int]:
+        """Generate mode: the tokens that end a reply."""
+        if isinstance(self.actions, GeneratedActions):
+            return self.actions.stop_ids
+        return self.prompts.stop_token_ids(self.lm)
+
+    @property
+    def choice_calibration(self) -> torch.Tensor | None:
+        """Choice mode: each action's score under a content-free prompt, subtracted from its
+        score (``None``: off)."""
+        return self.actions.calibration if isinstance(self.actions, ChoiceActions) else None
+
+    @choice_calibration.setter
+    def choice_calibration(self, calibration: torch.Tensor | None) -> None:
+        if not isinstance(self.actions, ChoiceActions):
+            if calibration is None:
+                return
+            raise ValueError("choice_calibration is choice mode's (scores of listed actions).")
+        self.actions.calibration = calibration
+
+    @property
+    def trunk_cache(self) -> TrunkCache | None:
+        """Choice mode with frozen layers below: each distinct prompt's frozen-layer output."""
+        trunk = self.actions.trunk if isinstance(self.actions, ChoiceActions) else None
+        return trunk.cache if trunk is not None else None
+
+    @property
+    def uses_trunk_cache(self) -> bool:
+        """Whether choice-mode passes without gradients start from cached frozen-layer states."""
+        return isinstance(self.actions, ChoiceActions) and self.actions.uses_trunk_cache
+
+    @property
+    def scores_listed_actions(self) -> bool:
+        """Whether each step comes with a distribution over the listed actions (choice mode):
+        what exact per-state entropies, a target update, shared update rows and a Q head need.
+        Callers ask this instead of reading the action mode."""
+        return isinstance(self.actions, ChoiceActions)
+
+    @property
+    def chooses_among_listed(self) -> bool:
+        """Whether the policy's decision is a choice among listed actions it can hold an entropy
+        or a floor on: choice mode, or generate mode with the action head's action words."""
+        return lists_a_choice(self.action_mode, self.action_words is not None)
 
     def _param_groups(self, lr: float) -> list[dict[str, Any]]:
         """The LM's weights, the action head and the value head, each at its own rate."""
@@ -330,49 +546,12 @@ class LLMPolicy(UpdatePasses):
         )
         return data
 
-    @property
-    def scores_listed_actions(self) -> bool:
-        """Whether each step comes with a distribution over the listed actions (choice mode):
-        what exact per-state entropies, a target update, shared update rows and a Q head need.
-        Callers ask this instead of reading the action mode."""
-        return self.action_mode == "choice"
-
-    @property
-    def chooses_among_listed(self) -> bool:
-        """Whether the policy's decision is a choice among listed actions it can hold an entropy
-        or a floor on: choice mode, or generate mode with the action head's action words."""
-        return lists_a_choice(self.action_mode, self.action_words is not None)
+    # --- acting ---------------------------------------------------------------------------------
 
     def act(self, observations: Sequence[str], deterministic: bool = False) -> PolicyStep:
         """Replies for a batch of observations, with exact log-probs and values (one LM batch)."""
-        with self.rollout_kernels():
-            return self._act(observations, deterministic)
-
-    def _act(self, observations: Sequence[str], deterministic: bool) -> PolicyStep:
-        if self._splits():  # per-state action lists: one pass per list (state_actions.py)
-            return self._act_in_groups(observations, self._act, deterministic)
-        if self.action_mode == "choice":
-            logits, values, states = self._remembered_choice_scores(observations)
-            dist = torch.distributions.Categorical(logits=logits)
-            chosen = logits.argmax(-1) if deterministic else dist.sample()
-            lps = dist.log_prob(chosen).float().cpu().numpy()
-            indices = chosen.cpu().numpy()
-            return PolicyStep(
-                replies=[self._choice_replies[int(i)] for i in indices],
-                actions=[np.array([int(i)], dtype=np.int64) for i in indices],
-                token_log_probs=[np.array([lp], dtype=np.float32) for lp in lps],
-                values=values,
-                states=states,
-                action_probs=dist.probs.float().cpu().numpy(),
-            )
-        actions, token_lps, values, states = self._generate(observations, deterministic)
-        return PolicyStep(
-            replies=[self.reply(a) for a in actions],
-            actions=actions,
-            token_log_probs=token_lps,
-            values=values,
-            states=states,
-        )
+        with self.runner.rollout_kernels():
+            return self.actions.sample(observations, deterministic)
 
     def forward(self, obs: Any, deterministic: bool = False) -> PolicyStep:
         return self.act(list(obs), deterministic)
@@ -390,12 +569,199 @@ class LLMPolicy(UpdatePasses):
         """Replies (``dtype=object`` array of str) for one observation string or a batch."""
         batch, single = as_text_batch(observation)
         self.set_training_mode(False)
-        with torch.inference_mode(), self._without_states():
+        with torch.inference_mode(), self.runner.without_states():
             step = self.act(batch, deterministic=deterministic)
         replies = np.array(step.replies, dtype=object)
         return (replies[0] if single else replies), state
 
     def predict_values(self, observations: Sequence[str]) -> torch.Tensor:
         """Critic values ``(n,)`` (no candidates, no generation: just the prompt pass)."""
-        with self.rollout_kernels(), self._without_states():
-            return self._prompt_pass(observations)[1]
+        with self.runner.rollout_kernels(), self.runner.without_states():
+            return self.runner.prompt_pass(observations)[1]
+
+    def decode(self, token_ids: np.ndarray) -> str:
+        """Reply text from sampled ids (stop tokens dropped)."""
+        return decode(self.tokenizer, self.stop_ids, token_ids)
+
+    def reply(self, token_ids: np.ndarray) -> Reply:
+        """The reply sent to the env for sampled ids (generate mode)."""
+        assert isinstance(self.actions, GeneratedActions), "choice mode sends listed actions"
+        return self.actions.reply(token_ids)
+
+    # --- choice mode's scores ------------------------------------------------------------------
+
+    def _choice(self, what: str) -> ChoiceActions:
+        if not isinstance(self.actions, ChoiceActions) or self.actions.candidates is None:
+            raise ValueError(
+                f"{what} needs choice mode (action_mode='choice'): the env must list its actions."
+            )
+        return self.actions
+
+    def prior_choice_scores(self, observations: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(n, K)`` log-probs of the listed actions as the policy starts (the LM with its
+        adapter off, the calibration as set, no action head) and ``(n, d)`` features: the last
+        prompt token's hidden state where the action head reads it, the first trainable layer's
+        input. Neither depends on anything training changes, so a caller may keep them per
+        observation for a whole run: off-policy value learning (``gym_llm.DQN``) acts on the
+        first and regresses action values from the second."""
+        choice = self._choice("prior_choice_scores")
+        if not self.uses_lora:
+            raise ValueError(
+                "prior_choice_scores needs LoRA: the prior is the model with its adapter off, "
+                "and lora=None trains the base weights themselves."
+            )
+        return choice.prior_scores(observations)
+
+    def content_free_scores(self) -> torch.Tensor:
+        """Each action's score after the content-free observation ``"N/A"`` ("Calibrate Before
+        Use", Zhao et al. 2021): the model's prior over the action strings, which calibration
+        divides out of the policy."""
+        scores = self._choice("content_free_scores").content_free_scores()
+        self.invalidate_prefix_cache()
+        return scores
+
+    def trunk_states(self, observations: Sequence[str]) -> list[TurnStates]:
+        """Each observation's frozen-layer states (prompt and candidates), from the trunk cache
+        or computed once for the prompts it does not hold."""
+        choice = self._choice("trunk_states")
+        assert choice.trunk is not None, "the trunk cache is off"
+        prompts = [self.prompts.prompt_ids(str(o)) for o in observations]
+        return choice.trunk.states(prompts, choice.candidates)
+
+    def calibrate_action_head(self, observations: Sequence[str]) -> bool:
+        """Set the action head's centre and scale from these observations, once, before its first
+        step (its weights are zero: no logit moves). Whether it calibrated now."""
+        head = self.action_head
+        if head is None or head.is_calibrated:
+            return False
+        if self.centred_critic and bool(self.value_head.weight.detach().any()):
+            raise RuntimeError(  # centring its input now would change its values
+                "The critic has trained already: calibrate before the first update (PPO does)."
+            )
+        distinct = list(dict.fromkeys(str(o) for o in observations))
+        runner = self.runner
+        with torch.no_grad(), runner.rollout_kernels(), runner.without_states():
+            features = torch.cat(
+                [runner.prompt_pass(distinct[i : i + 32])[5] for i in range(0, len(distinct), 32)]
+            )
+        head.calibrate(features)
+        return True
+
+    # --- the update -----------------------------------------------------------------------------
+
+    def evaluate_actions(
+        self,
+        observations: Sequence[str],
+        actions: Sequence[np.ndarray],
+        states: Sequence[TurnStates | None] | None = None,
+    ) -> Evaluation:
+        """Log-probs (per action token), entropy and values of stored actions, with gradients.
+
+        ``states`` (from the rollout's :attr:`PolicyStep.states`) let the pass start at the first
+        trainable layer (:mod:`gym_llm.policy.top_layers`); without them the whole model runs.
+        Both give the same numbers to float rounding.
+        """
+        return self.actions.evaluate(observations, actions, states)
+
+    def reference_log_probs(
+        self,
+        observations: Sequence[str],
+        actions: Sequence[np.ndarray],
+        states: Sequence[TurnStates | None] | None = None,
+    ) -> torch.Tensor:
+        """Log-probs under the reference model: the same weights with the LoRA adapter off."""
+        if not self.uses_lora:
+            raise ValueError(
+                "A KL penalty to the reference model needs LoRA (lora=None trains all weights)."
+            )
+        with torch.no_grad(), self.runner.reference():
+            return self.evaluate_actions(observations, actions, states).token_log_probs
+
+    def update_bytes_per_turn(
+        self, observations: Sequence[str], actions: Sequence[np.ndarray]
+    ) -> int:
+        """A generous estimate of the memory one turn of the largest kind in this batch holds
+        during the update's forward and backward pass (activations kept for the backward, the
+        attention weights, and the logits at the scored positions), for choosing micro-batches.
+
+        Per layer run and token, a Llama-style block keeps about ``10 d + 5 ffn`` values for
+        its backward (norm inputs, q/k/v, attention output, MLP gate/up/activation), plus
+        ``heads x context`` attention weights; per layer and turn, the keys and values over the
+        whole context, once as cached and once repeated to every query head. Only the trainable
+        layers count when the update starts from the rollout's states (:attr:`uses_rollout_states`).
+        """
+        config = self.lm.config.get_text_config()
+        total = num_layers(self.lm)
+        layers = total - self.first_trainable_layer if self.uses_rollout_states else total
+        prompts = [len(self.prompts.prompt_ids(str(o))) for o in observations]
+        prefix = len(self.shared_prefix)
+        extra, scored = self.actions.scored_tokens(actions)
+        new_tokens = max(prompts) - prefix + max(len(a) for a in actions) + extra
+        d = int(config.hidden_size)
+        ffn = int(getattr(config, "intermediate_size", 4 * d))
+        heads = int(config.num_attention_heads)
+        kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(config, "head_dim", None) or d // heads)
+        context = max(prompts) + max(len(a) for a in actions)
+        per_token_layer = 10 * d + 5 * ffn + heads * context
+        # Keys and values over the whole context (the shared prefix's too) in every layer run:
+        # the cache's, and their copies repeated to every query head (measured on SmolLM2: a
+        # third of a Blackjack turn's update memory).
+        per_layer = 2 * (heads + kv_heads) * head_dim * context
+        element = torch.finfo(self.lm.dtype).bits // 8
+        logits = scored * int(config.vocab_size) * 4 * 3  # fp32 logits, log-softmax, gradient
+        return int((new_tokens * per_token_layer + per_layer) * layers * element + logits)
+
+    def set_training_mode(self, mode: bool) -> None:
+        if mode:
+            self.invalidate_prefix_cache()  # the weights are about to change
+        super().set_training_mode(mode)
+
+    def invalidate_prefix_cache(self) -> None:
+        """Forget what was computed with the current weights (the prefix KV cache, remembered
+        choice scores). Never needed for correctness (both follow the weights' version); it
+        frees their memory."""
+        self.runner.invalidate()
+        if isinstance(self.actions, ChoiceActions):
+            self.actions.forget()
+
+    # --- what training changes, saved and loaded ------------------------------------------------
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """Only what training changes (LoRA + value head, or everything without LoRA), plus the
+        action head's centre and scale (set from the first rollout)."""
+        state = {
+            name: p.detach().cpu().clone() for name, p in self.named_parameters() if p.requires_grad
+        }
+        state.update(self._head_buffers())
+        return state
+
+    def _head_buffers(self) -> dict[str, torch.Tensor]:
+        return {
+            name: b.detach().cpu().clone()
+            for name, b in self.named_buffers()
+            if name.startswith(("action_head.", "value_head."))
+        }
+
+    def load_trainable_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        if isinstance(self.lm, FSDPModule):  # the gathered copy would be dropped at the update
+            raise ValueError(
+                "This policy's weights are sharded (FSDP, since its first learn()); load saved "
+                "weights into a freshly built agent (PPO.load) before learning."
+            )
+        params: dict[str, torch.Tensor] = dict(self.named_parameters())
+        params.update(
+            (n, b) for n, b in self.named_buffers() if n.startswith(("action_head.", "value_head."))
+        )
+        missing = [name for name, p in params.items() if p.requires_grad and name not in state]
+        missing += [name for name in self._head_buffers() if name not in state]
+        unknown = [name for name in state if name not in params]
+        if missing or unknown:
+            raise ValueError(
+                f"Saved weights do not match this policy (missing {missing[:3]}, unknown "
+                f"{unknown[:3]}): was it saved with another model or LoRA config?"
+            )
+        with torch.no_grad():
+            for name, tensor in state.items():
+                params[name].copy_(tensor.to(params[name].device, params[name].dtype))
+        self.invalidate_prefix_cache()

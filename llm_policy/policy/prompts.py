@@ -1,18 +1,21 @@
 """Chat prompts from what the spaces carry: instruction (system), observation (user).
 
 One place builds prompts so that the zero-shot demo, the PPO policy and the Agent API all show the
-model exactly the same text for the same observation.
+model exactly the same text for the same observation; :class:`PromptBuilder` turns them into the
+policy's token ids.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Callable
 from typing import Any
 
-from gym_llm.replies import parse_messages
+from gym_llm.replies import conversation_json, parse_messages
 from gym_llm.spaces import TextActions, TextObservations
+from gym_llm.text import cut_middle
 
 Message = dict[str, str]
 
@@ -157,3 +160,146 @@ def spliced_prompt_ids(
         if k < len(replies):
             prompt.extend(replies[k])
     return prompt
+
+
+#: Shorter shared prefixes are not worth a separate pass.
+_MIN_SHARED_PREFIX = 8
+#: The memoised prompt token ids are dropped when they hold more tokens than this (~40 MB).
+PROMPT_CACHE_MAX_TOKENS = 1_000_000
+
+
+def check_max_prompt_tokens(max_prompt_tokens: int | None) -> None:
+    if max_prompt_tokens is not None and max_prompt_tokens < 16:
+        raise ValueError(f"max_prompt_tokens must be >= 16 (or None), got {max_prompt_tokens}.")
+
+
+class PromptBuilder:
+    """Observation (or conversation) -> the prompt's token ids: memoised, fitted to
+    ``max_prompt_tokens``, and the prefix every prompt shares (a part of
+    :class:`gym_llm.LLMPolicy`; the same ids in rollouts and updates, a function of the text)."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        observation_space: Any,
+        action_space: Any,
+        *,
+        system_prompt: str | None,
+        conversation: bool,
+        max_prompt_tokens: int | None,
+    ) -> None:
+        check_max_prompt_tokens(max_prompt_tokens)
+        self.tokenizer = tokenizer
+        self.observation_space, self.action_space = observation_space, action_space
+        self.system_prompt = system_prompt
+        #: Observations may be whole conversations (JSON lists of user/assistant turns).
+        self.conversation = conversation
+        self.max_prompt_tokens = max_prompt_tokens
+        #: Prompts cut to ``max_prompt_tokens`` so far (distinct observations).
+        self.truncated_prompts = 0
+        #: Token ids every prompt starts with (set by :meth:`find_shared_prefix`; ``[]``: none).
+        self.shared_prefix: list[int] = []
+        self._cache: dict[str, list[int]] = {}
+        self._cache_tokens = 0
+
+    def prompt_text(self, observation: str) -> str:
+        """The exact prompt the model sees for ``observation``."""
+        build = build_conversation if self.conversation else build_messages
+        messages = build(observation, self.observation_space, self.action_space, self.system_prompt)
+        return render_prompt(self.tokenizer, messages)
+
+    def prompt_ids(self, observation: str) -> list[int]:
+        """Token ids of the prompt, memoised: envs revisit the same observations constantly."""
+        ids = self._cache.get(observation)
+        if ids is None:
+            ids = self._whole_prompt_ids(observation)
+            budget = self.max_prompt_tokens
+            if budget is not None and len(ids) > budget:
+                ids = self._fitted(observation, budget)
+                self.truncated_prompts += 1
+            # Bounded by the tokens it holds: text games and conversations rarely repeat a
+            # prompt, and 100,000 long prompts held as Python ints were gigabytes.
+            self._cache_tokens += len(ids)
+            if self._cache_tokens > PROMPT_CACHE_MAX_TOKENS:
+                self._cache.clear()
+                self._cache_tokens = len(ids)
+            self._cache[observation] = ids
+        return ids
+
+    def _whole_prompt_ids(self, observation: str) -> list[int]:
+        """Token ids of the prompt, uncut; in a conversation the earlier replies that carry
+        their sampled ids (:class:`gym_llm.replies.Reply`) keep them exactly."""
+        build = build_conversation if self.conversation else build_messages
+        messages = build(observation, self.observation_space, self.action_space, self.system_prompt)
+        if self.conversation:
+            try:
+                ids = spliced_prompt_ids(self.tokenizer, messages, self.encode)
+            except RepliesLostError as error:
+                warnings.warn(
+                    f"Earlier replies are re-encoded from their text in this prompt, so they may "
+                    f"not be the tokens the model sampled: {error}. Use a chat template that "
+                    "writes each message's content unchanged.",
+                    stacklevel=2,
+                )
+                ids = None
+            if ids is not None:
+                return ids
+        return self.encode(render_prompt(self.tokenizer, messages))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _fitted(self, observation: str, budget: int) -> list[int]:
+        """Prompt ids of ``observation`` within ``budget`` tokens (see ``max_prompt_tokens``):
+        a conversation drops its oldest exchanges after the first observation; what is still too
+        long has its latest observation's middle cut (head: rules; tail: latest state)."""
+        turns = parse_conversation(observation) if self.conversation else None
+        if turns is not None:
+            while len(turns) > 3:
+                turns = [turns[0], *turns[3:]]  # drop the oldest exchange after the first turn
+                ids = self._whole_prompt_ids(conversation_json(turns))
+                if len(ids) <= budget:
+                    return ids
+        else:
+            turns = [{"role": "user", "content": observation}]
+        for _ in range(8):  # shrink the latest text until the prompt fits
+            text = conversation_json(turns) if self.conversation else turns[-1]["content"]
+            ids = self._whole_prompt_ids(text)
+            if len(ids) <= budget:
+                return ids
+            content = turns[-1]["content"]
+            keep = max(1, int(len(content) * budget / len(ids) * 0.9))
+            turns[-1] = {**turns[-1], "content": cut_middle(content, max(keep, 80))}
+            if keep < 80:
+                break
+        raise ValueError(
+            f"max_prompt_tokens={budget} cannot hold even the system prompt and a cut "
+            f"observation ({len(ids)} tokens): raise it."
+        )
+
+    def find_shared_prefix(self) -> list[int]:
+        """Token ids every prompt starts with (system message, instruction, chat scaffolding),
+        kept as :attr:`shared_prefix`.
+
+        Found as the common prefix of two prompts with different observations; each batch still
+        checks that its prompts really start with it (BPE may merge across the boundary), so a
+        wrong guess only costs speed, never correctness.
+        """
+        first, second = self.prompt_ids("0 a"), self.prompt_ids("1 b")
+        length = 0
+        for a, b in zip(first, second, strict=False):
+            if a != b:
+                break
+            length += 1
+        self.shared_prefix = list(first[:length]) if length >= _MIN_SHARED_PREFIX else []
+        return self.shared_prefix
+
+    def stop_token_ids(self, lm: Any) -> list[int]:
+        """The tokens that end a reply: the tokenizer's end of sequence and the model's."""
+        ids = {self.tokenizer.eos_token_id}
+        configured = getattr(getattr(lm, "generation_config", None), "eos_token_id", None)
+        if isinstance(configured, int):
+            ids.add(configured)
+        elif isinstance(configured, list | tuple):
+            ids.update(configured)
+        return sorted(i for i in ids if i is not None)

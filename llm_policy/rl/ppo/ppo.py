@@ -22,7 +22,7 @@ import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
@@ -35,7 +35,6 @@ from stable_baselines3.common.vec_env import VecEnv
 from torch.nn.utils import get_total_norm
 
 from gym_llm.policy.llm_policy import LLMPolicy
-from gym_llm.policy.value_head import ValueHead
 from gym_llm.rl.common.base_model import base_model_writer
 from gym_llm.rl.common.checkpoint import (
     SAVED_HYPERPARAMETERS,
@@ -863,7 +862,7 @@ class PPO(OnPolicyAlgorithm):
         """``value_normalization``: pool this rollout's returns into the value head's running
         statistics (over every process, so that each holds the same head) before any step.
         The head's std: return units per unit of its output, 1 without normalisation."""
-        head = cast(ValueHead, self.policy.value_head)
+        head = self.policy.value_head
         if head.normalize:
             returns = self.rollout_buffer.returns
             head.update_statistics(global_moments(returns[np.isfinite(returns)].reshape(-1)))
