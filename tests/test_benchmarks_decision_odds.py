@@ -13,7 +13,7 @@ import torch
 
 import benchmarks.decision_odds
 from benchmarks.decision_odds import leave_one_out, main, nearest
-from gym_llm import LLMPolicy
+from gym_llm.policy.generate import GeneratedActions
 from gym_llm.testing import save_tiny_model
 
 
@@ -37,14 +37,14 @@ def test_a_table_on_a_tiny_model(
     words_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scale: float
 ) -> None:
     def name_the_first_action(
-        self: LLMPolicy, observations: list[str], deterministic: bool
+        self: GeneratedActions, observations: list[str], deterministic: bool
     ) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor, None]:
         assert self.action_words is not None  # a tiny LM never names one on its own
         reply = np.array([7, int(self.action_words.ids[0])])
         n = len(observations)
         return [reply] * n, [np.zeros(2, dtype=np.float32)] * n, torch.zeros(n), None
 
-    monkeypatch.setattr(LLMPolicy, "_generate", name_the_first_action)
+    monkeypatch.setattr(GeneratedActions, "_generate", name_the_first_action)
     out = tmp_path / "odds.json"
     args = ["--tasks", "threshold-p0-s0", "--model", str(words_model_dir), "--json", str(out)]
     (table,) = main([*args, "--prior-scale", str(scale)])

@@ -13,7 +13,7 @@ import torch
 
 import benchmarks.head_gradient
 from benchmarks.head_gradient import main, per_state_steps, token_parts
-from gym_llm import LLMPolicy
+from gym_llm.policy.generate import GeneratedActions
 from gym_llm.testing import save_tiny_model
 
 
@@ -50,7 +50,7 @@ def test_a_table_on_a_tiny_model(
     words_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def half_name_an_action(
-        self: LLMPolicy, observations: list[str], deterministic: bool
+        self: GeneratedActions, observations: list[str], deterministic: bool
     ) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor, None]:
         assert self.action_words is not None
         words = set(self.action_words.ids.tolist())
@@ -62,7 +62,7 @@ def test_a_table_on_a_tiny_model(
         ]
         return replies, [np.zeros(len(r), dtype=np.float32) for r in replies], torch.zeros(n), None
 
-    monkeypatch.setattr(LLMPolicy, "_generate", half_name_an_action)
+    monkeypatch.setattr(GeneratedActions, "_generate", half_name_an_action)
     out = tmp_path / "grad.json"
     args = ["--tasks", "threshold-p0-s0", "--model", str(words_model_dir), "--samples", "2"]
     (table,) = main([*args, "--json", str(out)])

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import re
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -152,7 +153,9 @@ def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: 
             "--overwrite to replace it."
         )
     listed = check_env_starts(config.env, config.env_kwargs, config.seed, config.invalid_penalty)
-    if not listed and config.mode == "choice":
+    from gym_llm.policy.arguments import scores_listed_actions
+
+    if not listed and scores_listed_actions(config.mode):
         if not resume and not hasattr(args, "mode") and args.config is None:
             # The default mode, on a game whose replies are free text: generate mode.
             config = dataclasses.replace(config, mode="generate")
@@ -167,7 +170,6 @@ def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: 
         return 0
 
     from gym_llm.evaluation.curve import CurvePoint
-    from gym_llm.evaluation.monte_carlo import reference_returns
     from gym_llm.experiments.run import run
 
     def report(point: CurvePoint) -> None:
@@ -192,6 +194,14 @@ def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: 
     result = run(
         config, run_dir, progress_bar=main and not args.quiet, on_point=report, resume=resume
     )
+    _report_result(say, config, run_dir, result)
+    return 0
+
+
+def _report_result(say: Callable[[str], None], config: Any, run_dir: Path, result: Any) -> None:
+    """What a finished run reached, where it is, and the commands that come next."""
+    from gym_llm.evaluation.monte_carlo import reference_returns
+
     references = reference_returns(config.env, config.env_kwargs, measure_random=False)
     say(f"Before training: {result.before.describe()}")
     say(f"After training:  {result.after.describe()}")
@@ -215,7 +225,6 @@ def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: 
         f"  Repeat:      {PROG} train --config {run_dir / 'config.json'} --out NEW_DIR\n"
         f"  Train more:  {PROG} train --resume {run_dir} --timesteps N"
     )
-    return 0
 
 
 # --- eval ----------------------------------------------------------------------------------

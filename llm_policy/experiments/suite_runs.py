@@ -25,6 +25,7 @@ from gym_llm.evaluation.scores import Score
 from gym_llm.experiments.run import TrainConfig, device_name
 from gym_llm.experiments.specs import EnvSpec
 from gym_llm.experiments.suite import Job, References, Row, SuiteConfig
+from gym_llm.policy.arguments import scores_listed_actions
 from gym_llm.policy.models import resolve_device
 
 CPU = device_name(torch.device("cpu"))
@@ -152,8 +153,8 @@ def llm_config(
         advantage_estimator=config.llm_estimator,
         micro_batch_size=config.llm_micro_batch_size,
         max_new_tokens=config.max_new_tokens,
-        action_head=config.llm_action_head if mode == "choice" else None,
-        choice_calibration=config.llm_choice_calibration if mode == "choice" else None,
+        action_head=config.llm_action_head if scores_listed_actions(mode) else None,
+        choice_calibration=config.llm_choice_calibration if scores_listed_actions(mode) else None,
         eval_episodes=0
         if exact_evaluation_supported(spec.id, spec.kwargs)
         else config.eval_episodes,

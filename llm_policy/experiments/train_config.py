@@ -7,8 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gym_llm.evaluation.exact import exact_evaluation_supported
-from gym_llm.policy.action_head import check_prior_scale
-from gym_llm.policy.arguments import lists_a_choice
+from gym_llm.policy.arguments import (
+    check_mode,
+    check_mode_settings,
+    lists_a_choice,
+    scores_listed_actions,
+)
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.top_layers import parse_trainable_layers
 from gym_llm.rl.ppo.advantages import check_estimator
@@ -175,11 +179,10 @@ class TrainConfig:
     sft_learning_rate: float = 1e-4
 
     def __post_init__(self) -> None:
-        if self.mode not in ("choice", "generate"):
-            raise ValueError(f"mode must be 'choice' or 'generate', got {self.mode!r}.")
+        check_mode(self.mode)
         if self.algo not in ("ppo", "dqn"):
             raise ValueError(f"algo must be 'ppo' or 'dqn', got {self.algo!r}.")
-        if self.algo == "dqn" and (self.mode != "choice" or self.lora_r == 0):
+        if self.algo == "dqn" and (not scores_listed_actions(self.mode) or self.lora_r == 0):
             raise ValueError(
                 "algo='dqn' learns a value per listed action on the frozen model: it needs "
                 "mode='choice' and LoRA (lora_r > 0)."
@@ -215,10 +218,11 @@ class TrainConfig:
         check_choice_among_listed(auto, self.min_action_prob > 0, among_listed)
         check_entropy_of(self.target_entropy_of, auto)
         check_estimator(self.advantage_estimator)
-        if self.choice_calibration and self.mode != "choice":
-            raise ValueError("choice_calibration needs mode='choice'.")
-        check_prior_scale(
-            self.action_prior_scale, self.mode == "generate" and bool(self.action_head)
+        check_mode_settings(
+            self.mode,
+            bool(self.choice_calibration),
+            bool(self.action_head),
+            self.action_prior_scale,
         )
         if self.checkpoint_every is not None and self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}.")

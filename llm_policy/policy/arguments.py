@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from gymnasium import spaces
 
+from gym_llm.policy.action_head import check_prior_scale
 from gym_llm.spaces import NOT_TEXT_HELP
 
 ActionMode = Literal["choice", "generate"]
@@ -60,11 +61,31 @@ def resolve_mode(
     return action_mode
 
 
+def check_mode(action_mode: str) -> None:
+    if action_mode not in ("choice", "generate"):
+        raise ValueError(f"mode must be 'choice' or 'generate', got {action_mode!r}.")
+
+
+def scores_listed_actions(action_mode: str) -> bool:
+    """Whether a policy in ``action_mode`` scores the env's listed actions (choice mode): what
+    a Q head, a target update and the choice calibration need, and an env without a list lacks."""
+    return action_mode == "choice"
+
+
+def check_mode_settings(
+    action_mode: str, choice_calibration: bool, action_head: bool, action_prior_scale: float
+) -> None:
+    """The settings that belong to one action mode, refused in the other."""
+    if choice_calibration and not scores_listed_actions(action_mode):
+        raise ValueError("choice_calibration needs mode='choice'.")
+    check_prior_scale(action_prior_scale, not scores_listed_actions(action_mode) and action_head)
+
+
 def lists_a_choice(action_mode: str, action_head: bool) -> bool:
     """Whether a policy in ``action_mode`` decides among listed actions, so that an entropy
     target or a probability floor has a distribution to act on: choice mode, or generate mode
     with the action head (whose action words name each action's tokens)."""
-    return action_mode == "choice" or action_head
+    return scores_listed_actions(action_mode) or action_head
 
 
 @dataclass

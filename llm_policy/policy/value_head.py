@@ -40,8 +40,10 @@ class ValueHead(nn.Linear):
         nn.init.zeros_(self.bias)
         self.normalize = normalize
         if normalize:
-            for name, start in (("mean", 0.0), ("var", 1.0), ("count", 0.0)):
-                self.register_buffer(name, torch.tensor(start, dtype=torch.float64, device=device))
+            f64 = torch.float64
+            self.register_buffer("mean", torch.tensor(0.0, dtype=f64, device=device))
+            self.register_buffer("var", torch.tensor(1.0, dtype=f64, device=device))
+            self.register_buffer("count", torch.tensor(0.0, dtype=f64, device=device))
 
     @property
     def std(self) -> float:

@@ -17,6 +17,9 @@ What differs from LlamaGym, on purpose:
 * A reply ``extract_action`` cannot turn into a valid action is handled by a declared policy
   (parser rules, then a fallback action with a penalty), counted, and never shifts rewards onto the
   wrong turn.
+* A saved Agent is ``PPO.save``'s directory plus ``agent.json`` (its own settings) and
+  ``episodes.json`` (finished episodes not trained on yet), so one saved between two updates
+  continues where it stopped.
 """
 
 from __future__ import annotations
@@ -37,18 +40,23 @@ from gym_llm.policy.prompts import Message
 from gym_llm.policy.top_layers import TrainableLayers
 from gym_llm.replies import conversation_json
 from gym_llm.rl.agent_config import (
+    agent_json,
     agent_policy_kwargs,
     check_arguments,
     resolve_configs,
+    saved_arguments,
 )
-from gym_llm.rl.agent_saving import AgentSaving
+from gym_llm.rl.common.checkpoint_files import agent_path
 from gym_llm.rl.episodes import (
+    EPISODES_FILE,
     Counts,
     Episode,
     Turn,
     best_episodes,
     episode_stats,
     episodes_buffer,
+    episodes_json,
+    read_episodes,
 )
 from gym_llm.rl.ppo import PPO
 from gym_llm.rl.ppo.buffer import TextRolloutBuffer
@@ -69,7 +77,7 @@ SelfAgent = TypeVar("SelfAgent", bound="Agent")
 ActionOutcome = Resolution
 
 
-class Agent(AgentSaving, ResolverSettings, abc.ABC):
+class Agent(ResolverSettings, abc.ABC):
     """An LLM agent you drive by hand, LlamaGym style; trained with gym_llm's PPO.
 
     Args:
@@ -373,3 +381,33 @@ class Agent(AgentSaving, ResolverSettings, abc.ABC):
         stats = sft.warm_start(self.policy, demos, **{**self.sft_kwargs, **kwargs})
         self.policy.set_training_mode(False)
         return stats
+
+    # --- save / load: PPO.save's directory plus agent.json and the pending episodes ---------
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the checkpoint (see the module). The episode in progress is not kept: finish
+        it (``terminate_episode``) before saving. The base weights only where nothing else
+        names them (an agent built from a model object: ``base_model/``)."""
+        episodes = episodes_json(self.episodes, self._replay, self._counts)
+        self.ppo.save(path, extra_json={"agent.json": agent_json(self), EPISODES_FILE: episodes})
+
+    @classmethod
+    def load(
+        cls: type[SelfAgent],
+        path: str | os.PathLike[str],
+        device: torch.device | str = "auto",
+        **kwargs: Any,
+    ) -> SelfAgent:
+        """Rebuild an agent saved by :meth:`save` (call it on your subclass:
+        ``BlackjackAgent.load(dir)``). ``kwargs`` override saved constructor arguments, e.g.
+        ``action_space=`` for a non-Discrete space, ``tensorboard_log=``, or ``model=`` when the
+        base model moved."""
+        directory = agent_path(path)
+        arguments = {**saved_arguments(directory, cls.FORMAT), "device": device}
+        arguments.update(kwargs)
+        agent = cls(**arguments)
+        agent.ppo.load_policy_state(directory)
+        if (directory / EPISODES_FILE).is_file():  # older agents had no pending episodes
+            agent.episodes, replay, agent._counts = read_episodes(directory / EPISODES_FILE)
+            agent._replay.extend(replay)
+        return agent

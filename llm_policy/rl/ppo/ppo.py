@@ -21,6 +21,7 @@ import json
 import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -142,6 +143,22 @@ def _finite_mean(values: list[float]) -> float:
     """The mean of the finite values (a skipped step's infinite norm would hide the rest)."""
     finite = [v for v in values if np.isfinite(v)]
     return float(np.mean(finite)) if finite else float("nan")
+
+
+@dataclass
+class _Gradients:
+    """What one minibatch's passes leave besides the gradients themselves."""
+
+    #: Each pass's approximate KL to the rollout policy (target-KL early stopping).
+    kl: list[float] = field(default_factory=list)
+    #: Each pass's entropy weighted by its share of the minibatch (``ent_coef="auto"``).
+    entropy: list[float] = field(default_factory=list)
+    #: ``target_entropy_of="marginal"``: each pass's probabilities of the listed actions.
+    probs: list[torch.Tensor] = field(default_factory=list)
+    #: A non-finite value or loss in a pass (the NaN guard skips the step).
+    bad_cause: str | None = None
+    #: max |ratio - 1| over the passes.
+    max_ratio_error: float = 0.0
 
 
 class PPO(OnPolicyAlgorithm):
@@ -634,7 +651,7 @@ class PPO(OnPolicyAlgorithm):
         self._update_learning_rate(policy.optimizer)
         clip = self.clip_range(self._current_progress_remaining)
         stats: defaultdict[str, list[float]] = defaultdict(list)
-        continue_training, first, first_error = True, True, 0.0
+        continue_training, first = True, True
         epoch = 0
         finite = buffer.finite_turns()
         same_in_every_process(int(finite.sum()), "The number of finite turns")
@@ -656,74 +673,18 @@ class PPO(OnPolicyAlgorithm):
         )
         for epoch in range(self.n_epochs):
             for batch in buffer.minibatches(self.batch_size, self._shuffle_rng):
-                advantages = (batch.advantages - centre) / scale
                 policy.optimizer.zero_grad(set_to_none=True)
-                n = len(batch.observations)
-                settings = self._loss_settings(clip)
-                batch_kl: list[float] = []
-                batch_entropy: list[float] = []
-                batch_probs: list[torch.Tensor] = []  # target_entropy_of="marginal"
-                bad_cause: str | None = None
-                rows = self._rows_per_pass(batch.observations, batch.actions)
-                if lockstep:  # FSDP: as many passes in every process
-                    rows = lockstep_rows(n, rows)
-                passes = [slice(start, start + rows) for start in range(0, n, rows)]
-                if self._rows_are_shared(batch, lockstep):
-                    # One row per distinct observation: each observation's turns in one pass,
-                    # as many observations per pass as fit (the loss is a sum over turns).
-                    order, passes = grouped_passes(batch.observations, rows)
-                    batch, advantages = batch.take(order), advantages[order]
-                stats["rows_per_pass"].append(n / len(passes))
-                for part in passes:
-                    observations, actions = batch.observations[part], batch.actions[part]
-                    states = batch.states[part] if batch.states is not None else None
-                    ev = policy.evaluate_actions(observations, actions, states)
-                    old = _pad(
-                        batch.old_token_log_probs[part], ev.token_log_probs.shape[1], self.device
-                    )
-                    wanted = (
-                        torch.stack([targets[str(o)] for o in observations])
-                        if targets is not None and ev.choice_log_probs is not None
-                        else None
-                    )
-                    ref = (
-                        policy.reference_log_probs(observations, actions, states)
-                        if self.kl_coef > 0
-                        else None
-                    )
-                    terms = ppo_loss(
-                        ev, old, advantages[part], batch.returns[part], batch.old_values[part],
-                        settings, value_scale=value_scale, targets=wanted, ref_log_probs=ref,
-                    )  # fmt: skip
-                    loss = terms.loss
-                    if terms.floor is not None:
-                        stats["floor"].append(terms.floor.item())
-                    if terms.kl_ref is not None:
-                        stats["kl_ref"].append(terms.kl_ref.item())
-                    if bad_cause is None and not torch.isfinite(ev.values.detach()).all():
-                        bad_cause = "value"
-                    elif bad_cause is None and not torch.isfinite(loss.detach()):
-                        bad_cause = "loss"
-                    (loss * (len(observations) / n)).backward()
-                    if first:
-                        first_error = max(first_error, terms.surrogate.max_ratio_error)
-                    batch_kl.append(terms.surrogate.approx_kl)
-                    stats["pg"].append(terms.policy.item())
-                    stats["value"].append(terms.value.item())
-                    stats["entropy"].append(terms.entropy.item())
-                    batch_entropy.append(-terms.entropy.item() * len(observations) / n)
-                    if self.target_entropy_of == "marginal" and terms.listed is not None:
-                        batch_probs.append(terms.listed.detach().exp())
-                    stats["approx_kl"].append(terms.surrogate.approx_kl)
-                    stats["clip_fraction"].append(terms.surrogate.clip_fraction)
+                grads = self._accumulate(
+                    batch, (batch.advantages - centre) / scale, clip, value_scale, targets, stats
+                )
                 if first:
-                    self.first_ratio_error, first = first_error, False
-                kl = global_mean(float(np.mean(batch_kl))) if self.target_kl is not None else 0.0
+                    self.first_ratio_error, first = grads.max_ratio_error, False
+                kl = global_mean(float(np.mean(grads.kl))) if self.target_kl is not None else 0.0
                 if self.target_kl is not None and kl > 1.5 * self.target_kl:
                     continue_training = False
                     if self.verbose >= 1:
-                        print(
-                            f"Early stopping at epoch {epoch} (approx_kl {np.mean(batch_kl):.4f})"
+                        self.logger.info(
+                            f"Early stopping at epoch {epoch} (approx_kl {np.mean(grads.kl):.4f})"
                         )
                     break
                 average_gradients(trainable)  # data-parallel: the mean over the processes
@@ -736,8 +697,8 @@ class PPO(OnPolicyAlgorithm):
                 else:
                     norm = torch.nn.utils.clip_grad_norm_(trainable, self.max_grad_norm)
                 stats["grad_norm"].append(float(norm))
-                cause = bad_cause or ("gradient" if not torch.isfinite(norm) else None)
-                if cause is None and any_process(bad_cause is not None):
+                cause = grads.bad_cause or ("gradient" if not torch.isfinite(norm) else None)
+                if cause is None and any_process(grads.bad_cause is not None):
                     cause = "loss or value in another process"
                 if cause is not None:  # the NaN guard: this step never reaches the weights
                     policy.optimizer.zero_grad(set_to_none=True)
@@ -749,15 +710,82 @@ class PPO(OnPolicyAlgorithm):
                     refresh(policy.lm)
                 if self.ent_coef_auto:
                     if self.target_entropy_of == "marginal":  # over every process already
-                        held = marginal_entropy(batch_probs)
+                        held = marginal_entropy(grads.probs)
                     else:
-                        held = global_mean(float(np.sum(batch_entropy)))
+                        held = global_mean(float(np.sum(grads.entropy)))
                     self._adapt_ent_coef(held)
                 self._n_updates += 1
             if not continue_training:
                 break
         policy.set_training_mode(False)
         self._log_update(stats, clip, warmup, continue_training, epoch)
+
+    def _accumulate(
+        self,
+        batch: TextBatch,
+        advantages: torch.Tensor,
+        clip: float,
+        value_scale: float,
+        targets: dict[str, torch.Tensor] | None,
+        stats: dict[str, list[float]],
+    ) -> _Gradients:
+        """One minibatch's gradients, accumulated over passes of as many turns as fit (turns
+        that share an observation share a row where the policy scores listed actions from
+        stored states); each pass's loss weighted by its share of the minibatch."""
+        policy = self.policy
+        lockstep = is_sharded(policy.lm)
+        n = len(batch.observations)
+        settings = self._loss_settings(clip)
+        grads = _Gradients()
+        rows = self._rows_per_pass(batch.observations, batch.actions)
+        if lockstep:  # FSDP: as many passes in every process
+            rows = lockstep_rows(n, rows)
+        passes = [slice(start, start + rows) for start in range(0, n, rows)]
+        if self._rows_are_shared(batch, lockstep):
+            # One row per distinct observation: each observation's turns in one pass, as many
+            # observations per pass as fit (the loss is a sum over turns).
+            order, passes = grouped_passes(batch.observations, rows)
+            batch, advantages = batch.take(order), advantages[order]
+        stats["rows_per_pass"].append(n / len(passes))
+        for part in passes:
+            observations, actions = batch.observations[part], batch.actions[part]
+            states = batch.states[part] if batch.states is not None else None
+            ev = policy.evaluate_actions(observations, actions, states)
+            old = _pad(batch.old_token_log_probs[part], ev.token_log_probs.shape[1], self.device)
+            wanted = (
+                torch.stack([targets[str(o)] for o in observations])
+                if targets is not None and ev.choice_log_probs is not None
+                else None
+            )
+            ref = (
+                policy.reference_log_probs(observations, actions, states)
+                if self.kl_coef > 0
+                else None
+            )
+            terms = ppo_loss(
+                ev, old, advantages[part], batch.returns[part], batch.old_values[part],
+                settings, value_scale=value_scale, targets=wanted, ref_log_probs=ref,
+            )  # fmt: skip
+            if terms.floor is not None:
+                stats["floor"].append(terms.floor.item())
+            if terms.kl_ref is not None:
+                stats["kl_ref"].append(terms.kl_ref.item())
+            if grads.bad_cause is None and not torch.isfinite(ev.values.detach()).all():
+                grads.bad_cause = "value"
+            elif grads.bad_cause is None and not torch.isfinite(terms.loss.detach()):
+                grads.bad_cause = "loss"
+            (terms.loss * (len(observations) / n)).backward()
+            grads.max_ratio_error = max(grads.max_ratio_error, terms.surrogate.max_ratio_error)
+            grads.kl.append(terms.surrogate.approx_kl)
+            stats["pg"].append(terms.policy.item())
+            stats["value"].append(terms.value.item())
+            stats["entropy"].append(terms.entropy.item())
+            grads.entropy.append(-terms.entropy.item() * len(observations) / n)
+            if self.target_entropy_of == "marginal" and terms.listed is not None:
+                grads.probs.append(terms.listed.detach().exp())
+            stats["approx_kl"].append(terms.surrogate.approx_kl)
+            stats["clip_fraction"].append(terms.surrogate.clip_fraction)
+        return grads
 
     def _adapt_ent_coef(self, entropy: float) -> None:
         """``ent_coef="auto"``: after a step, from its minibatch's ``entropy`` (of states or
