@@ -76,4 +76,4 @@ docs: $(STAMP)
 # The built site in headless Chromium (Debian's chromium): screenshots of the home page, a guide
 # and an API page in site-shots/, and their DOM checked (title, navigation, code blocks).
 docs-check: docs
-	$(PY) -m pytest -m slow tests/test_docs_browser.py $(PYTEST_ARGS)
+	$(PY) -m pytest -m slow tests/system/test_docs_browser.py $(PYTEST_ARGS)

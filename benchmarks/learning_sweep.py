@@ -4,7 +4,7 @@
 
 A learning test that passes for one seed passes by luck: another machine's float rounding
 follows another trajectory. This runs the tests' own training function
-(``tests.test_learning.train_keyword_bandit``, the same settings and checks) for every mode and
+(``tests.rl.ppo.test_learning.train_keyword_bandit``, the same settings and checks) for every mode and
 seed, one process per run (``--jobs`` at a time, one torch thread each), and reports each
 curve, whether it passes, and the margins that matter: the worst seed's best success (the test
 needs >= 0.9), its final success (>= 0.6) and the latest curve point at which a seed first
@@ -25,7 +25,7 @@ from typing import Any
 
 from benchmarks.cli_args import new_parser, seed_list
 
-#: learning_sweep mode -> tests.test_learning_corner arm.
+#: learning_sweep mode -> tests.rl.ppo.test_learning_corner arm.
 CORNER_MODES = {
     "corner": "defaults",
     "corner-plain": "plain",
@@ -45,8 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=["choice", "generate"],
         choices=["choice", "generate", "head", "no-head", *CORNER_MODES],
         help="KeywordBandit's two modes; HighLow with and without the action head "
-        "(tests/test_learning_head); HighLow from a prior of 0.3 %% for the better arm "
-        "(tests/test_learning_corner: the defaults, neither head nor calibration, the head alone, "
+        "(tests/rl/ppo/test_learning_head); HighLow from a prior of 0.3 %% for the better arm "
+        "(tests/rl/ppo/test_learning_corner: the defaults, neither head nor calibration, the head alone, "
         "neither with policy_update='target')",
     )
     add(
@@ -68,19 +68,19 @@ def one_run(mode: str, seed: int, ppo: dict[str, Any] | None = None) -> dict[str
 
     ppo = ppo or {}
 
-    from tests.test_learning import SETTINGS, _check, train_keyword_bandit
+    from tests.rl.ppo.test_learning import SETTINGS, _check, train_keyword_bandit
 
     torch.set_num_threads(1)
     start = time.perf_counter()
     if mode in CORNER_MODES:
-        from tests import test_learning_corner as corner
-        from tests import test_learning_head as head
+        from tests.rl.ppo import test_learning_corner as corner
+        from tests.rl.ppo import test_learning_head as head
 
         with tempfile.TemporaryDirectory() as tmp:
             before, curve = corner.train_corner(Path(tmp), seed, CORNER_MODES[mode], **ppo)
         check, steps = head.check, head.STEPS
     elif mode in ("head", "no-head"):
-        from tests import test_learning_head as head
+        from tests.rl.ppo import test_learning_head as head
 
         with tempfile.TemporaryDirectory() as tmp:
             before, curve = head.train_high_low(Path(tmp), seed, head=mode == "head", **ppo)

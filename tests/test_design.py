@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import gym_llm
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 #: Where each part of ``gym_llm`` lives in the repository.
 FOLDERS = {"gym_llm": ROOT / "llm_policy", "wrappers": ROOT / "wrappers", "envs": ROOT / "envs"}
 #: The package order (rule 1): a module may import its own level or a lower one, never a higher.

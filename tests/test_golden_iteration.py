@@ -28,8 +28,9 @@ from stable_baselines3.common.logger import KVWriter, Logger
 
 from gym_llm import DQN, PPO, LLMPolicy, make_text_env
 from gym_llm.testing import save_tiny_model
+from tests.paths import FIXTURES
 
-RECORD = Path(__file__).parent / "fixtures" / "golden_iteration.json"
+RECORD = FIXTURES / "golden_iteration.json"
 EXACT = os.environ.get("GYM_LLM_GOLDEN_EXACT") == "1"
 WORDS = ["apple", "banana", "cherry", "grape", "high", "low"]
 

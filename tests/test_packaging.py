@@ -7,7 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
 
 
 def test_wheel_has_the_single_top_level_name_gym_llm(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ copies the whole cache once per generated token (17% of a decode step on the 2-c
 profiled on). :class:`ReservedCache` allocates each layer's buffer once with room for the reply
 and writes new keys/values into it; the model sees views of the filled part. The numbers the
 model computes are the same: the views hold the same values in the same order (tested against
-``DynamicCache`` in ``tests/test_kv_cache.py``, including rows leaving the batch and growth past
+``DynamicCache`` in ``tests/policy/test_kv_cache.py``, including rows leaving the batch and growth past
 the reserved room).
 """
 

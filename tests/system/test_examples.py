@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from gym_llm.evaluation.exact import blackjack_states
+from tests.paths import ROOT
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = ROOT / "examples"
 
 
 def _example(name: str) -> ModuleType:

@@ -10,7 +10,7 @@ import pytest
 from gym_llm import DQN, PPO
 from gym_llm.experiments.agents import load_agent
 from gym_llm.experiments.run import TrainConfig, run
-from tests.test_training import _config
+from tests.experiments.test_training import _config
 
 BLACKJACK_TEXT = "Your hand totals 15. Usable ace: no.\nThe dealer shows a 10."
 

@@ -19,6 +19,7 @@ from gym_llm.cli import arguments
 from gym_llm.cli import commands as cli
 from gym_llm.experiments.run import TrainConfig
 from gym_llm.policy.models import MODEL_REGISTRY
+from tests.paths import ROOT
 
 FAST = [
     "--env", "gym_llm/KeywordBandit-v0",
@@ -334,7 +335,7 @@ def test_module_entry_point_and_console_script() -> None:
         timeout=120,
     )
     assert done.returncode == 0 and "train" in done.stdout and "bench" in done.stdout
-    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    pyproject = ROOT / "pyproject.toml"
     assert 'gym-llm = "gym_llm.cli.commands:entry"' in pyproject.read_text()
 
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gym_llm.wrappers.parsing import DiscreteParser
+from tests.paths import FIXTURES
 
-CORPUS = Path(__file__).parent / "fixtures" / "replies.jsonl"
+CORPUS = FIXTURES / "replies.jsonl"
 ROWS: list[dict[str, Any]] = [json.loads(line) for line in CORPUS.read_text().splitlines()]
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_learning_head import check, train_high_low
+from tests.rl.ppo.test_learning_head import check, train_high_low
 
 CORNER_WORDS = ("low", "hig")
 #: The plain policy's greedy success on every seed of the sweep, start and end (it never picks

@@ -2,18 +2,18 @@
 make works, and the quick ones run unchanged.
 
 The training examples (thousands of env steps on SmolLM2) are not run here; their imports are, and
-the same calls run on a tiny model in tests/test_ppo.py, test_agent.py and test_sft.py.
+the same calls run on a tiny model in tests/rl/ppo/test_ppo.py, tests/rl/test_agent.py and tests/rl/test_sft.py.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
+
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCKS = [

@@ -12,8 +12,9 @@ import numpy as np
 import torch
 
 from gym_llm import PPO
+from tests.paths import FIXTURES
 
-FIXTURE = Path(__file__).parent / "fixtures" / "saved-agent"
+FIXTURE = FIXTURES / "saved-agent"
 
 
 def _copy(tmp_path: Path) -> Path:

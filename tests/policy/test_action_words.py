@@ -22,7 +22,7 @@ from gym_llm.policy.action_words import (
 )
 from gym_llm.spaces import TextActions, TextObservations
 from gym_llm.testing import make_tiny_tokenizer, save_tiny_model
-from tests.test_action_head import learn_and_check_head
+from tests.policy.test_action_head import learn_and_check_head
 
 WORDS = ["low", "high"]
 OBS = ["The number is 2.", "The number is 8.", "The number is 5."]

@@ -36,7 +36,7 @@ def test_summary_reports_the_worst_seed() -> None:
 
 
 def test_ppo_arguments_reach_the_highlow_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests import test_learning_corner, test_learning_head
+    from tests.rl.ppo import test_learning_corner, test_learning_head
 
     seen: list[dict[str, Any]] = []
 

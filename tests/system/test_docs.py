@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
+
 API_NAMES = [
     name
     for page in sorted((ROOT / "docs" / "api").glob("*.md"))

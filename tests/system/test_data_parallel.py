@@ -17,8 +17,8 @@ from gym_llm import PPO
 from gym_llm.experiments.run import TrainConfig
 from gym_llm.rl.common import distributed
 from gym_llm.testing import save_tiny_model
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 HELPER = Path(__file__).with_name("launch_helper.py")
 #: A hang guard for the subprocesses (a hung collective would otherwise hold CI for hours), not
 #: a speed assertion: each run takes seconds.

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
+
 #: Steps each example's learn() gets here (the pages ask for thousands).
 STEPS = 64
 
@@ -38,7 +39,7 @@ def test_every_training_example_is_run_here() -> None:
     """The pages below are the ones with a training example; a new one must be added here."""
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     with_learn = {str(p.relative_to(ROOT)) for p in pages if _blocks(str(p.relative_to(ROOT)))}
-    # scaling.md's block is the tail of a multi-process job; tests/test_distributed.py makes its calls.
+    # scaling.md's block is the tail of a multi-process job; tests/system/test_distributed.py makes its calls.
     assert with_learn == {*RUN, "docs/guides/scaling.md"}
 
 

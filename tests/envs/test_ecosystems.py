@@ -1,5 +1,5 @@
 """GEM, TextWorld-Express and TextArena through their one-call adapters, on fake packages of the
-same shape (the real packages: ``tests/test_ecosystems_real.py``, slow): what a player sees
+same shape (the real packages: ``tests/envs/test_ecosystems_real.py``): what a player sees
 reaches the prompt, the game's verdict on a move is counted, every episode is a fresh game."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from torch.distributed.tensor import DTensor, Shard, distribute_tensor, init_dev
 
 from gym_llm import PPO
 from gym_llm.rl.common import distributed, sharding
-from tests.test_data_parallel import HELPER, ROOT, _run, _torchrun
+from tests.system.test_data_parallel import HELPER, ROOT, _run, _torchrun
 
 ACCELERATE_FSDP = [
     sys.executable, "-m", "accelerate.commands.launch", "--config_file",
