@@ -1,4 +1,5 @@
-"""griffe extension for the API reference: doctest examples (``>>>`` lines and their output) in a
+"""griffe extension for the API reference: fields documented by ``#:`` comments get them as
+their docstrings; doctest examples (``>>>`` lines and their output) in a
 docstring become fenced ``pycon`` code blocks, so they render as code wherever they stand (the
 docstrings keep plain doctests, which ``pytest --doctest-modules`` can run), and Sphinx roles
 become code spans."""
@@ -39,7 +40,36 @@ def fence_doctests(text: str) -> str:
     return "\n".join(out)
 
 
+def comment_docstring(lines: list[str], lineno: int) -> str | None:
+    """The ``#:`` comment lines right above line ``lineno`` (1-based), joined: how the configs
+    document their fields (the CLI reads the same comments for its ``--help``).
+
+    >>> comment_docstring(["#: Passes over", "#: each rollout.", "n_epochs: int = 4"], 3)
+    'Passes over each rollout.'
+    """
+    found: list[str] = []
+    i = lineno - 2
+    while i >= 0 and lines[i].strip().startswith("#:"):
+        found.insert(0, lines[i].strip()[2:].strip())
+        i -= 1
+    return " ".join(found) or None
+
+
 class DoctestFences(griffe.Extension):
+    def on_attribute_instance(
+        self, *, node: Any, attr: griffe.Attribute, agent: Any, **kwargs: Any
+    ) -> None:
+        """A field documented by ``#:`` comments gets them as its docstring."""
+        if attr.docstring is not None or attr.lineno is None:
+            return
+        try:
+            lines = attr.module.lines
+        except (AttributeError, ValueError):
+            return
+        text = comment_docstring(lines, attr.lineno)
+        if text:
+            attr.docstring = griffe.Docstring(text, parent=attr)
+
     def on_object(self, *, obj: griffe.Object, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
         if obj.docstring is None:
             return

@@ -24,23 +24,28 @@ import gym_llm.envs  # noqa: F401  (registers gym_llm/* env ids)
 from gym_llm.spaces import TextActions, TextObservations
 
 if TYPE_CHECKING:
+    from gym_llm.policy.config import PolicyConfig
     from gym_llm.policy.llm_policy import LLMPolicy
     from gym_llm.policy.models import MODEL_REGISTRY, ModelSpec, load_model
     from gym_llm.rl.agent import Agent
     from gym_llm.rl.common.vec_env import TextVecEnv, make_text_env
+    from gym_llm.rl.dqn.config import DQNConfig
     from gym_llm.rl.dqn.dqn import DQN
-    from gym_llm.rl.ppo import PPO
+    from gym_llm.rl.ppo import PPO, PPOConfig
 
 #: Where each name lives; loaded on first use, so that ``import gym_llm.wrappers`` or
 #: ``import gym_llm.envs`` does not pull in torch, transformers and SB3.
 _LAZY = {
     "LLMPolicy": "gym_llm.policy.llm_policy",
+    "PolicyConfig": "gym_llm.policy.config",
     "MODEL_REGISTRY": "gym_llm.policy.models",
     "ModelSpec": "gym_llm.policy.models",
     "load_model": "gym_llm.policy.models",
     "Agent": "gym_llm.rl.agent",
     "PPO": "gym_llm.rl.ppo",
+    "PPOConfig": "gym_llm.rl.ppo.config",
     "DQN": "gym_llm.rl.dqn.dqn",
+    "DQNConfig": "gym_llm.rl.dqn.config",
     "TextVecEnv": "gym_llm.rl.common.vec_env",
     "make_text_env": "gym_llm.rl.common.vec_env",
 }
@@ -64,10 +69,13 @@ __version__ = "0.1.0"
 __all__ = [  # noqa: RUF022  (grouped by what the names do, as Gymnasium does)
     # Learning
     "PPO",
+    "PPOConfig",
     "DQN",
+    "DQNConfig",
     "Agent",
     # Acting
     "LLMPolicy",
+    "PolicyConfig",
     "MODEL_REGISTRY",
     "ModelSpec",
     "load_model",

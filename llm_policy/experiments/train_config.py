@@ -16,13 +16,13 @@ from gym_llm.policy.arguments import (
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.top_layers import parse_trainable_layers
 from gym_llm.rl.ppo.advantages import check_estimator
+from gym_llm.rl.ppo.config import DEFAULT_N_EPOCHS
 from gym_llm.rl.ppo.entropy_control import (
     check_choice_among_listed,
     check_entropy_of,
     check_floor,
     parse_ent_coef,
 )
-from gym_llm.rl.ppo.ppo import DEFAULT_N_EPOCHS
 from gym_llm.wrappers.count_bonus import check_count_key
 
 

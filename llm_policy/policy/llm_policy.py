@@ -42,20 +42,20 @@ from gym_llm.policy.arguments import (
     resolve_mode,
 )
 from gym_llm.policy.choice import CONTENT_FREE_OBSERVATION, ChoiceActions
+from gym_llm.policy.config import PolicyConfig
 from gym_llm.policy.generate import GeneratedActions, decode
 from gym_llm.policy.lm import LMRunner
 from gym_llm.policy.models import MODEL_REGISTRY, float32_logits, load_model
 from gym_llm.policy.outputs import Evaluation, PolicyStep, UpdateWork
-from gym_llm.policy.param_groups import check_lr_scale, param_groups
-from gym_llm.policy.prompts import PromptBuilder, check_max_prompt_tokens
+from gym_llm.policy.param_groups import param_groups
+from gym_llm.policy.prompts import PromptBuilder
 from gym_llm.policy.top_layers import (
     TopLayers,
-    TrainableLayers,
     TurnStates,
     num_layers,
     top_layers_supported,
 )
-from gym_llm.policy.trunk_cache import DEFAULT_TRUNK_CACHE_MB, TrunkCache
+from gym_llm.policy.trunk_cache import TrunkCache
 from gym_llm.policy.value_head import ValueHead
 from gym_llm.replies import Reply
 from gym_llm.spaces import TextActions, as_text_batch
@@ -72,104 +72,13 @@ __all__ = [
 
 
 class LLMPolicy(BasePolicy):
-    """Actor-critic policy over text built from the spaces plus ``policy_kwargs``.
+    """Actor-critic policy over text, built from the spaces plus its settings.
 
-    Args:
-        observation_space: a ``gymnasium.spaces.Text`` (its ``instruction``, if any, is the
-            system prompt).
-        action_space: a ``gymnasium.spaces.Text``; a :class:`TextActions` listing actions enables
-            choice mode.
-        lr_schedule: SB3 learning-rate schedule.
-        model: registry name or path; or a loaded Hugging Face causal LM object (then
-            ``tokenizer`` is required, and ``PPO.save`` records the model's ``name_or_path`` so
-            ``load`` can rebuild it, refusing when it has none).
-        tokenizer: the tokenizer of a ``model`` object (ignored for names and paths).
-        conversation: observations may be whole conversations: a JSON list of
-            ``{"role", "content"}`` user/assistant turns, rendered after the system message by
-            the model's chat template (:func:`gym_llm.policy.prompts.build_conversation`); a plain
-            string is still one user turn.
-        lora: LoRA settings: ``"default"`` (the model's registry settings: r=16, alpha 32, the
-            attention and MLP projections), a dict of ``peft.LoraConfig`` fields overriding
-            them, or a ``LoraConfig``; ``None`` fine-tunes all weights (full fine-tuning: a
-            several times slower update and optimizer state for every weight).
-        action_mode: ``"choice"`` (default when actions are listed) or ``"generate"``.
-        max_new_tokens: reply budget in generate mode (default: the registry's, else 24).
-        temperature: sampling temperature (generate: over tokens; choice: over action scores).
-        system_prompt: text put before the env's instruction in the system message.
-        choice_normalization: ``"sum"`` of candidate token log-probs, or per-token ``"mean"``.
-        dtype: model weights dtype (``None``: bf16 on GPU, fp32 on CPU).
-        gradient_checkpointing: trade compute for memory in the update.
-        share_prefix: encode the prompt part every observation shares (system message,
-            instruction) once and reuse its KV cache: per policy version in rollouts, per
-            micro-batch (with gradients) in training. Results are the same either way.
-        reserve_kv_cache: in generate mode, decode into a KV cache allocated once with room for
-            the reply (:class:`gym_llm.policy.kv_cache.ReservedCache`) instead of growing it with
-            ``torch.cat`` every token. Results are the same either way.
-        pack_frozen_weights: on the CPU, run rollouts (no-gradient passes) through oneDNN with
-            the frozen linear weights packed once (:mod:`gym_llm.policy.packed_linear`) instead of
-            MKL re-packing them every call; costs one more copy of those weights in memory.
-            Log-probs agree with the update's recomputation to float32 rounding. No effect on
-            GPUs or on trainable weights.
-        trainable_layers: how many of the top decoder layers train (LoRA on those layers;
-            without LoRA, their weights and the final norm), besides the value head: an ``int``
-            counts layers, a ``float`` in ``(0, 1)`` is a share of them, ``None`` trains all.
-            ``"auto"`` (default): the top quarter with LoRA (8 of SmolLM2-135M's 30), all
-            without. The layers below stay as pretrained, so the update can start where they
-            end (``reuse_rollout_states``), which makes it several times cheaper.
-        reuse_rollout_states: with ``trainable_layers``, keep from each rollout the hidden
-            states entering the first trainable layer and run only the trainable layers in the
-            update (:mod:`gym_llm.policy.top_layers`): the same numbers as recomputing the whole model
-            (the frozen layers' inputs and weights are the same), for a fraction of the work.
-            Costs ``new positions x hidden_size x 4`` bytes per stored turn.
-        value_lr_scale: the value head's learning rate as a multiple of the policy's (a separate
-            optimizer parameter group; PPO's learning-rate schedule scales both).
-        value_normalization: the critic learns returns in units of their running mean and std
-            (as MAPPO, :mod:`gym_llm.policy.value_head`), for returns far from the reward's size
-            (-1 per move), which a zero-started head needs thousands of steps to reach.
-        action_head_lr_scale: the action head's learning rate as a multiple of the policy's
-            (Adam moves the zero-initialised head by about its rate per step, so this sets how
-            many updates it needs to tell the states apart).
-        choice_calibration: choice mode: subtract from each action's score its score after the
-            content-free observation ``"N/A"`` (Zhao et al. 2021), so that the start policy is
-            not the LM's prior over the action strings (untrained SmolLM2 samples Blackjack's
-            ``hit`` 0.4% of the time). Fixed at construction, part of the policy (log-probs stay
-            exact), saved with the agent. ``None`` (default): on in choice mode.
-        action_head: choice mode: add to the action logits a zero-initialised linear map of the
-            last prompt token's hidden state at the first trainable layer's input, centred and
-            scaled over the first rollout's observations (:mod:`gym_llm.policy.action_head`):
-            what tells states apart, which the LoRA gradient barely moves (99 % shared).
-            ``None`` (default): on in choice mode when layers below the trainable ones are
-            frozen (the default ``trainable_layers``; with the calibration, it learned the task
-            family's tuning split where the plain policy learned none of it). In generate mode
-            (off unless ``True``; the env must list its actions) its scores are added to the
-            logits of each action's word tokens at every reply position
-            (:mod:`gym_llm.policy.action_words`).
-        action_prior_scale: generate mode with the action head: how much of the LM's own
-            preference among the listed actions each reply token keeps, in ``[0, 1]``. 1 (the
-            default) keeps all of it; 0 keeps none: every position gives the actions even odds
-            before the head's scores, so the LM still words the reply and decides where it names
-            an action, and the head alone decides which. For tasks whose rule contradicts what
-            the model knows, where the policy is otherwise certain of the wrong word from the
-            start (``docs/training.md``).
-        centred_critic: the critic reads the head's centred features too (its raw input is
-            99.9 % the same in every state); ``None``: on with ``action_head``.
-        max_prompt_tokens: the most prompt tokens a turn may take (``None``: no limit). Longer
-            prompts are fitted, the same way in rollouts and updates (a function of the
-            observation): a conversation drops its oldest exchanges, keeping the first
-            observation (rules) and the latest; what is still too long keeps its head and tail
-            with a cut mark. Counted in :attr:`truncated_prompts`.
-        memoize_choice_scores: in choice-mode rollouts, score each distinct observation once
-            per weights version and sample every turn afresh from those scores (envs revisit
-            observations constantly); the numbers are the same either way.
-        trunk_cache_mb: with ``trainable_layers`` in choice mode, keep each distinct prompt's
-            frozen-layer output (the first trainable layer's input) for the whole run, up to
-            this many MB (least recently used out first; ``0``: off), so that a revisited
-            observation costs only the trainable layers in rollouts, evaluation and the update
-            (:mod:`gym_llm.policy.trunk`). Policies on the same named model in one process
-            share it. The numbers are the same either way.
-        device: where the model lives (set by PPO).
-        optimizer_class: SB3's: the optimizer (AdamW), saved by its import path.
-        optimizer_kwargs: SB3's: the optimizer's keyword arguments.
+    ``LLMPolicy(observation_space, action_space, lr_schedule, config=None, **settings)``: the
+    settings are :class:`PolicyConfig`'s fields, given as a config, as keyword arguments
+    replacing its fields (``policy_kwargs`` of PPO and DQN), or both. The observation space's
+    ``instruction`` is the system prompt; an action space that lists actions
+    (:class:`~gym_llm.spaces.TextActions`) enables choice mode. ``device`` is set by PPO.
     """
 
     def __init__(
@@ -177,80 +86,44 @@ class LLMPolicy(BasePolicy):
         observation_space: spaces.Space[Any],
         action_space: spaces.Space[Any],
         lr_schedule: Callable[[float], float],
+        config: PolicyConfig | None = None,
         *,
-        model: str | Any = "smollm2-135m",
-        tokenizer: Any = None,
-        conversation: bool = False,
-        lora: dict[str, Any] | Any | None = "default",
-        action_mode: ActionMode | None = None,
-        max_new_tokens: int | None = None,
-        temperature: float = 1.0,
-        system_prompt: str | None = None,
-        choice_normalization: Normalization = "sum",
-        dtype: str | None = None,
-        gradient_checkpointing: bool = False,
-        share_prefix: bool = True,
-        reserve_kv_cache: bool = True,
-        pack_frozen_weights: bool = True,
-        trainable_layers: TrainableLayers = "auto",
-        reuse_rollout_states: bool = True,
-        memoize_choice_scores: bool = True,
-        trunk_cache_mb: float = DEFAULT_TRUNK_CACHE_MB,
-        max_prompt_tokens: int | None = None,
-        value_lr_scale: float = 1.0,
-        value_normalization: bool = False,
-        action_head_lr_scale: float = 1.0,
-        choice_calibration: bool | None = None,
-        action_head: bool | None = None,
-        centred_critic: bool | None = None,
-        action_prior_scale: float = 1.0,
         device: torch.device | str = "auto",
-        optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW,
-        optimizer_kwargs: dict[str, Any] | None = None,
+        **settings: Any,
     ) -> None:
-        check_arguments(observation_space, action_space, model, tokenizer, temperature)
+        config = PolicyConfig.of(config, settings)
+        model, tokenizer = config.model, config.tokenizer
+        check_arguments(observation_space, action_space, model, tokenizer, config.temperature)
         super().__init__(
             observation_space,
             action_space,
-            optimizer_class=optimizer_class,
-            optimizer_kwargs=optimizer_kwargs,
+            optimizer_class=config.optimizer_class,
+            optimizer_kwargs=config.optimizer_kwargs,
         )
         listed = action_space.actions if isinstance(action_space, TextActions) else None
         #: Each observation brings its own actions (``TextActions(per_state=True)``).
         self.per_state = bool(getattr(action_space, "per_state", False))
         choices = bool(listed) or self.per_state
-        self.action_mode = resolve_mode(action_mode, choices, choice_normalization)
+        self.action_mode = resolve_mode(config.action_mode, choices, config.choice_normalization)
         name = model if isinstance(model, str) else name_or_path(model)
         spec = MODEL_REGISTRY.get(name.lower())
         self.model_name = name
         # A ConversationWrapper's space says its observations are conversations.
-        conversation = conversation or bool(getattr(observation_space, "conversation", False))
-        check_max_prompt_tokens(max_prompt_tokens)
+        conversation = config.conversation or bool(
+            getattr(observation_space, "conversation", False)
+        )
         #: The env's listed actions (empty: free text; per state: each observation's own).
         self.actions_list = tuple(listed or ())
 
-        if isinstance(model, str):
-            lm, tokenizer = load_model(model, device=device, dtype=dtype)
-        elif str(device) != "auto":
-            lm = model.to(device)
-        else:
-            lm = model
-        float32_logits(lm)  # exact log-probs in bf16 too (invariant 1)
-        trainable = make_trainable(lm, lora, trainable_layers, spec)
-        self.lora_settings = trainable.lora_settings
-        self.trainable_layers = trainable.trainable_layers
-        self.first_trainable_layer = trainable.first_trainable_layer
-        self.lm = lm = trainable.lm
-        self.uses_lora = self.lora_settings is not None
-        if gradient_checkpointing:
-            enable_gradient_checkpointing(lm, self.uses_lora)
+        tokenizer = self._load_lm(config, spec, device)
+        lm = self.lm
         hidden = int(lm.config.get_text_config().hidden_size)
-        self.value_head = ValueHead(hidden, lm.device, normalize=value_normalization)
+        self.value_head = ValueHead(hidden, lm.device, normalize=config.value_normalization)
         action_head, choice_calibration, self.centred_critic = choice_extras(
             self.action_mode,
-            action_head,
-            choice_calibration,
-            centred_critic,
+            config.action_head,
+            config.choice_calibration,
+            config.centred_critic,
             frozen_below=bool(self.first_trainable_layer),
             per_state=self.per_state,
             listed=bool(listed),
@@ -259,9 +132,9 @@ class LLMPolicy(BasePolicy):
             ActionHead(hidden, len(self.actions_list), device=lm.device) if action_head else None
         )
         generating = bool(action_head) and self.action_mode == "generate"
-        check_prior_scale(action_prior_scale, generating)
+        check_prior_scale(config.action_prior_scale, generating)
         words = (
-            action_words(tokenizer, self.actions_list, lm.device, action_prior_scale)
+            action_words(tokenizer, self.actions_list, lm.device, config.action_prior_scale)
             if generating
             else None
         )
@@ -271,9 +144,9 @@ class LLMPolicy(BasePolicy):
             tokenizer,
             observation_space,
             action_space,
-            system_prompt=system_prompt,
+            system_prompt=config.system_prompt,
             conversation=conversation,
-            max_prompt_tokens=max_prompt_tokens,
+            max_prompt_tokens=config.max_prompt_tokens,
         )
         top = (
             TopLayers(lm, self.first_trainable_layer)
@@ -288,27 +161,60 @@ class LLMPolicy(BasePolicy):
             self.action_head,
             first_trainable_layer=self.first_trainable_layer,
             centred_critic=self.centred_critic,
-            gradient_checkpointing=gradient_checkpointing,
-            reuse_rollout_states=reuse_rollout_states,
-            pack_frozen_weights=pack_frozen_weights,
+            gradient_checkpointing=config.gradient_checkpointing,
+            reuse_rollout_states=config.reuse_rollout_states,
+            pack_frozen_weights=config.pack_frozen_weights,
             top=top,
         )
-        self.share_prefix = share_prefix
-        if share_prefix:
+        self.share_prefix = config.share_prefix
+        if config.share_prefix:
             self.prompts.find_shared_prefix()
-        self.trunk_cache_mb = float(trunk_cache_mb)
+        self.trunk_cache_mb = float(config.trunk_cache_mb)
+        #: The action mode's strategy: what the policy samples and how it re-evaluates it.
+        self.actions = self._strategy(config, spec, words)
+        self.value_lr_scale = config.value_lr_scale
+        self.action_head_lr_scale = config.action_head_lr_scale
+        self.optimizer = self.optimizer_class(  # type: ignore[call-arg]
+            self._param_groups(lr_schedule(1)), lr=lr_schedule(1), **self.optimizer_kwargs
+        )
+        if choice_calibration:
+            self.choice_calibration = self.content_free_scores()
+
+    def _load_lm(self, config: PolicyConfig, spec: Any, device: torch.device | str) -> Any:
+        """The LM with its trainable part (LoRA or the top layers) set up; returns the
+        tokenizer (the model object's, or the one loaded with the named model)."""
+        model, tokenizer = config.model, config.tokenizer
+        if isinstance(model, str):
+            lm, tokenizer = load_model(model, device=device, dtype=config.dtype)
+        elif str(device) != "auto":
+            lm = model.to(device)
+        else:
+            lm = model
+        float32_logits(lm)  # exact log-probs in bf16 too (invariant 1)
+        trainable = make_trainable(lm, config.lora, config.trainable_layers, spec)
+        self.lora_settings = trainable.lora_settings
+        self.trainable_layers = trainable.trainable_layers
+        self.first_trainable_layer = trainable.first_trainable_layer
+        self.lm = trainable.lm
+        self.uses_lora = self.lora_settings is not None
+        if config.gradient_checkpointing:
+            enable_gradient_checkpointing(self.lm, self.uses_lora)
+        return tokenizer
+
+    def _strategy(
+        self, config: PolicyConfig, spec: Any, words: Any
+    ) -> ChoiceActions | GeneratedActions:
+        """The action mode's part, sharing the sampling settings with the policy."""
         #: Temperature and the modes' decoding settings, shared with the strategy.
         self.sampling = Sampling(
-            temperature=float(temperature),
-            max_new_tokens=max_new_tokens or (spec.max_new_tokens if spec else 24),
-            reserve_kv_cache=reserve_kv_cache,
-            memoize_choice_scores=memoize_choice_scores,
-            choice_normalization=choice_normalization,
+            temperature=float(config.temperature),
+            max_new_tokens=config.max_new_tokens or (spec.max_new_tokens if spec else 24),
+            reserve_kv_cache=config.reserve_kv_cache,
+            memoize_choice_scores=config.memoize_choice_scores,
+            choice_normalization=config.choice_normalization,
         )
-        #: The action mode's strategy: what the policy samples and how it re-evaluates it.
-        self.actions: ChoiceActions | GeneratedActions
         if self.action_mode == "choice":
-            self.actions = ChoiceActions(
+            choice = ChoiceActions(
                 self.runner,
                 self.actions_list,
                 per_state=self.per_state,
@@ -316,25 +222,23 @@ class LLMPolicy(BasePolicy):
                 action_head=self.action_head,
             )
             # What decides the frozen layers' output, for a cache shared by policies on it.
-            frozen = (name.lower(), str(lm.dtype), str(lm.device), self.first_trainable_layer)
-            identity = (*frozen, pack_frozen_weights) if isinstance(model, str) else None
-            self.actions.use_trunk(trunk_cache_mb, identity)
-        else:
-            self.actions = GeneratedActions(
-                self.runner,
-                self.actions_list,
-                sampling=self.sampling,
-                stop_ids=self.prompts.stop_token_ids(lm),
-                action_head=self.action_head,
-                action_words=words,
+            lm = self.lm
+            frozen = (self.model_name.lower(), str(lm.dtype), str(lm.device))
+            identity = (
+                (*frozen, self.first_trainable_layer, config.pack_frozen_weights)
+                if isinstance(config.model, str)
+                else None
             )
-        self.value_lr_scale = check_lr_scale("value_lr_scale", value_lr_scale)
-        self.action_head_lr_scale = check_lr_scale("action_head_lr_scale", action_head_lr_scale)
-        self.optimizer = self.optimizer_class(  # type: ignore[call-arg]
-            self._param_groups(lr_schedule(1)), lr=lr_schedule(1), **self.optimizer_kwargs
+            choice.use_trunk(config.trunk_cache_mb, identity)
+            return choice
+        return GeneratedActions(
+            self.runner,
+            self.actions_list,
+            sampling=self.sampling,
+            stop_ids=self.prompts.stop_token_ids(self.lm),
+            action_head=self.action_head,
+            action_words=words,
         )
-        if choice_calibration:
-            self.choice_calibration = self.content_free_scores()
 
     # --- the parts, as users and the learners read them ----------------------------------------
 

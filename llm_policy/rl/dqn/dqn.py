@@ -20,7 +20,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
-from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.common.type_aliases import GymEnv
 from stable_baselines3.common.utils import LinearSchedule, polyak_update
 from stable_baselines3.common.vec_env import VecEnv
 
@@ -40,11 +40,12 @@ from gym_llm.rl.common.checkpoint_files import (
     read_tensors,
     write_agent_directory,
 )
+from gym_llm.rl.common.config_field import ConfigField
 from gym_llm.rl.common.vec_env import check_text_env, wrap_text_env
+from gym_llm.rl.dqn.config import DQNConfig
 from gym_llm.rl.dqn.distill import distill_steps
 from gym_llm.rl.dqn.replay import TextReplayBuffer
 from gym_llm.rl.dqn.targets import double_q_target, posterior_logits
-from gym_llm.rl.ppo import LORA_LEARNING_RATE
 from gym_llm.spaces import as_text_batch
 
 #: Distinct observations whose features and prior are kept (~2.5 KB each for SmolLM2-135M).
@@ -56,64 +57,49 @@ SelfDQN = TypeVar("SelfDQN", bound="DQN")
 class DQN(OffPolicyAlgorithm):
     """Deep Q-learning for :class:`LLMPolicy` on text envs in choice mode.
 
-    SB3's DQN arguments keep their meaning and defaults (``learning_rate``, ``buffer_size``,
-    ``learning_starts``, ``batch_size``, ``tau``, ``gamma``, ``train_freq``, ``gradient_steps``,
-    ``target_update_interval``, ``exploration_fraction``, ``exploration_initial_eps``,
-    ``exploration_final_eps``, ``max_grad_norm``, ``stats_window_size``, ``tensorboard_log``,
-    ``verbose``, ``seed``, ``device``, ``_init_setup_model``; see SB3's ``DQN``), plus
-    ``n_steps`` for n-step returns, with double Q-learning and the Huber loss. The rest:
-
-    Args:
-        alpha: the posterior's temperature, in reward units: how much a difference in ``Q``
-            outweighs the prior. Small ``alpha`` acts (nearly) greedily on ``Q``.
-        beta: the prior's weight: 0 is DQN on the LM's features, 1 keeps the LM's choice
-            distribution as the reference the values tilt.
-        q_width: hidden units of the Q head's two layers.
-        distill_interval: env steps between distillation rounds of the posterior into the
-            LoRA policy (:mod:`gym_llm.rl.dqn.distill`); 0: none while learning (call
-            :meth:`distill` yourself). The distilled LM plays alone: ``model.policy.predict``.
-        distill_steps: optimizer steps of the LM per round.
-        distill_final_steps: with ``distill_interval`` on, the steps of one more round at the
-            end of :meth:`learn`, on the final values: the LM that :meth:`learn` leaves is the
-            one distilled from the values it ends with. On TextMaze, 32 such steps made the LM
-            alone play the optimum (−5.88) where 16 steps spread over the run left it at the
-            untrained level (−50) (``benchmarks/RESULTS.md``). 0: none.
-        distill_batch_size: distinct replayed observations per step.
-        distill_learning_rate: the LM's learning rate (PPO's LoRA default).
-        policy_kwargs: :class:`LLMPolicy`'s (``model``, ``lora``, ...). The LoRA adapter does not
-            act here; the model with the adapter off gives the features and the prior.
+    ``DQN(policy, env, config=None, **settings)``: the settings are :class:`DQNConfig`'s fields
+    (SB3's DQN arguments keep their meaning and defaults, plus ``n_steps`` for n-step returns,
+    with double Q-learning and the Huber loss), given as a config, as keyword arguments
+    replacing its fields, or both; SB3's own arguments (``stats_window_size``,
+    ``tensorboard_log``, ``policy_kwargs``, ``verbose``, ``seed``, ``device``,
+    ``_init_setup_model``) are keyword arguments as in SB3. ``policy_kwargs`` are
+    :class:`LLMPolicy`'s (``model``, ``lora``, ...): the LoRA adapter does not act here; the
+    model with the adapter off gives the features and the prior, and the distilled LM plays
+    alone (``model.policy.predict``).
     """
 
     policy_aliases: ClassVar[dict[str, type[Any]]] = {"LLMPolicy": LLMPolicy}
     policy: LLMPolicy
     replay_buffer: TextReplayBuffer  # type: ignore[assignment]
 
+    buffer_size: ConfigField[int] = ConfigField()
+    learning_starts: ConfigField[int] = ConfigField()
+    batch_size: ConfigField[int] = ConfigField()
+    tau: ConfigField[float] = ConfigField()
+    gamma: ConfigField[float] = ConfigField()
+    train_freq: ConfigField[Any] = ConfigField()
+    gradient_steps: ConfigField[int] = ConfigField()
+    n_steps: ConfigField[int] = ConfigField()
+    target_update_interval: ConfigField[int] = ConfigField()
+    exploration_fraction: ConfigField[float] = ConfigField()
+    exploration_initial_eps: ConfigField[float] = ConfigField()
+    exploration_final_eps: ConfigField[float] = ConfigField()
+    max_grad_norm: ConfigField[float] = ConfigField()
+    alpha: ConfigField[float] = ConfigField()
+    beta: ConfigField[float] = ConfigField()
+    q_width: ConfigField[int] = ConfigField()
+    distill_interval: ConfigField[int] = ConfigField()
+    distill_steps: ConfigField[int] = ConfigField()
+    distill_final_steps: ConfigField[int] = ConfigField()
+    distill_batch_size: ConfigField[int] = ConfigField()
+    distill_learning_rate: ConfigField[float] = ConfigField()
+
     def __init__(
         self,
         policy: str | type[LLMPolicy],
         env: GymEnv | str | None,
-        learning_rate: float | Schedule = 1e-4,
-        buffer_size: int = 1_000_000,
-        learning_starts: int = 100,
-        batch_size: int = 32,
-        tau: float = 1.0,
-        gamma: float = 0.99,
-        train_freq: int | tuple[int, str] = 4,
-        gradient_steps: int = 1,
-        n_steps: int = 1,
-        target_update_interval: int = 10_000,
-        exploration_fraction: float = 0.1,
-        exploration_initial_eps: float = 1.0,
-        exploration_final_eps: float = 0.05,
-        max_grad_norm: float = 10.0,
-        alpha: float = 0.01,
-        beta: float = 0.0,
-        q_width: int = 256,
-        distill_interval: int = 0,
-        distill_steps: int = 4,
-        distill_final_steps: int = 32,
-        distill_batch_size: int = 32,
-        distill_learning_rate: float = LORA_LEARNING_RATE,
+        config: DQNConfig | None = None,
+        *,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -121,18 +107,22 @@ class DQN(OffPolicyAlgorithm):
         seed: int | None = None,
         device: torch.device | str = "auto",
         _init_setup_model: bool = True,
+        **settings: Any,
     ) -> None:
+        #: Every setting, as ``save`` records it (``model.alpha`` is ``model.config.alpha``).
+        self.config = config = DQNConfig.of(config, settings)
         super().__init__(
             policy,
             env,  # type: ignore[arg-type]
-            learning_rate,
-            buffer_size=buffer_size,
-            learning_starts=learning_starts,
-            batch_size=batch_size,
-            tau=tau,
-            gamma=gamma,
-            train_freq=train_freq,
-            gradient_steps=gradient_steps,
+            config.learning_rate,
+            buffer_size=config.buffer_size,
+            learning_starts=config.learning_starts,
+            batch_size=config.batch_size,
+            tau=config.tau,
+            gamma=config.gamma,
+            train_freq=config.train_freq,
+            gradient_steps=config.gradient_steps,
+            n_steps=config.n_steps,  # SB3 sets self.n_steps (the config's field) from it
             policy_kwargs=policy_kwargs,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,
@@ -142,39 +132,8 @@ class DQN(OffPolicyAlgorithm):
             sde_support=False,
             support_multi_env=True,
         )
-        for name, value in (("n_steps", n_steps), ("batch_size", batch_size), ("q_width", q_width)):
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}.")
-        if not alpha > 0:
-            raise ValueError(f"alpha (the posterior's temperature) must be > 0, got {alpha}.")
-        if beta < 0:
-            raise ValueError(f"beta (the prior's weight) must be >= 0, got {beta}.")
-        if not 0 <= exploration_final_eps <= exploration_initial_eps <= 1:
-            raise ValueError(
-                "Need 0 <= exploration_final_eps <= exploration_initial_eps <= 1, got "
-                f"{exploration_final_eps} and {exploration_initial_eps}."
-            )
-        if (
-            min(distill_steps, distill_batch_size) < 1
-            or min(distill_interval, distill_final_steps) < 0
-        ):
-            raise ValueError(
-                "Need distill_interval, distill_final_steps >= 0 and distill_steps, "
-                f"distill_batch_size >= 1, got {distill_interval}, {distill_final_steps}, "
-                f"{distill_steps} and {distill_batch_size}."
-            )
-        self.n_steps, self.alpha, self.beta, self.q_width = n_steps, alpha, beta, q_width
-        self.distill_interval, self.distill_steps = distill_interval, distill_steps
-        self.distill_final_steps = distill_final_steps
-        self.distill_batch_size = distill_batch_size
-        self.distill_learning_rate = distill_learning_rate
-        self._next_distill = distill_interval
-        self.target_update_interval = target_update_interval
-        self.exploration_fraction = exploration_fraction
-        self.exploration_initial_eps = exploration_initial_eps
-        self.exploration_final_eps = exploration_final_eps
-        self.exploration_rate = exploration_initial_eps
-        self.max_grad_norm = max_grad_norm
+        self._next_distill = config.distill_interval
+        self.exploration_rate = config.exploration_initial_eps
         self._n_calls = 0
         self._features: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._behaviour_probs: np.ndarray | None = None

@@ -51,6 +51,7 @@ from gym_llm.rl.common.checkpoint_files import (
     read_tensors,
     write_agent_directory,
 )
+from gym_llm.rl.common.config_field import ConfigField
 from gym_llm.rl.common.distributed import (
     any_process,
     average_gradients,
@@ -78,12 +79,11 @@ from gym_llm.rl.common.sharding import (
     sharded_update,
 )
 from gym_llm.rl.common.vec_env import check_text_env, wrap_text_env
-from gym_llm.rl.ppo.advantages import check_estimator, critic_free_advantages, dones_from_starts
+from gym_llm.rl.ppo.advantages import Estimator, critic_free_advantages, dones_from_starts
 from gym_llm.rl.ppo.buffer import TextBatch, TextRolloutBuffer, grouped_passes
+from gym_llm.rl.ppo.config import PPOConfig, default_learning_rate
 from gym_llm.rl.ppo.data_parallel import DataParallel
 from gym_llm.rl.ppo.entropy_control import (
-    check_entropy_of,
-    check_floor,
     check_listed_actions,
     marginal_entropy,
     next_ent_coef,
@@ -96,20 +96,6 @@ from gym_llm.rl.ppo.target_update import rollout_targets
 from gym_llm.spaces import TextActions, TextObservations
 
 SelfPPO = TypeVar("SelfPPO", bound="PPO")
-
-#: PPO's learning rate with LoRA when none is given. Measured on SmolLM2-135M with the default
-#: LoRA (benchmarks/RESULTS.md, "HighLow"): 1e-4 left a number rule at 0.8-0.9 success after 1,024
-#: env steps in 4 seeds out of 4; 5e-4 reached 1.0 by 768 steps in all 4.
-LORA_LEARNING_RATE = 5e-4
-#: ... and without LoRA (every weight trains; LoRA's rates would wreck a pretrained model).
-FULL_FINETUNE_LEARNING_RATE = 1e-5
-
-
-#: Passes over each rollout. Four, not two, measured on the task family's tuning split (10 seeds
-#: per task, benchmarks/RESULTS.md, "More learning per env step"): never fewer seeds reaching
-#: 90 % of the gap on any task, more on the grid (8 against 3), the walk and the range rule,
-#: for ~1.7x the update time per env step.
-DEFAULT_N_EPOCHS = 4
 
 #: ``train/NAME``: the mean over the update's passes of ``stats[KEY]`` (logged where it has any).
 MEAN_FIGURES = (
@@ -124,12 +110,6 @@ MEAN_FIGURES = (
 
 #: Memory (MB) the update's activations may take on the CPU when ``micro_batch_size=None``.
 UPDATE_MEMORY_BUDGET_MB = 1536
-
-
-def default_learning_rate(policy_kwargs: dict[str, Any] | None) -> float:
-    """:data:`LORA_LEARNING_RATE`, or :data:`FULL_FINETUNE_LEARNING_RATE` with ``lora=None``."""
-    full = (policy_kwargs or {}).get("lora", "default") is None
-    return FULL_FINETUNE_LEARNING_RATE if full else LORA_LEARNING_RATE
 
 
 def _pad(arrays: list[np.ndarray], width: int, device: torch.device) -> torch.Tensor:
@@ -164,106 +144,51 @@ class _Gradients:
 class PPO(OnPolicyAlgorithm):
     """Proximal Policy Optimization for :class:`LLMPolicy` on text envs.
 
-    SB3's PPO arguments keep their meaning. Started by ``torchrun`` or ``accelerate launch``
-    with several processes, the same script trains data-parallel: each process steps its own
-    envs (seeded ``seed + rank * n_envs``), gradients are averaged over the processes every
-    optimizer step, ``total_timesteps`` counts the env steps of all of them, and only the main
-    process writes TensorBoard, the progress bar and ``save`` (see :mod:`gym_llm.rl.common.distributed`).
-
-    SB3's PPO arguments keep their meaning (``n_steps``, ``batch_size``, ``n_epochs``, ``gamma``,
-    ``gae_lambda``, ``clip_range``, ``clip_range_vf``, ``normalize_advantage``, ``vf_coef``,
-    ``max_grad_norm``, ``target_kl``, ``stats_window_size``, ``tensorboard_log``,
+    ``PPO(policy, env, config=None, **settings)``: the settings are :class:`PPOConfig`'s fields
+    (SB3's PPO arguments keep their meaning), given as a config, as keyword arguments replacing
+    its fields, or both; SB3's own arguments (``stats_window_size``, ``tensorboard_log``,
     ``policy_kwargs`` (:class:`LLMPolicy`'s: ``model``, ``lora``, ...), ``verbose``, ``seed``,
-    ``device``, ``_init_setup_model``; see SB3's ``PPO``), and their defaults except
-    ``n_steps`` (64: an LLM step costs a forward pass), ``n_epochs`` (below) and
-    ``max_grad_norm`` (1.0). The LLM-specific arguments:
+    ``device``, ``_init_setup_model``) are keyword arguments as in SB3. ``model.n_epochs`` and the
+    other settings read and write ``model.config``, which ``save`` records.
 
-    Args:
-        learning_rate: ``None`` (default): 5e-4 with LoRA, 1e-5 for full fine-tuning
-            (:func:`default_learning_rate`, measured); a float or an SB3 schedule otherwise.
-        n_epochs: passes over each rollout; 4 by default (SB3's PPO: 10), measured
-            (:data:`DEFAULT_N_EPOCHS`).
-        ent_coef: weight of the entropy bonus; ``"auto"`` (or ``"auto_0.05"``, its start) adapts
-            it after every optimizer step to hold the mean per-state entropy at
-            ``target_entropy`` (SAC-discrete's rule, :mod:`gym_llm.rl.ppo.entropy_control`; choice
-            mode, or generate mode with the action head: the entropy of each reply's decision
-            token among the listed actions). Logged as ``train/ent_coef``.
-        target_entropy: the entropy ``"auto"`` holds, in nats; ``None``: 0.3 of ``log K``.
-        target_entropy_of: ``"state"`` (the mean per-state entropy) or ``"marginal"`` (that of the
-            batch's mean action distribution: high for a state-dependent policy, however certain).
-        min_action_prob: a floor on every listed action's probability in every state (choice
-            mode, or generate mode with the action head: at the reply's decision token), held
-            by a log-barrier in the loss (:func:`~gym_llm.rl.ppo.loss_terms.probability_floor`); 0 (default): off.
-        policy_update: ``"clip"`` (default): PPO's clipped surrogate. ``"target"`` (choice
-            mode): cross-entropy to the old policy tilted by each state's mean advantage per
-            action, ``pi_old · exp(A / eta)``, a step of ``kl_step`` nats
-            (:mod:`gym_llm.rl.ppo.target_update`): its logit gradient ``pi - target`` is not damped
-            for an action the policy has cornered at p ~ 0, where PPO's ``p (1 - p) A`` is.
-        kl_step: ``policy_update="target"``: the mean ``KL(target || pi_old)`` per update, nats.
-        kl_coef: weight of the KL penalty to the reference model (adapter disabled); 0 = off.
-        micro_batch_size: turns per forward/backward pass; gradients are accumulated over the
-            minibatch (``batch_size``), so memory scales with this, not with ``batch_size``.
-            ``None`` (default): as many turns as fit the update's memory budget
-            (:data:`UPDATE_MEMORY_BUDGET_MB` on the CPU, a quarter of the free memory on a
-            GPU), estimated by :meth:`LLMPolicy.update_bytes_per_turn` for each minibatch. Fewer,
-            larger passes are faster, and the shared prompt prefix is encoded once per pass.
-        n_logged_samples: (prompt, reply, reward) examples written to TensorBoard per rollout.
-        advantage_estimator: ``"gae"`` (turn-level GAE with the critic, default) or a critic-free
-            one: ``"rebn"``, ``"grpo"``, ``"rloo"``, ``"gigpo"`` (see :mod:`gym_llm.rl.ppo.advantages`).
-            The critic is still trained (``vf_coef``) and its explained variance logged.
-        clip_range_vf: clip the value loss around the rollout's values (PPO2, SB3's
-            ``clip_range_vf``); ``None`` = no clipping. In units of (scaled) return.
-        reward_scale: every reward is multiplied by this before advantages and returns (GLAM
-            used 20 for sparse 0/1 rewards; returns in the hundreds want < 1). Logged episode
-            returns stay unscaled.
-        critic_warmup_steps: for the first this many env steps only the value head trains (the
-            policy's weights get no update), so the first policy updates see a critic that
-            already predicts something (TWOSOME warms its critic up for 5k steps).
-        max_consecutive_skips: the NaN guard skips an optimizer step whose loss, gradient or
-            value is not finite (``train/skipped_steps``); after this many in a row, training
-            stops with a :class:`~gym_llm.rl.ppo.guard.NonFiniteTrainingError` naming the cause
-            and the last checkpoint. Turns whose reward is not finite are left out of the update
-            (``train/nonfinite_turns``), so one bad reward costs its episode, not the run.
-        fsdp: shard full fine-tuning's weights, gradients and Adam moments over the processes
-            (FSDP2; :mod:`gym_llm.rl.common.sharding`), from the first ``learn()`` on. ``None``
-            (default): as ``accelerate launch --use_fsdp`` says (``ACCELERATE_USE_FSDP``). Needs
-            ``lora=None`` and several processes; call ``save`` in every process (it gathers).
+    Started by ``torchrun`` or ``accelerate launch`` with several processes, the same script
+    trains data-parallel: each process steps its own envs (seeded ``seed + rank * n_envs``),
+    gradients are averaged over the processes every optimizer step, ``total_timesteps`` counts
+    the env steps of all of them, and only the main process writes TensorBoard, the progress bar
+    and ``save`` (see :mod:`gym_llm.rl.common.distributed`).
     """
 
     policy_aliases: ClassVar[dict[str, type[Any]]] = {"LLMPolicy": LLMPolicy}
     policy: LLMPolicy  # type: ignore[assignment]
     rollout_buffer: TextRolloutBuffer
 
+    batch_size: ConfigField[int] = ConfigField()
+    n_epochs: ConfigField[int] = ConfigField()
+    n_steps: ConfigField[int] = ConfigField()
+    gamma: ConfigField[float] = ConfigField()
+    gae_lambda: ConfigField[float] = ConfigField()
+    normalize_advantage: ConfigField[bool] = ConfigField()
+    target_entropy: ConfigField[float | None] = ConfigField()
+    target_entropy_of: ConfigField[str] = ConfigField()
+    min_action_prob: ConfigField[float] = ConfigField()
+    policy_update: ConfigField[str] = ConfigField()
+    kl_step: ConfigField[float] = ConfigField()
+    vf_coef: ConfigField[float] = ConfigField()
+    max_grad_norm: ConfigField[float] = ConfigField()
+    target_kl: ConfigField[float | None] = ConfigField()
+    kl_coef: ConfigField[float] = ConfigField()
+    micro_batch_size: ConfigField[int | None] = ConfigField()
+    advantage_estimator: ConfigField[Estimator] = ConfigField()
+    clip_range_vf: ConfigField[float | None] = ConfigField()
+    reward_scale: ConfigField[float] = ConfigField()
+    critic_warmup_steps: ConfigField[int] = ConfigField()
+
     def __init__(
         self,
         policy: str | type[LLMPolicy],
         env: GymEnv | str | None,
-        learning_rate: float | Schedule | None = None,
-        n_steps: int = 64,
-        batch_size: int = 64,
-        n_epochs: int = DEFAULT_N_EPOCHS,
-        gamma: float = 0.99,
-        gae_lambda: float = 0.95,
-        clip_range: float = 0.2,
-        normalize_advantage: bool = True,
-        ent_coef: float | str = 0.0,
-        target_entropy: float | None = None,
-        target_entropy_of: str = "state",
-        min_action_prob: float = 0.0,
-        policy_update: str = "clip",
-        kl_step: float = 0.05,
-        vf_coef: float = 0.5,
-        max_grad_norm: float = 1.0,
-        target_kl: float | None = None,
-        kl_coef: float = 0.0,
-        micro_batch_size: int | None = None,
-        n_logged_samples: int = 4,
-        advantage_estimator: str = "gae",
-        clip_range_vf: float | None = None,
-        reward_scale: float = 1.0,
-        critic_warmup_steps: int = 0,
-        max_consecutive_skips: int = 10,
-        fsdp: bool | None = None,
+        config: PPOConfig | None = None,
+        *,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -271,24 +196,28 @@ class PPO(OnPolicyAlgorithm):
         seed: int | None = None,
         device: torch.device | str = "auto",
         _init_setup_model: bool = True,
+        **settings: Any,
     ) -> None:
-        if learning_rate is None:
-            learning_rate = default_learning_rate(policy_kwargs)
+        config = PPOConfig.of(config, settings)
+        if config.learning_rate is None:
+            config.learning_rate = default_learning_rate(policy_kwargs)
+        #: Every setting, as ``save`` records it (``model.n_epochs`` is ``model.config.n_epochs``).
+        self.config = config
         # Under torchrun / accelerate launch: join the job (and pick this process's GPU) before
         # the device is resolved and the model built. A no-op in one process.
         init_from_launcher()
         #: Several processes (torchrun, accelerate launch): seeds, equal weights, FSDP.
-        self.parallel = DataParallel(fsdp)
+        self.parallel = DataParallel(config.fsdp)
         super().__init__(
             policy,  # type: ignore[arg-type]
             env,  # type: ignore[arg-type]
-            learning_rate=learning_rate,
-            n_steps=n_steps,
-            gamma=gamma,
-            gae_lambda=gae_lambda,
+            learning_rate=config.learning_rate,
+            n_steps=config.n_steps,
+            gamma=config.gamma,
+            gae_lambda=config.gae_lambda,
             ent_coef=0.0,  # set below: a number, or adaptive ("auto")
-            vf_coef=vf_coef,
-            max_grad_norm=max_grad_norm,
+            vf_coef=config.vf_coef,
+            max_grad_norm=config.max_grad_norm,
             use_sde=False,
             sde_sample_freq=-1,
             stats_window_size=stats_window_size,
@@ -299,50 +228,13 @@ class PPO(OnPolicyAlgorithm):
             device=device,
             _init_setup_model=False,
         )
-        for name, value in (
-            ("batch_size", batch_size),
-            ("n_epochs", n_epochs),
-            ("n_steps", n_steps),
-        ):
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}.")
-        if micro_batch_size is not None and micro_batch_size < 1:
-            raise ValueError(
-                f"micro_batch_size must be >= 1 (or None: chosen by memory), got {micro_batch_size}."
-            )
-        if clip_range_vf is not None and clip_range_vf <= 0:
-            raise ValueError(
-                f"clip_range_vf must be > 0 (or None: no clipping), got {clip_range_vf}."
-            )
         #: The NaN guard: skipped optimizer steps, and when to stop.
-        self.guard = NanGuard(max_consecutive_skips)
-        if critic_warmup_steps < 0:
-            raise ValueError(f"critic_warmup_steps must be >= 0, got {critic_warmup_steps}.")
-        self.advantage_estimator = check_estimator(advantage_estimator)
-        self.ent_coef, self.ent_coef_auto = parse_ent_coef(ent_coef)
-        if target_entropy is not None and not target_entropy > 0:
-            raise ValueError(f"target_entropy must be > 0 nats (or None), got {target_entropy}.")
-        self.target_entropy = target_entropy
-        self.target_entropy_of = check_entropy_of(target_entropy_of, self.ent_coef_auto)
-        self.min_action_prob = check_floor(min_action_prob)
-        if policy_update not in ("clip", "target"):
-            raise ValueError(f"policy_update must be 'clip' or 'target', got {policy_update!r}.")
-        if not kl_step > 0:
-            raise ValueError(f"kl_step must be > 0 nats, got {kl_step}.")
-        self.policy_update, self.kl_step = policy_update, float(kl_step)
-        self.clip_range_vf = clip_range_vf
-        self.reward_scale = float(reward_scale)
-        self.critic_warmup_steps = critic_warmup_steps
-        self.batch_size = batch_size
-        self.n_epochs = n_epochs
-        self.clip_range_value = float(clip_range)
-        self.clip_range: Schedule = FloatSchedule(float(clip_range))
-        self.normalize_advantage = normalize_advantage
-        self.target_kl = target_kl
-        self.kl_coef = kl_coef
-        self.micro_batch_size = micro_batch_size
+        self.guard = NanGuard(config.max_consecutive_skips)
+        #: The entropy bonus's weight now (``ent_coef="auto"`` moves it after every step).
+        self.ent_coef, self.ent_coef_auto = parse_ent_coef(config.ent_coef)
+        self.clip_range: Schedule = FloatSchedule(float(config.clip_range))
         #: What each rollout shows besides its turns (rollout/* figures).
-        self.monitor = RolloutMonitor(n_logged_samples)
+        self.monitor = RolloutMonitor(config.n_logged_samples)
         #: max |ratio - 1| on the first minibatch of the last update (invariant: ~0).
         self.first_ratio_error = float("nan")
         #: Mean turns per forward/backward pass in the last update (micro_batch_size or auto).
@@ -363,6 +255,11 @@ class PPO(OnPolicyAlgorithm):
             self._setup_model()
 
     # --- what users and the tests read off the parts ---------------------------------------------
+
+    @property
+    def clip_range_value(self) -> float:
+        """The clip range as a number (``clip_range`` is SB3's schedule of it)."""
+        return float(self.config.clip_range)
 
     @property
     def n_logged_samples(self) -> int:

@@ -1,0 +1,104 @@
+"""``DQNConfig``: every setting of :class:`gym_llm.DQN`, one documented field each, checked once.
+
+``DQN(LLMPolicy, env, alpha=0.05)`` and ``DQN(LLMPolicy, env, DQNConfig(alpha=0.05))`` are the
+same agent: keyword arguments replace fields. SB3's DQN arguments keep their meaning and
+defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from stable_baselines3.common.type_aliases import Schedule
+
+from gym_llm.rl.ppo.config import LORA_LEARNING_RATE
+
+
+@dataclass
+class DQNConfig:
+    """The settings of :class:`gym_llm.DQN` (the policy's are in ``policy_kwargs``)."""
+
+    #: The Q head's learning rate (a float or an SB3 schedule).
+    learning_rate: float | Schedule = 1e-4
+    #: Transitions the replay buffer holds.
+    buffer_size: int = 1_000_000
+    #: Env steps collected before the first TD step.
+    learning_starts: int = 100
+    #: Transitions per TD step.
+    batch_size: int = 32
+    #: Polyak coefficient of the target network (1: a hard copy every ``target_update_interval``).
+    tau: float = 1.0
+    #: Discount factor.
+    gamma: float = 0.99
+    #: Env steps (or ``(n, "episode")``) between TD phases.
+    train_freq: int | tuple[int, str] = 4
+    #: TD steps per phase.
+    gradient_steps: int = 1
+    #: n-step returns.
+    n_steps: int = 1
+    #: Env steps between target-network refreshes.
+    target_update_interval: int = 10_000
+    #: Share of the run over which ε decays from its initial to its final value.
+    exploration_fraction: float = 0.1
+    #: ε at the start.
+    exploration_initial_eps: float = 1.0
+    #: ε after ``exploration_fraction`` of the run.
+    exploration_final_eps: float = 0.05
+    #: Gradients are clipped to this global norm.
+    max_grad_norm: float = 10.0
+    #: The posterior's temperature, in reward units: how much a difference in ``Q`` outweighs
+    #: the prior. Small ``alpha`` acts (nearly) greedily on ``Q``.
+    alpha: float = 0.01
+    #: The prior's weight: 0 is DQN on the LM's features, 1 keeps the LM's choice distribution
+    #: as the reference the values tilt.
+    beta: float = 0.0
+    #: Hidden units of the Q head's two layers.
+    q_width: int = 256
+    #: Env steps between distillation rounds of the posterior into the LoRA policy
+    #: (:mod:`gym_llm.rl.dqn.distill`); 0: none while learning (call ``distill`` yourself).
+    distill_interval: int = 0
+    #: Optimizer steps of the LM per round.
+    distill_steps: int = 4
+    #: With ``distill_interval`` on, the steps of one more round at the end of ``learn`` on the
+    #: final values, so the LM ``learn`` leaves is distilled from them; 0: none.
+    distill_final_steps: int = 32
+    #: Distinct replayed observations per distillation step.
+    distill_batch_size: int = 32
+    #: The LM's learning rate in distillation (PPO's LoRA default).
+    distill_learning_rate: float = LORA_LEARNING_RATE
+
+    def __post_init__(self) -> None:
+        for name in ("n_steps", "batch_size", "q_width"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if not self.alpha > 0:
+            raise ValueError(f"alpha (the posterior's temperature) must be > 0, got {self.alpha}.")
+        if self.beta < 0:
+            raise ValueError(f"beta (the prior's weight) must be >= 0, got {self.beta}.")
+        if not 0 <= self.exploration_final_eps <= self.exploration_initial_eps <= 1:
+            raise ValueError(
+                "Need 0 <= exploration_final_eps <= exploration_initial_eps <= 1, got "
+                f"{self.exploration_final_eps} and {self.exploration_initial_eps}."
+            )
+        steps, batch = self.distill_steps, self.distill_batch_size
+        if min(steps, batch) < 1 or min(self.distill_interval, self.distill_final_steps) < 0:
+            raise ValueError(
+                "Need distill_interval, distill_final_steps >= 0 and distill_steps, "
+                f"distill_batch_size >= 1, got {self.distill_interval}, "
+                f"{self.distill_final_steps}, {steps} and {batch}."
+            )
+
+    @classmethod
+    def of(cls, config: DQNConfig | None, settings: dict[str, Any]) -> DQNConfig:
+        """``config`` (or the defaults) with ``settings`` replacing fields, refusing a name that
+        is not one."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise TypeError(
+                f"DQN got unknown settings {unknown}; DQN's are {sorted(known)} (see "
+                "gym_llm.DQNConfig), and the policy's go in policy_kwargs."
+            )
+        return dataclasses.replace(config or cls(), **settings)

@@ -1,0 +1,158 @@
+"""``PPOConfig``: every setting of :class:`gym_llm.PPO`, one documented field each, checked once.
+
+``PPO(LLMPolicy, env, n_epochs=2)`` and ``PPO(LLMPolicy, env, PPOConfig(n_epochs=2))`` are the
+same agent: keyword arguments replace fields. SB3's PPO arguments keep their meaning and their
+defaults except ``n_steps`` (64: an LLM step costs a forward pass), ``n_epochs`` (4) and
+``max_grad_norm`` (1.0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from stable_baselines3.common.type_aliases import Schedule
+
+from gym_llm.rl.ppo.advantages import check_estimator
+from gym_llm.rl.ppo.entropy_control import check_entropy_of, check_floor, parse_ent_coef
+
+#: PPO's learning rate with LoRA when none is given. Measured on SmolLM2-135M with the default
+#: LoRA (benchmarks/RESULTS.md, "HighLow"): 1e-4 left a number rule at 0.8-0.9 success after 1,024
+#: env steps in 4 seeds out of 4; 5e-4 reached 1.0 by 768 steps in all 4.
+LORA_LEARNING_RATE = 5e-4
+#: ... and without LoRA (every weight trains; LoRA's rates would wreck a pretrained model).
+FULL_FINETUNE_LEARNING_RATE = 1e-5
+
+#: Passes over each rollout. Four, not two, measured on the task family's tuning split (10 seeds
+#: per task, benchmarks/RESULTS.md, "More learning per env step"): never fewer seeds reaching
+#: 90 % of the gap on any task, more on the grid (8 against 3), the walk and the range rule,
+#: for ~1.7x the update time per env step.
+DEFAULT_N_EPOCHS = 4
+
+
+def default_learning_rate(policy_kwargs: dict[str, Any] | None) -> float:
+    """:data:`LORA_LEARNING_RATE`, or :data:`FULL_FINETUNE_LEARNING_RATE` with ``lora=None``."""
+    full = (policy_kwargs or {}).get("lora", "default") is None
+    return FULL_FINETUNE_LEARNING_RATE if full else LORA_LEARNING_RATE
+
+
+@dataclass
+class PPOConfig:
+    """The settings of :class:`gym_llm.PPO` (the policy's are in ``policy_kwargs``)."""
+
+    #: ``None``: 5e-4 with LoRA, 1e-5 for full fine-tuning (:func:`default_learning_rate`,
+    #: measured); a float or an SB3 schedule otherwise.
+    learning_rate: float | Schedule | None = None
+    #: Vector steps per rollout (each steps every env once).
+    n_steps: int = 64
+    #: Turns per minibatch (one optimizer step each).
+    batch_size: int = 64
+    #: Passes over each rollout (SB3's PPO: 10; measured, :data:`DEFAULT_N_EPOCHS`).
+    n_epochs: int = DEFAULT_N_EPOCHS
+    #: Discount factor.
+    gamma: float = 0.99
+    #: GAE's lambda.
+    gae_lambda: float = 0.95
+    #: The clip range of the policy ratio.
+    clip_range: float = 0.2
+    #: Centre each rollout's advantages and scale them by the run's running std.
+    normalize_advantage: bool = True
+    #: Weight of the entropy bonus; ``"auto"`` (or ``"auto_0.05"``, its start) adapts it after
+    #: every optimizer step to hold the mean per-state entropy at ``target_entropy``
+    #: (:mod:`gym_llm.rl.ppo.entropy_control`; a choice among listed actions). ``train/ent_coef``.
+    ent_coef: float | str = 0.0
+    #: The entropy ``"auto"`` holds, in nats; ``None``: 0.3 of ``log K``.
+    target_entropy: float | None = None
+    #: ``"state"`` (the mean per-state entropy) or ``"marginal"`` (that of the batch's mean
+    #: action distribution: high for a state-dependent policy, however certain).
+    target_entropy_of: str = "state"
+    #: A floor on every listed action's probability in every state, held by a log-barrier in
+    #: the loss (:func:`~gym_llm.rl.ppo.loss_terms.probability_floor`); 0: off.
+    min_action_prob: float = 0.0
+    #: ``"clip"``: PPO's clipped surrogate. ``"target"`` (choice mode): cross-entropy to the old
+    #: policy tilted by each state's mean advantage per action, a step of ``kl_step`` nats
+    #: (:mod:`gym_llm.rl.ppo.target_update`), whose gradient does not fade at p ~ 0.
+    policy_update: str = "clip"
+    #: ``policy_update="target"``: the mean ``KL(target || pi_old)`` per update, nats.
+    kl_step: float = 0.05
+    #: Weight of the value loss.
+    vf_coef: float = 0.5
+    #: Gradients are clipped to this global norm.
+    max_grad_norm: float = 1.0
+    #: Stop an update's epochs when the approximate KL passes 1.5x this (``None``: never).
+    target_kl: float | None = None
+    #: Weight of the KL penalty to the reference model (the adapter disabled); 0: off.
+    kl_coef: float = 0.0
+    #: Turns per forward/backward pass (gradients accumulate over the minibatch); ``None``: as
+    #: many as fit the update's memory budget (``UPDATE_MEMORY_BUDGET_MB`` on the CPU, a quarter
+    #: of the free memory on a GPU).
+    micro_batch_size: int | None = None
+    #: (prompt, reply, reward) examples written to TensorBoard per rollout.
+    n_logged_samples: int = 4
+    #: ``"gae"`` (turn-level GAE with the critic) or a critic-free one: ``"rebn"``, ``"grpo"``,
+    #: ``"rloo"``, ``"gigpo"`` (:mod:`gym_llm.rl.ppo.advantages`); the critic still trains.
+    advantage_estimator: str = "gae"
+    #: Clip the value loss around the rollout's values (SB3's ``clip_range_vf``); ``None``: off.
+    clip_range_vf: float | None = None
+    #: Every reward is multiplied by this before advantages and returns (logged episode returns
+    #: stay unscaled).
+    reward_scale: float = 1.0
+    #: For the first this many env steps only the value head trains.
+    critic_warmup_steps: int = 0
+    #: The NaN guard skips an optimizer step whose loss, gradient or value is not finite; after
+    #: this many in a row training stops with a
+    #: :class:`~gym_llm.rl.ppo.guard.NonFiniteTrainingError` naming the last checkpoint.
+    max_consecutive_skips: int = 10
+    #: Shard full fine-tuning over the processes (FSDP2, :mod:`gym_llm.rl.common.sharding`);
+    #: ``None``: as ``accelerate launch --use_fsdp`` says. Needs ``lora=None``.
+    fsdp: bool | None = None
+
+    def __post_init__(self) -> None:
+        self.clip_range, self.kl_step = float(self.clip_range), float(self.kl_step)
+        self.reward_scale = float(self.reward_scale)
+        for name in ("batch_size", "n_epochs", "n_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise ValueError(
+                "micro_batch_size must be >= 1 (or None: chosen by memory), got "
+                f"{self.micro_batch_size}."
+            )
+        if self.clip_range_vf is not None and self.clip_range_vf <= 0:
+            raise ValueError(
+                f"clip_range_vf must be > 0 (or None: no clipping), got {self.clip_range_vf}."
+            )
+        if self.max_consecutive_skips < 1:
+            raise ValueError(
+                f"max_consecutive_skips must be >= 1, got {self.max_consecutive_skips}."
+            )
+        if self.critic_warmup_steps < 0:
+            raise ValueError(f"critic_warmup_steps must be >= 0, got {self.critic_warmup_steps}.")
+        check_estimator(self.advantage_estimator)
+        auto = parse_ent_coef(self.ent_coef)[1]
+        if self.target_entropy is not None and not self.target_entropy > 0:
+            raise ValueError(
+                f"target_entropy must be > 0 nats (or None), got {self.target_entropy}."
+            )
+        check_entropy_of(self.target_entropy_of, auto)
+        check_floor(self.min_action_prob)
+        if self.policy_update not in ("clip", "target"):
+            raise ValueError(
+                f"policy_update must be 'clip' or 'target', got {self.policy_update!r}."
+            )
+        if not self.kl_step > 0:
+            raise ValueError(f"kl_step must be > 0 nats, got {self.kl_step}.")
+
+    @classmethod
+    def of(cls, config: PPOConfig | None, settings: dict[str, Any]) -> PPOConfig:
+        """``config`` (or the defaults) with ``settings`` replacing fields, refusing a name that
+        is not one."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise TypeError(
+                f"PPO got unknown settings {unknown}; PPO's are {sorted(known)} (see "
+                "gym_llm.PPOConfig), and the policy's go in policy_kwargs."
+            )
+        return dataclasses.replace(config or cls(), **settings)

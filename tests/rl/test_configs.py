@@ -1,0 +1,70 @@
+"""One config per learner: keyword arguments replace its fields, unknown names and bad values are
+refused with a message, ``model.NAME`` is the config's field, and ``save`` records the config."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from gym_llm import DQN, PPO, LLMPolicy, make_text_env
+from gym_llm.rl.dqn.config import DQNConfig
+from gym_llm.rl.ppo.config import PPOConfig
+from gym_llm.testing import save_tiny_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny_model(tmp_path_factory.mktemp("configs"), words=["high", "low"])
+
+
+def _policy(model_dir: Path) -> dict[str, object]:
+    return {"model": str(model_dir), "lora": {"r": 4}}
+
+
+def test_keywords_and_a_config_build_the_same_ppo(model_dir: Path, tmp_path: Path) -> None:
+    env = make_text_env("gym_llm/HighLow-v0", n_envs=2, seed=0)
+    by_keywords = PPO(LLMPolicy, env, n_epochs=2, batch_size=8, policy_kwargs=_policy(model_dir))
+    by_config = PPO(
+        LLMPolicy, env, PPOConfig(n_epochs=2, batch_size=8), policy_kwargs=_policy(model_dir)
+    )
+    mixed = PPO(
+        LLMPolicy, env, PPOConfig(n_epochs=2), batch_size=8, policy_kwargs=_policy(model_dir)
+    )
+    assert by_keywords.config == by_config.config == mixed.config
+    assert by_keywords.config.learning_rate == 5e-4  # the LoRA default, resolved
+    by_keywords.n_epochs = 3  # SB3's habit: the attribute is the config's field
+    assert by_keywords.config.n_epochs == 3
+    by_keywords.save(tmp_path / "agent")
+    saved = json.loads((tmp_path / "agent" / "config.json").read_text())["hyperparameters"]
+    assert saved["n_epochs"] == 3 and saved["batch_size"] == 8
+    assert PPO.load(tmp_path / "agent", env=env).config == by_keywords.config
+
+
+def test_ppo_refuses_unknown_settings_and_bad_values(model_dir: Path) -> None:
+    env = make_text_env("gym_llm/HighLow-v0", n_envs=2, seed=0)
+    with pytest.raises(TypeError, match=r"unknown settings \['n_epoch'\].*policy_kwargs"):
+        PPO(LLMPolicy, env, n_epoch=2, policy_kwargs=_policy(model_dir))
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        PPOConfig(batch_size=0)
+    with pytest.raises(ValueError, match="policy_update must be 'clip' or 'target'"):
+        PPOConfig(policy_update="trust")
+
+
+def test_keywords_and_a_config_build_the_same_dqn(model_dir: Path, tmp_path: Path) -> None:
+    env = make_text_env("gym_llm/HighLow-v0", n_envs=2, seed=0)
+    by_keywords = DQN(LLMPolicy, env, alpha=0.05, n_steps=3, policy_kwargs=_policy(model_dir))
+    by_config = DQN(
+        LLMPolicy, env, DQNConfig(alpha=0.05, n_steps=3), policy_kwargs=_policy(model_dir)
+    )
+    fields = [f.name for f in dataclasses.fields(DQNConfig) if f.name != "train_freq"]
+    assert all(getattr(by_keywords.config, f) == getattr(by_config.config, f) for f in fields)
+    assert by_keywords.n_steps == 3  # not SB3's default written over it
+    with pytest.raises(TypeError, match=r"unknown settings \['alfa'\]"):
+        DQN(LLMPolicy, env, alfa=0.05, policy_kwargs=_policy(model_dir))
+    with pytest.raises(ValueError, match="alpha"):
+        DQNConfig(alpha=0.0)
+    by_keywords.save(tmp_path / "dqn")
+    assert DQN.load(tmp_path / "dqn", env=env).config.alpha == 0.05
