@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gym_llm import DQN, PPO, LLMPolicy, make_text_env
+from gym_llm import DQN, PPO, LLMPolicy, PolicyConfig, make_text_env
 from gym_llm.rl.dqn.config import DQNConfig
 from gym_llm.rl.ppo.config import PPOConfig
 from gym_llm.testing import save_tiny_model
@@ -68,3 +68,19 @@ def test_keywords_and_a_config_build_the_same_dqn(model_dir: Path, tmp_path: Pat
         DQNConfig(alpha=0.0)
     by_keywords.save(tmp_path / "dqn")
     assert DQN.load(tmp_path / "dqn", env=env).config.alpha == 0.05
+
+
+def test_policy_settings_as_keywords_or_a_config(model_dir: Path, tmp_path: Path) -> None:
+    env = make_text_env("gym_llm/HighLow-v0", n_envs=2, seed=0)
+    config = PolicyConfig(model=str(model_dir), lora={"r": 4}, temperature=0.5)
+    by_config = PPO(LLMPolicy, env, policy_kwargs={"config": config})
+    by_keywords = PPO(LLMPolicy, env, policy_kwargs={**_policy(model_dir), "temperature": 0.5})
+    assert by_config.policy.temperature == by_keywords.policy.temperature == 0.5
+    recorded = by_config.policy._get_constructor_parameters()
+    assert recorded == by_keywords.policy._get_constructor_parameters()
+    by_config.save(tmp_path / "agent")  # the config's fields are recorded, not the object
+    assert PPO.load(tmp_path / "agent", env=env).policy.temperature == 0.5
+    with pytest.raises(TypeError, match=r"unknown settings \['temprature'\]"):
+        PPO(LLMPolicy, env, policy_kwargs={**_policy(model_dir), "temprature": 0.5})
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        PolicyConfig(temperature=0.0)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import MISSING, asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -258,6 +258,10 @@ def space_records(obs_space: Any, act_space: Any) -> tuple[dict[str, Any], dict[
 def recorded_policy_kwargs(policy: Any, policy_kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The ``LLMPolicy`` keyword arguments a saved agent records: the settings in effect (the
     default LoRA included), so a later change of a default cannot change what it rebuilds."""
+    config = policy_kwargs.get("config")
+    if config is not None:  # a PolicyConfig: its fields, with the keywords given beside it
+        values = {f.name: getattr(config, f.name) for f in fields(config)}
+        policy_kwargs = {**values, **{k: v for k, v in policy_kwargs.items() if k != "config"}}
     recorded = {k: v for k, v in policy_kwargs.items() if k not in ("lora", "tokenizer")}
     if needs_base_model(policy.model_name):
         # Nothing names the base model: it is saved with the agent (base_model.py).
