@@ -4,7 +4,7 @@
 
 A learning test that passes for one seed passes by luck: another machine's float rounding
 follows another trajectory. This runs the tests' own training function
-(``tests.rl.ppo.test_learning.train_keyword_bandit``, the same settings and checks) for every mode and
+(``benchmarks.learning_recipes``, the recipes and checks of the tests) for every mode and
 seed, one process per run (``--jobs`` at a time, one torch thread each), and reports each
 curve, whether it passes, and the margins that matter: the worst seed's best success (the test
 needs >= 0.9), its final success (>= 0.6) and the latest curve point at which a seed first
@@ -25,7 +25,7 @@ from typing import Any
 
 from benchmarks.cli_args import new_parser, seed_list
 
-#: learning_sweep mode -> tests.rl.ppo.test_learning_corner arm.
+#: learning_sweep mode -> the corner recipe's arm (benchmarks.learning_recipes.train_corner).
 CORNER_MODES = {
     "corner": "defaults",
     "corner-plain": "plain",
@@ -68,27 +68,22 @@ def one_run(mode: str, seed: int, ppo: dict[str, Any] | None = None) -> dict[str
 
     ppo = ppo or {}
 
-    from tests.rl.ppo.test_learning import SETTINGS, _check, train_keyword_bandit
+    from benchmarks import learning_recipes as recipes
 
     torch.set_num_threads(1)
     start = time.perf_counter()
     if mode in CORNER_MODES:
-        from tests.rl.ppo import test_learning_corner as corner
-        from tests.rl.ppo import test_learning_head as head
-
         with tempfile.TemporaryDirectory() as tmp:
-            before, curve = corner.train_corner(Path(tmp), seed, CORNER_MODES[mode], **ppo)
-        check, steps = head.check, head.STEPS
+            before, curve = recipes.train_corner(Path(tmp), seed, CORNER_MODES[mode], **ppo)
+        check, steps = recipes.check_high_low, recipes.STEPS
     elif mode in ("head", "no-head"):
-        from tests.rl.ppo import test_learning_head as head
-
         with tempfile.TemporaryDirectory() as tmp:
-            before, curve = head.train_high_low(Path(tmp), seed, head=mode == "head", **ppo)
-        check, steps = head.check, head.STEPS
+            before, curve = recipes.train_high_low(Path(tmp), seed, head=mode == "head", **ppo)
+        check, steps = recipes.check_high_low, recipes.STEPS
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            before, curve = train_keyword_bandit(Path(tmp), mode, seed)
-        check, steps = _check, int(SETTINGS[mode]["steps"])
+            before, curve = recipes.train_keyword_bandit(Path(tmp), mode, seed)
+        check, steps = recipes.check_keyword_bandit, int(recipes.SETTINGS[mode]["steps"])
     try:
         check(before, curve)
         passed = True

@@ -36,7 +36,7 @@ def test_summary_reports_the_worst_seed() -> None:
 
 
 def test_ppo_arguments_reach_the_highlow_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.rl.ppo import test_learning_corner, test_learning_head
+    from benchmarks import learning_recipes
 
     seen: list[dict[str, Any]] = []
 
@@ -44,8 +44,7 @@ def test_ppo_arguments_reach_the_highlow_runs(monkeypatch: pytest.MonkeyPatch) -
         seen.append(kwargs)
         return 0.5, [0.6, 0.9]
 
-    monkeypatch.setattr(test_learning_head, "train_high_low", fake_train)
-    monkeypatch.setattr(test_learning_corner, "train_high_low", fake_train)
+    monkeypatch.setattr(learning_recipes, "train_high_low", fake_train)
     run = one_run("corner-target", 3, {"n_epochs": 4})
     assert seen[-1]["n_epochs"] == 4 and seen[-1]["policy_update"] == "target"
     assert run["ppo"] == {"n_epochs": 4} and run["curve"] == [0.6, 0.9]

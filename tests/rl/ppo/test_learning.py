@@ -29,83 +29,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from stable_baselines3.common.evaluation import evaluate_policy
 
-from gym_llm import PPO, LLMPolicy, TextObservations, make_text_env
-from gym_llm.envs.keyword_bandit import KeywordBanditEnv
-from gym_llm.policy.prompts import system_text, user_text
-from gym_llm.testing import save_tiny_model
-
-WORDS = ["apple", "banana", "cherry"]
-#: Env steps, learning rate, entropy bonus and evaluation points per mode (see the sweep).
-SETTINGS = {
-    "choice": {"steps": 2000, "lr": 5e-4, "ent_coef": 0.0, "points": 4},
-    "generate": {"steps": 6000, "lr": 5e-4, "ent_coef": 0.05, "points": 4},
-}
-
-
-def _make_env() -> KeywordBanditEnv:
-    env = KeywordBanditEnv(options=WORDS)
-    # A short instruction keeps the byte-level prompts short, so the test runs in about a minute.
-    env.observation_space = TextObservations(64, instruction="Say the target.")
-    return env
-
-
-def _prompt_alphabet() -> str:
-    """Every character the policy's prompts can contain (ChatML roles included)."""
-    env = _make_env()
-    texts = [system_text(env.observation_space), "systemuserassistant\n"]
-    for word in WORDS:
-        observation = f"Options: {', '.join(WORDS)}. Target: {word}."
-        texts.append(user_text(observation, env.action_space))
-    return "".join(sorted(set("".join(texts))))
-
-
-def train_keyword_bandit(tmp_path: Path, mode: str, seed: int = 0) -> tuple[float, list[float]]:
-    """Success before training and at evenly spaced points of it (the last at the end), for
-    a model, envs and sampling all seeded with ``seed``."""
-    settings = SETTINGS[mode]
-    alphabet = _prompt_alphabet() if mode == "generate" else None
-    model_dir = save_tiny_model(
-        tmp_path / "model", words=WORDS, hidden_size=64, alphabet=alphabet, seed=seed
-    )
-    env = make_text_env(_make_env, n_envs=16, seed=seed)
-    model = PPO(
-        LLMPolicy,
-        env,
-        policy_kwargs={
-            "model": str(model_dir),
-            "lora": None,
-            "action_mode": mode,
-            "max_new_tokens": 1,
-        },
-        n_steps=4,
-        batch_size=32,
-        n_epochs=4,
-        learning_rate=settings["lr"],
-        ent_coef=settings["ent_coef"],
-        seed=seed,
-        device="cpu",
-    )
-    eval_env = make_text_env(_make_env, n_envs=16, seed=123 + seed)
-    before, _ = evaluate_policy(model, eval_env, n_eval_episodes=200)
-    curve = []
-    points = int(settings["points"])
-    for _ in range(points):
-        model.learn(int(settings["steps"]) // points, reset_num_timesteps=False)
-        curve.append(float(evaluate_policy(model, eval_env, n_eval_episodes=200)[0]))
-    return float(before), curve
-
-
-def _check(before: float, curve: list[float]) -> None:
-    assert before < 0.6, (before, curve)  # chance is 1/3 (choice); a random model rarely names one
-    assert max(curve) >= 0.9, (before, curve)
-    assert curve[-1] >= 0.6, (before, curve)  # learned, and still far above chance at the end
+from benchmarks.learning_recipes import check_keyword_bandit, train_keyword_bandit
 
 
 @pytest.mark.parametrize("mode", ["choice", "generate"])
 def test_keyword_bandit_is_learned(tmp_path: Path, mode: str) -> None:
-    _check(*train_keyword_bandit(tmp_path, mode))
+    check_keyword_bandit(*train_keyword_bandit(tmp_path, mode))
 
 
 @pytest.mark.slow
@@ -113,7 +43,7 @@ def test_keyword_bandit_is_learned(tmp_path: Path, mode: str) -> None:
 @pytest.mark.parametrize("mode", ["choice", "generate"])
 def test_learning_sweep(tmp_path: Path, mode: str, seed: int) -> None:
     """The same check on seeds 0-9: what keeps the default test honest on other machines."""
-    _check(*train_keyword_bandit(tmp_path, mode, seed))
+    check_keyword_bandit(*train_keyword_bandit(tmp_path, mode, seed))
 
 
 @pytest.mark.slow

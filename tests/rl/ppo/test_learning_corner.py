@@ -13,35 +13,15 @@ the defaults' worst seed with a margin, and that the plain policy stays in the c
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.rl.ppo.test_learning_head import check, train_high_low
-
-CORNER_WORDS = ("low", "hig")
-#: The plain policy's greedy success on every seed of the sweep, start and end (it never picks
-#: ``high``); the test allows a little above it.
-CORNER_AT_MOST = 0.6
-
-
-def train_corner(
-    tmp_path: Path, seed: int, arm: str = "defaults", **ppo: Any
-) -> tuple[float, list[float]]:
-    """``arm``: ``defaults`` (head and calibration), ``plain`` (neither), ``head`` (the head
-    without the calibration), ``target`` (neither, with ``policy_update="target"``) or
-    ``head-target`` (the head, no calibration, ``policy_update="target"``). ``ppo``: more PPO
-    arguments."""
-    head = arm in ("defaults", "head", "head-target")
-    if arm.endswith("target"):
-        ppo = {"policy_update": "target", **ppo}
-    return train_high_low(tmp_path, seed, head=head, calibration=arm == "defaults",
-                          words=CORNER_WORDS, **ppo)  # fmt: skip
+from benchmarks.learning_recipes import CORNER_AT_MOST, check_high_low, train_corner
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_defaults_leave_the_corner(tmp_path: Path, seed: int, one_torch_thread: None) -> None:
-    check(*train_corner(tmp_path, seed))
+    check_high_low(*train_corner(tmp_path, seed))
 
 
 def test_the_plain_policy_stays_in_the_corner(tmp_path: Path, one_torch_thread: None) -> None:
