@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +16,24 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # `make test` runs one xdist worker per core; torch's own intra-op threads on top of that
     # oversubscribe the cores (measured here: tiny models many times slower with 2 threads each).
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``tiny_model(words, owner=..., **kwargs)``: the path of a tiny Llama whose byte-level
+    tokenizer knows ``words`` as whole tokens, saved once per session for each owner (a test
+    module: its caches keyed by the model's path stay its own) and set of arguments."""
+    made: dict[tuple[Any, ...], Path] = {}
+
+    def make(words: Sequence[str] = (), owner: str = "", **kwargs: Any) -> Path:
+        key = (owner, tuple(words), tuple(sorted(kwargs.items())))
+        if key not in made:
+            made[key] = save_tiny_model(
+                tmp_path_factory.mktemp("tiny"), words=list(words), **kwargs
+            )
+        return made[key]
+
+    return make
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import KVWriter, Logger
 
 from gym_llm import DQN, PPO, LLMPolicy, make_text_env
-from gym_llm.testing import save_tiny_model
+from tests.models import tiny_model_fixture
 from tests.paths import FIXTURES
 
 RECORD = FIXTURES / "golden_iteration.json"
@@ -85,9 +85,7 @@ def _tensors(model: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("golden"), words=WORDS)
+model_dir = tiny_model_fixture("model_dir", WORDS)
 
 
 @pytest.fixture(autouse=True)

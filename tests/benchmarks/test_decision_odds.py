@@ -14,7 +14,7 @@ import torch
 import benchmarks.decision_odds
 from benchmarks.decision_odds import leave_one_out, main, nearest
 from gym_llm.policy.generate import GeneratedActions
-from gym_llm.testing import save_tiny_model
+from tests.models import tiny_model_fixture
 
 
 def test_docstring_examples() -> None:
@@ -27,9 +27,7 @@ def test_leave_one_out_misses_a_state_that_sits_among_the_other_action() -> None
     assert nearest(x)[0][0] in (1, 2) and nearest(x)[3][0] == 4
 
 
-@pytest.fixture(scope="module")
-def words_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("odds"), words=["low", "high"])
+words_model_dir = tiny_model_fixture("words_model_dir", ["low", "high"])
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.0])

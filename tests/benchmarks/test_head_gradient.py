@@ -14,7 +14,7 @@ import torch
 import benchmarks.head_gradient
 from benchmarks.head_gradient import main, per_state_steps, token_parts
 from gym_llm.policy.generate import GeneratedActions
-from gym_llm.testing import save_tiny_model
+from tests.models import tiny_model_fixture
 
 
 def test_docstring_examples() -> None:
@@ -41,9 +41,7 @@ def test_a_push_shared_by_every_state_is_all_common() -> None:
     assert figures["raises_right"] == 0.5 and figures["raises_favoured"] == 1.0
 
 
-@pytest.fixture(scope="module")
-def words_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("grad"), words=["low", "high"])
+words_model_dir = tiny_model_fixture("words_model_dir", ["low", "high"])
 
 
 def test_a_table_on_a_tiny_model(

@@ -11,15 +11,13 @@ import torch
 
 from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.policy.action_head import ActionHead, choice_extras, standardiser
-from gym_llm.testing import save_tiny_model
+from tests.models import tiny_model_fixture
 
 WORDS = ["low", "high"]
 OBS = ["The number is 2.", "The number is 8.", "The number is 5."]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("head"), words=WORDS)
+model_dir = tiny_model_fixture("model_dir", WORDS)
 
 
 def _ppo(model_dir: Path, head: bool, **policy: object) -> PPO:

@@ -21,16 +21,15 @@ from gym_llm.policy.action_words import (
     distinguishing_tokens,
 )
 from gym_llm.spaces import TextActions, TextObservations
-from gym_llm.testing import make_tiny_tokenizer, save_tiny_model
+from gym_llm.testing import make_tiny_tokenizer
+from tests.models import tiny_model_fixture
 from tests.policy.test_action_head import learn_and_check_head
 
 WORDS = ["low", "high"]
 OBS = ["The number is 2.", "The number is 8.", "The number is 5."]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("words"), words=WORDS)
+model_dir = tiny_model_fixture("model_dir", WORDS)
 
 
 def _ppo(model_dir: Path, head: bool | None, **policy: object) -> PPO:

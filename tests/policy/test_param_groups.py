@@ -11,7 +11,7 @@ from torch import nn
 
 from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.policy.param_groups import check_lr_scale, param_groups
-from gym_llm.testing import save_tiny_model
+from tests.models import tiny_model_fixture
 
 
 def _ids(params: list[nn.Parameter]) -> set[int]:
@@ -51,9 +51,7 @@ def test_a_scale_must_be_positive(bad: float) -> None:
         check_lr_scale("action_head_lr_scale", bad)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("groups"), words=["apple", "banana", "cherry"])
+model_dir = tiny_model_fixture("model_dir", ["apple", "banana", "cherry"])
 
 
 def _ppo(model_dir: Path, policy_kwargs: dict[str, Any], **settings: Any) -> PPO:

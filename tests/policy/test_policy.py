@@ -9,6 +9,7 @@ import torch
 
 from gym_llm import LLMPolicy, make_text_env
 from gym_llm.spaces import TextActions, TextObservations
+from tests.models import tiny_model_fixture
 
 OBS = [
     "Options: apple, banana, cherry, grape. Target: cherry.",
@@ -28,13 +29,7 @@ def _policy(model_dir: Path, **kwargs) -> LLMPolicy:
     )
 
 
-@pytest.fixture(scope="module")
-def kb_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from gym_llm.testing import save_tiny_model
-
-    return save_tiny_model(
-        tmp_path_factory.mktemp("kb"), words=["apple", "banana", "cherry", "grape"]
-    )
+kb_model_dir = tiny_model_fixture("kb_model_dir", ["apple", "banana", "cherry", "grape"])
 
 
 @pytest.mark.parametrize("mode", ["choice", "generate"])

@@ -8,14 +8,12 @@ import pytest
 import torch
 
 from gym_llm import PPO, LLMPolicy, make_text_env
-from gym_llm.testing import save_tiny_model
+from tests.models import tiny_model_fixture
 
 OBS = ["The number is 2.", "The number is 8.", "The number is 5.", "The number is 2."]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("prior"), words=["low", "high"])
+model_dir = tiny_model_fixture("model_dir", ["low", "high"])
 
 
 def _ppo(model_dir: Path, **policy: object) -> PPO:

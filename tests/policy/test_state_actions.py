@@ -17,8 +17,8 @@ from gym_llm.envs import TextGameEnv
 from gym_llm.policy.state_actions import MASKED_LOGIT, pad_columns, state_groups
 from gym_llm.rl.common.vec_env import make_text_env
 from gym_llm.spaces import TextActions, TextObservations, TextWithActions, actions_of
-from gym_llm.testing import save_tiny_model
 from gym_llm.wrappers import ValidActionsWrapper
+from tests.models import tiny_model_fixture
 
 WORDS = ["go", "north", "south", "wait", "take", "gold", "sleep"]
 HALL = ["go north", "wait"]
@@ -41,9 +41,7 @@ class Rooms:
         return "The end.", float(text == "take gold"), True, {"valid_actions": []}
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("rooms"), words=WORDS, layers=4)
+model_dir = tiny_model_fixture("model_dir", WORDS, layers=4)
 
 
 def _policy(model_dir: Path, **kwargs: Any) -> LLMPolicy:

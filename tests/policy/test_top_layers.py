@@ -19,7 +19,8 @@ from gym_llm.policy.top_layers import (
     resolve_trainable_layers,
     top_layers_supported,
 )
-from gym_llm.testing import make_tiny_model, make_tiny_tokenizer, save_tiny_model
+from gym_llm.testing import make_tiny_model, make_tiny_tokenizer
+from tests.models import tiny_model_fixture
 
 WORDS = ["apple", "banana", "cherry", "grape"]
 OBS = [f"Options: apple, banana, cherry, grape. Target: {w}." for w in WORDS]
@@ -27,16 +28,12 @@ OBS = [f"Options: apple, banana, cherry, grape. Target: {w}." for w in WORDS]
 HEADS = ("value_head", "action_head")
 
 
-@pytest.fixture(scope="module")
-def deep_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """4 layers, the option words as single tokens."""
-    return save_tiny_model(tmp_path_factory.mktemp("deep"), words=WORDS, layers=4)
+#: 4 layers, the option words as single tokens.
+deep_model_dir = tiny_model_fixture("deep_model_dir", WORDS, layers=4)
 
 
-@pytest.fixture(scope="module")
-def bytes_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """4 layers, no word tokens: every action is several byte tokens."""
-    return save_tiny_model(tmp_path_factory.mktemp("bytes"), layers=4)
+#: 4 layers, no word tokens: every action is several byte tokens.
+bytes_model_dir = tiny_model_fixture("bytes_model_dir", layers=4)
 
 
 def _policy(model_dir: Path, **kwargs) -> LLMPolicy:

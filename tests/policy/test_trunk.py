@@ -16,22 +16,18 @@ import torch
 from gym_llm import LLMPolicy, make_text_env
 from gym_llm.policy.outputs import Evaluation
 from gym_llm.replies import Reply, conversation_json
-from gym_llm.testing import save_tiny_model
+from tests.models import tiny_model_fixture
 
 WORDS = ["apple", "banana", "cherry", "grape"]
 OBS = [f"Options: apple, banana, cherry, grape. Target: {w}." for w in WORDS]
 
 
-@pytest.fixture(scope="module")
-def words_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """4 layers, the option words as single tokens."""
-    return save_tiny_model(tmp_path_factory.mktemp("trunk-words"), words=WORDS, layers=4)
+#: 4 layers, the option words as single tokens.
+words_dir = tiny_model_fixture("words_dir", WORDS, layers=4)
 
 
-@pytest.fixture(scope="module")
-def bytes_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """4 layers, every action several byte tokens."""
-    return save_tiny_model(tmp_path_factory.mktemp("trunk-bytes"), layers=4)
+#: 4 layers, every action several byte tokens.
+bytes_dir = tiny_model_fixture("bytes_dir", layers=4)
 
 
 def _policy(model_dir: Path, **kwargs) -> LLMPolicy:

@@ -14,14 +14,13 @@ import torch
 
 from gym_llm import Agent
 from gym_llm.rl.common.run_state import global_rng_state, restore_global_rng_state
-from gym_llm.testing import make_tiny_model, make_tiny_tokenizer, save_tiny_model
+from gym_llm.testing import make_tiny_model, make_tiny_tokenizer
+from tests.models import tiny_model_fixture
 
 FAST = {"max_new_tokens": 4}
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("agent"), words=["stick", "hit"])
+model_dir = tiny_model_fixture("model_dir", ["stick", "hit"])
 
 
 class BlackjackAgent(Agent):

@@ -12,12 +12,9 @@ import pytest
 from gym_llm import DQN, PPO, LLMPolicy, PolicyConfig, make_text_env
 from gym_llm.rl.dqn.config import DQNConfig
 from gym_llm.rl.ppo.config import PPOConfig
-from gym_llm.testing import save_tiny_model
+from tests.models import tiny_model_fixture
 
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("configs"), words=["high", "low"])
+model_dir = tiny_model_fixture("model_dir", ["high", "low"])
 
 
 def _policy(model_dir: Path) -> dict[str, object]:

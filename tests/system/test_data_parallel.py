@@ -16,7 +16,7 @@ import torch
 from gym_llm import PPO
 from gym_llm.experiments.run import TrainConfig
 from gym_llm.rl.common import distributed
-from gym_llm.testing import save_tiny_model
+from tests.models import tiny_model_fixture
 from tests.paths import ROOT
 
 HELPER = Path(__file__).with_name("launch_helper.py")
@@ -25,9 +25,7 @@ HELPER = Path(__file__).with_name("launch_helper.py")
 HANG_GUARD_S = 300
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("dp"), words=["apple", "banana", "cherry"])
+model_dir = tiny_model_fixture("model_dir", ["apple", "banana", "cherry"])
 
 
 #: Two processes as each launcher starts them on a CPU (accelerate's --cpu flag would start one:

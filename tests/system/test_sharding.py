@@ -16,6 +16,7 @@ from torch.distributed.tensor import DTensor, Shard, distribute_tensor, init_dev
 
 from gym_llm import PPO
 from gym_llm.rl.common import distributed, sharding
+from tests.models import tiny_model_fixture
 from tests.system.test_data_parallel import HELPER, ROOT, _run, _torchrun
 
 ACCELERATE_FSDP = [
@@ -24,11 +25,7 @@ ACCELERATE_FSDP = [
 ]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from gym_llm.testing import save_tiny_model
-
-    return save_tiny_model(tmp_path_factory.mktemp("fsdp"), words=["apple", "banana", "cherry"])
+model_dir = tiny_model_fixture("model_dir", ["apple", "banana", "cherry"])
 
 
 def _weights(directory: Path, rank: int, suffix: str = "") -> dict[str, torch.Tensor]:

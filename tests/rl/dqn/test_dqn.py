@@ -14,14 +14,12 @@ from stable_baselines3.common.evaluation import evaluate_policy
 
 from gym_llm import DQN, make_text_env
 from gym_llm.rl.common.checkpoint_files import CheckpointError
-from gym_llm.testing import save_tiny_model
+from tests.models import tiny_model_fixture
 
 HIGH_LOW = "gym_llm/HighLow-v0"
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("dqn"), words=["low", "high"])
+model_dir = tiny_model_fixture("model_dir", ["low", "high"])
 
 
 def _dqn(model_dir: Path, seed: int = 0, env_id: str = HIGH_LOW, **kwargs: Any) -> DQN:

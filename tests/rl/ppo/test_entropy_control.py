@@ -21,7 +21,7 @@ from gym_llm.rl.ppo.entropy_control import (
     next_ent_coef,
     parse_ent_coef,
 )
-from gym_llm.testing import save_tiny_model
+from tests.models import tiny_model_fixture
 
 
 def test_parse_reads_sb3_spellings_and_names_the_fix() -> None:
@@ -71,9 +71,7 @@ def test_entropy_of_is_checked() -> None:
         check_entropy_of("marginal", adaptive=False)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("entropy"), words=["low", "high"])
+model_dir = tiny_model_fixture("model_dir", ["low", "high"])
 
 
 def _ppo(model_dir: Path, **kwargs: object) -> PPO:

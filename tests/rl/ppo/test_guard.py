@@ -16,14 +16,12 @@ import torch
 
 from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.rl.ppo.guard import NonFiniteTrainingError
-from gym_llm.testing import save_tiny_model
+from tests.models import tiny_model_fixture
 
 WORDS = ["apple", "banana", "cherry", "grape"]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("guard"), words=WORDS)
+model_dir = tiny_model_fixture("model_dir", WORDS)
 
 
 class NanReward(gym.Wrapper[Any, Any, Any, Any]):

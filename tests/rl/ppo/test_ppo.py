@@ -16,13 +16,12 @@ from gym_llm.rl.common.checkpoint import resolve_class
 from gym_llm.rl.common.checkpoint_files import CheckpointError
 from gym_llm.testing import save_tiny_model
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
+from tests.models import tiny_model_fixture
 
 WORDS = ["apple", "banana", "cherry", "grape"]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("ppo"), words=WORDS)
+model_dir = tiny_model_fixture("model_dir", WORDS)
 
 
 def _ppo(model_dir: Path, mode: str = "choice", n_envs: int = 4, **kwargs: Any) -> PPO:

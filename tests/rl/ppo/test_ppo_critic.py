@@ -11,14 +11,12 @@ import torch
 
 from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.rl.ppo.advantages import critic_free_advantages, dones_from_starts
-from gym_llm.testing import save_tiny_model
+from tests.models import tiny_model_fixture
 
 WORDS = ["apple", "banana", "cherry"]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("critic"), words=WORDS)
+model_dir = tiny_model_fixture("model_dir", WORDS)
 
 
 def _ppo(model_dir: Path, **kwargs: Any) -> PPO:

@@ -21,7 +21,7 @@ from gym_llm.rl.ppo.target_update import (
     target_cross_entropy,
     target_distribution,
 )
-from gym_llm.testing import save_tiny_model
+from tests.models import tiny_model_fixture
 
 
 def _kl(p: np.ndarray, log_q: np.ndarray, w: np.ndarray) -> float:
@@ -96,9 +96,7 @@ def test_a_cornered_better_action_moves_far_more_than_under_the_policy_gradient(
     assert target_push > 5 * pg_push
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("target"), words=["low", "high"])
+model_dir = tiny_model_fixture("model_dir", ["low", "high"])
 
 
 def _ppo(model_dir: Path, **kwargs: object) -> PPO:

@@ -13,14 +13,12 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.policy.trunk_cache import clear_shared_trunk_caches
-from gym_llm.testing import save_tiny_model
+from tests.models import tiny_model_fixture
 
 WORDS = ["apple", "banana", "cherry", "grape"]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_tiny_model(tmp_path_factory.mktemp("resume"), words=WORDS)
+model_dir = tiny_model_fixture("model_dir", WORDS)
 
 
 class Record(BaseCallback):
