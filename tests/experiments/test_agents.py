@@ -10,7 +10,7 @@ import pytest
 from gym_llm import DQN, PPO
 from gym_llm.experiments.agents import load_agent
 from gym_llm.experiments.run import TrainConfig, run
-from tests.experiments.test_training import _config
+from tests.builders import small_run_config
 
 BLACKJACK_TEXT = "Your hand totals 15. Usable ace: no.\nThe dealer shows a 10."
 
@@ -18,7 +18,7 @@ BLACKJACK_TEXT = "Your hand totals 15. Usable ace: no.\nThe dealer shows a 10."
 def test_a_dqn_run_leaves_the_same_run_directory_and_resumes(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    config = _config(
+    config = small_run_config(
         tiny_model_dir, algo="dqn", timesteps=96, learning_starts=16, train_freq=2,
         distill_interval=48, distill_steps=2,
     )  # fmt: skip
@@ -48,16 +48,18 @@ def test_a_dqn_run_leaves_the_same_run_directory_and_resumes(
 
 
 def test_load_agent_reads_a_ppo_agent_too(tiny_model_dir: Path, tmp_path: Path) -> None:
-    result = run(_config(tiny_model_dir, eval_points=0), tmp_path / "run", progress_bar=False)
+    result = run(
+        small_run_config(tiny_model_dir, eval_points=0), tmp_path / "run", progress_bar=False
+    )
     assert isinstance(load_agent(result.agent_path, device="cpu"), PPO)
 
 
 def test_dqn_config_errors_say_what_to_change(tiny_model_dir: Path) -> None:
     with pytest.raises(ValueError, match="algo must be"):
-        _config(tiny_model_dir, algo="sac")
+        small_run_config(tiny_model_dir, algo="sac")
     with pytest.raises(ValueError, match="mode='choice' and LoRA"):
-        _config(tiny_model_dir, algo="dqn", mode="generate")
+        small_run_config(tiny_model_dir, algo="dqn", mode="generate")
     with pytest.raises(ValueError, match="mode='choice' and LoRA"):
-        _config(tiny_model_dir, algo="dqn", lora_r=0)
+        small_run_config(tiny_model_dir, algo="dqn", lora_r=0)
     with pytest.raises(ValueError, match="sft_demos"):
-        _config(tiny_model_dir, algo="dqn", sft_demos="demos.jsonl")
+        small_run_config(tiny_model_dir, algo="dqn", sft_demos="demos.jsonl")

@@ -11,33 +11,15 @@ import pytest
 
 from gym_llm import PPO
 from gym_llm.evaluation.exact import exact_policy_value
-from gym_llm.experiments.run import TrainConfig, run
+from gym_llm.experiments.run import run
 from gym_llm.spaces import TextActions, TextObservations
-
-
-def _config(model_dir: Path, **overrides: object) -> TrainConfig:
-    settings: dict[str, object] = {
-        "env": "Blackjack-v1",
-        "env_kwargs": {"sab": False},
-        "model": str(model_dir),
-        "timesteps": 64,
-        "n_envs": 4,
-        "n_steps": 8,
-        "batch_size": 16,
-        "n_epochs": 1,
-        "micro_batch_size": 16,
-        "eval_episodes": 0,
-        "eval_points": 1,
-        "device": "cpu",
-    }
-    settings.update(overrides)
-    return TrainConfig(**settings)
+from tests.builders import small_run_config
 
 
 def test_run_writes_config_result_agent_and_logs(tiny_model_dir: Path, tmp_path: Path) -> None:
     seen: list[int] = []
     result = run(
-        _config(tiny_model_dir),
+        small_run_config(tiny_model_dir),
         tmp_path / "run",
         progress_bar=False,
         on_point=lambda p: seen.append(p.timesteps),
@@ -69,7 +51,7 @@ def test_run_writes_config_result_agent_and_logs(tiny_model_dir: Path, tmp_path:
 
 
 def test_monte_carlo_curve_where_no_exact_evaluation(tiny_model_dir: Path, tmp_path: Path) -> None:
-    config = _config(
+    config = small_run_config(
         tiny_model_dir,
         env="CartPole-v1",
         env_kwargs={},
@@ -84,44 +66,46 @@ def test_monte_carlo_curve_where_no_exact_evaluation(tiny_model_dir: Path, tmp_p
 
 def test_config_errors_say_what_to_change(tiny_model_dir: Path) -> None:
     with pytest.raises(ValueError, match="mode must be"):
-        _config(tiny_model_dir, mode="sample")
+        small_run_config(tiny_model_dir, mode="sample")
     with pytest.raises(ValueError, match="timesteps must be >= 1"):
-        _config(tiny_model_dir, timesteps=0)
+        small_run_config(tiny_model_dir, timesteps=0)
     with pytest.raises(ValueError, match="exact evaluation"):
-        _config(tiny_model_dir, env="CartPole-v1", env_kwargs={}, eval_episodes=0)
-    assert _config(tiny_model_dir, lora_r=0).policy_kwargs()["lora"] is None
+        small_run_config(tiny_model_dir, env="CartPole-v1", env_kwargs={}, eval_episodes=0)
+    assert small_run_config(tiny_model_dir, lora_r=0).policy_kwargs()["lora"] is None
 
 
 def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     with pytest.raises(ValueError, match="advantage_estimator"):
-        _config(tiny_model_dir, advantage_estimator="ppo")
+        small_run_config(tiny_model_dir, advantage_estimator="ppo")
     with pytest.raises(ValueError, match="choice_calibration"):
-        _config(tiny_model_dir, mode="generate", choice_calibration=True)
+        small_run_config(tiny_model_dir, mode="generate", choice_calibration=True)
     # generate mode takes the action head (on the actions' word tokens)
-    generate_head = _config(tiny_model_dir, mode="generate", action_head=True)
+    generate_head = small_run_config(tiny_model_dir, mode="generate", action_head=True)
     assert generate_head.policy_kwargs()["action_head"] is True
     assert "action_prior_scale" not in generate_head.policy_kwargs()  # the policy's default
-    even = _config(tiny_model_dir, mode="generate", action_head=True, action_prior_scale=0.0)
+    even = small_run_config(
+        tiny_model_dir, mode="generate", action_head=True, action_prior_scale=0.0
+    )
     assert even.policy_kwargs()["action_prior_scale"] == 0.0
     with pytest.raises(ValueError, match="action_head=True"):
-        _config(tiny_model_dir, mode="generate", action_prior_scale=0.0)
+        small_run_config(tiny_model_dir, mode="generate", action_prior_scale=0.0)
     with pytest.raises(ValueError, match="action_head=True"):  # generate mode needs the head
-        _config(tiny_model_dir, mode="generate", ent_coef="auto")
-    auto_head = _config(tiny_model_dir, mode="generate", action_head=True, ent_coef="auto")
+        small_run_config(tiny_model_dir, mode="generate", ent_coef="auto")
+    auto_head = small_run_config(tiny_model_dir, mode="generate", action_head=True, ent_coef="auto")
     assert auto_head.ent_coef == "auto"
     with pytest.raises(ValueError, match="DQN has none"):
-        _config(tiny_model_dir, algo="dqn", ent_coef="auto")
+        small_run_config(tiny_model_dir, algo="dqn", ent_coef="auto")
     with pytest.raises(ValueError, match="DQN has none"):
-        _config(tiny_model_dir, algo="dqn", min_action_prob=0.05)
+        small_run_config(tiny_model_dir, algo="dqn", min_action_prob=0.05)
     with pytest.raises(ValueError, match="action_head=True"):
-        _config(tiny_model_dir, mode="generate", min_action_prob=0.05)
+        small_run_config(tiny_model_dir, mode="generate", min_action_prob=0.05)
     with pytest.raises(ValueError, match="min_action_prob must be in"):
-        _config(tiny_model_dir, min_action_prob=0.7)
+        small_run_config(tiny_model_dir, min_action_prob=0.7)
     with pytest.raises(ValueError, match="set ent_coef='auto' as well"):
-        _config(tiny_model_dir, target_entropy_of="marginal")
-    config = _config(
+        small_run_config(tiny_model_dir, target_entropy_of="marginal")
+    config = small_run_config(
         tiny_model_dir,
         timesteps=32,
         advantage_estimator="rloo",
@@ -186,7 +170,7 @@ def test_invalid_penalty_needs_replies_that_gym_llm_parses(
     assert not judges_replies(make_text_env(_AnyText).envs[0])  # takes any text, judges none
     gym.register("gym_llm_test/Echo-v0", entry_point=_AnyText)
     try:
-        config = _config(
+        config = small_run_config(
             tiny_model_dir,
             env="gym_llm_test/Echo-v0",
             env_kwargs={},
@@ -207,8 +191,8 @@ def test_invalid_penalty_reaches_the_training_reward_only(
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     with pytest.raises(ValueError, match=r"invalid_penalty .* must be <= 0"):
-        _config(tiny_model_dir, invalid_penalty=0.5)
-    config = _config(
+        small_run_config(tiny_model_dir, invalid_penalty=0.5)
+    config = small_run_config(
         tiny_model_dir,
         mode="generate",
         max_new_tokens=4,

@@ -11,6 +11,7 @@ import torch
 
 from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.policy.action_head import ActionHead, choice_extras, standardiser
+from tests.builders import learn_and_check_head
 from tests.models import tiny_model_fixture
 
 WORDS = ["low", "high"]
@@ -64,18 +65,6 @@ def test_a_fresh_head_adds_nothing_and_calibrating_it_changes_no_logit() -> None
 
 def test_the_policy_starts_as_without_a_head(model_dir: Path) -> None:
     torch.testing.assert_close(_logits(_ppo(model_dir, True)), _logits(_ppo(model_dir, False)))
-
-
-def learn_and_check_head(model: PPO) -> ActionHead:
-    """One short ``learn``: the head calibrates before its first step, then trains, and the
-    update's first ratio is the rollout's (invariant 1). Shared with generate mode's tests."""
-    head = model.policy.action_head
-    assert isinstance(head, ActionHead) and not head.is_calibrated
-    model.learn(16)
-    assert head.is_calibrated
-    assert float(head.linear.weight.detach().abs().sum()) > 0  # it trained
-    assert model.first_ratio_error < 1e-5  # the rollout's log-probs are the update's (invariant 1)
-    return head
 
 
 def test_learning_calibrates_then_moves_the_head_with_exact_ratios(model_dir: Path) -> None:

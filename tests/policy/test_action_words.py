@@ -22,8 +22,8 @@ from gym_llm.policy.action_words import (
 )
 from gym_llm.spaces import TextActions, TextObservations
 from gym_llm.testing import make_tiny_tokenizer
+from tests.builders import learn_and_check_head
 from tests.models import tiny_model_fixture
-from tests.policy.test_action_head import learn_and_check_head
 
 WORDS = ["low", "high"]
 OBS = ["The number is 2.", "The number is 8.", "The number is 5."]

@@ -17,44 +17,16 @@ from gym_llm import PPO
 from gym_llm.experiments.run import TrainConfig
 from gym_llm.rl.common import distributed
 from tests.models import tiny_model_fixture
-from tests.paths import ROOT
-
-HELPER = Path(__file__).with_name("launch_helper.py")
-#: A hang guard for the subprocesses (a hung collective would otherwise hold CI for hours), not
-#: a speed assertion: each run takes seconds.
-HANG_GUARD_S = 300
-
+from tests.system.launch import HANG_GUARD_S, HELPER, LAUNCHERS, torchrun
 
 model_dir = tiny_model_fixture("model_dir", ["apple", "banana", "cherry"])
-
-
-#: Two processes as each launcher starts them on a CPU (accelerate's --cpu flag would start one:
-#: its multi-CPU mode needs MPI; --multi_gpu runs torchrun, with gloo where there is no GPU).
-LAUNCHERS = {
-    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                 "--nproc-per-node", "2"],
-    "accelerate": [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
-                   "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-                   "--dynamo_backend", "no", "--main_process_port", "0"],
-}  # fmt: skip
-
-
-def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        command, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=ROOT
-    )
-
-
-def _torchrun(*args: str, launcher: str = "torchrun") -> subprocess.CompletedProcess[str]:
-    return _run([*LAUNCHERS[launcher], *args])
 
 
 @pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
 def test_the_same_python_script_trains_in_two_processes(
     model_dir: Path, tmp_path: Path, launcher: str
 ) -> None:
-    done = _torchrun(str(HELPER), "learn", str(model_dir), str(tmp_path), launcher=launcher)
+    done = torchrun(str(HELPER), "learn", str(model_dir), str(tmp_path), launcher=launcher)
     assert done.returncode == 0, done.stderr[-3000:]
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for report in reports:
@@ -78,7 +50,7 @@ def test_the_same_python_script_trains_in_two_processes(
 def test_a_failing_process_brings_the_job_down_with_its_error(
     model_dir: Path, tmp_path: Path
 ) -> None:
-    done = _torchrun(str(HELPER), "fail", str(model_dir), str(tmp_path))
+    done = torchrun(str(HELPER), "fail", str(model_dir), str(tmp_path))
     assert done.returncode != 0
     assert "planted failure in process 1" in done.stdout + done.stderr
     assert not (tmp_path / "rank0.json").exists()  # the other process did not finish alone
@@ -90,7 +62,7 @@ def test_the_command_line_writes_one_run(model_dir: Path, tmp_path: Path) -> Non
         "--n-envs", "2", "--n-steps", "4", "--batch-size", "8", "--eval-episodes", "4",
         "--eval-points", "1", "--quiet",
     ]  # fmt: skip
-    done = _torchrun("-m", "gym_llm.cli", "train", *flags, "--out", str(tmp_path / "two"))
+    done = torchrun("-m", "gym_llm.cli", "train", *flags, "--out", str(tmp_path / "two"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("Training ") == 1  # one process reports
     assert "x 2 processes" in done.stdout
@@ -117,10 +89,10 @@ def test_resume_and_sft_are_refused_under_several_processes(
 ) -> None:
     config = TrainConfig(env="gym_llm/KeywordBandit-v0", model=str(model_dir))
     (tmp_path / "config.json").write_text(json.dumps(asdict(config)))
-    done = _torchrun("-m", "gym_llm.cli", "train", "--resume", str(tmp_path))
+    done = torchrun("-m", "gym_llm.cli", "train", "--resume", str(tmp_path))
     assert done.returncode != 0
     assert "--resume runs in one process only" in done.stderr
-    sft = _torchrun(
+    sft = torchrun(
         "-m", "gym_llm.cli", "train", "--env", "gym_llm/KeywordBandit-v0", "--model",
         str(model_dir), "--sft-demos", str(tmp_path / "demos.jsonl"), "--out", str(tmp_path / "s"),
     )  # fmt: skip

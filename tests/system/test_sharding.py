@@ -17,7 +17,8 @@ from torch.distributed.tensor import DTensor, Shard, distribute_tensor, init_dev
 from gym_llm import PPO
 from gym_llm.rl.common import distributed, sharding
 from tests.models import tiny_model_fixture
-from tests.system.test_data_parallel import HELPER, ROOT, _run, _torchrun
+from tests.paths import ROOT
+from tests.system.launch import HELPER, run_job, torchrun
 
 ACCELERATE_FSDP = [
     sys.executable, "-m", "accelerate.commands.launch", "--config_file",
@@ -43,13 +44,13 @@ def test_sharded_full_fine_tuning_ends_where_the_whole_weights_do(
     model_dir: Path, tmp_path: Path, kind: str
 ) -> None:
     whole, parts = tmp_path / "whole", tmp_path / "sharded"
-    done = _torchrun(str(HELPER), "full", str(model_dir), str(whole), kind)
+    done = torchrun(str(HELPER), "full", str(model_dir), str(whole), kind)
     assert done.returncode == 0, done.stderr[-3000:]
     if kind == "choice":  # the example config and ACCELERATE_USE_FSDP, fsdp=None in PPO
         args = [str(HELPER), "fsdp-env", str(model_dir), str(parts), kind]
-        sharded = _run([*ACCELERATE_FSDP, *args])
+        sharded = run_job([*ACCELERATE_FSDP, *args])
     else:
-        sharded = _torchrun(str(HELPER), "fsdp", str(model_dir), str(parts), kind)
+        sharded = torchrun(str(HELPER), "fsdp", str(model_dir), str(parts), kind)
     assert sharded.returncode == 0, sharded.stderr[-3000:]
     start = PPO.load(whole / "middle")  # a whole agent, loaded in one process
     reports = {
@@ -103,16 +104,16 @@ def test_the_command_line_trains_sharded(model_dir: Path, tmp_path: Path) -> Non
         "--n-envs", "2", "--n-steps", "4", "--batch-size", "8", "--eval-episodes", "4",
         "--eval-points", "1", "--quiet", "--lora-r", "0",
     ]  # fmt: skip
-    done = _torchrun("-m", "gym_llm.cli", "train", *flags, "--fsdp", "--out", str(tmp_path / "r"))
+    done = torchrun("-m", "gym_llm.cli", "train", *flags, "--fsdp", "--out", str(tmp_path / "r"))
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "r" / "result.json").read_text())
     assert result["processes"] == 2 and result["timesteps"] == 64
     assert json.loads((tmp_path / "r" / "config.json").read_text())["fsdp"] is True
     assert (tmp_path / "r" / "checkpoints" / "latest").is_file()  # saved between updates
     assert PPO.load(tmp_path / "r" / "agent").policy.uses_lora is False
-    with_lora = _torchrun("-m", "gym_llm.cli", "train", *flags[:-2], "--fsdp", "--out", "x")
+    with_lora = torchrun("-m", "gym_llm.cli", "train", *flags[:-2], "--fsdp", "--out", "x")
     assert with_lora.returncode != 0 and "pass --lora-r 0" in with_lora.stderr
-    one = _run([sys.executable, "-m", "gym_llm.cli", "train", *flags, "--fsdp", "--out", "y"])
+    one = run_job([sys.executable, "-m", "gym_llm.cli", "train", *flags, "--fsdp", "--out", "y"])
     assert one.returncode != 0 and "FSDP needs several processes" in one.stderr
 
 

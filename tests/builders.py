@@ -1,0 +1,42 @@
+"""Helpers several test modules share: a small training run's config, and the check that an
+action head calibrates, trains and keeps the update's ratio exact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gym_llm import PPO
+from gym_llm.experiments.train_config import TrainConfig
+from gym_llm.policy.action_head import ActionHead
+
+
+def small_run_config(model_dir: Path, **overrides: object) -> TrainConfig:
+    """A training run small enough for a test: Blackjack, 64 env steps, one evaluation."""
+    settings: dict[str, object] = {
+        "env": "Blackjack-v1",
+        "env_kwargs": {"sab": False},
+        "model": str(model_dir),
+        "timesteps": 64,
+        "n_envs": 4,
+        "n_steps": 8,
+        "batch_size": 16,
+        "n_epochs": 1,
+        "micro_batch_size": 16,
+        "eval_episodes": 0,
+        "eval_points": 1,
+        "device": "cpu",
+    }
+    settings.update(overrides)
+    return TrainConfig(**settings)
+
+
+def learn_and_check_head(model: PPO) -> ActionHead:
+    """One short ``learn``: the head calibrates before its first step, then trains, and the
+    update's first ratio is the rollout's (invariant 1). Choice and generate mode's tests share it."""
+    head = model.policy.action_head
+    assert isinstance(head, ActionHead) and not head.is_calibrated
+    model.learn(16)
+    assert head.is_calibrated
+    assert float(head.linear.weight.detach().abs().sum()) > 0  # it trained
+    assert model.first_ratio_error < 1e-5  # the rollout's log-probs are the update's (invariant 1)
+    return head
