@@ -454,9 +454,7 @@ class ChoiceActions:
         if self._splits():
             return self._evaluate_in_groups(observations, actions, states)
         runner = self.runner
-        from_states = (
-            runner.uses_rollout_states and states is not None and all(s is not None for s in states)
-        )
+        from_states = runner.starts_from(states)
         keys = [str(o) for o in observations]
         if torch.is_grad_enabled():
             self._count_work(keys, from_states)

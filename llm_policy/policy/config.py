@@ -7,7 +7,6 @@ measurements, is in ``docs/guides/training.md`` and ``benchmarks/RESULTS.md``.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,16 +109,3 @@ class PolicyConfig:
         self.action_head_lr_scale = check_lr_scale(
             "action_head_lr_scale", self.action_head_lr_scale
         )
-
-    @classmethod
-    def of(cls, config: PolicyConfig | None, settings: dict[str, Any]) -> PolicyConfig:
-        """``config`` (or the defaults) with ``settings`` replacing fields, refusing a name that
-        is not one."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(settings) - known)
-        if unknown:
-            raise TypeError(
-                f"LLMPolicy got unknown settings {unknown}; its settings are {sorted(known)} "
-                "(see gym_llm.PolicyConfig)."
-            )
-        return dataclasses.replace(config or cls(), **settings)

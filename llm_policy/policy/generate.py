@@ -168,9 +168,7 @@ class GeneratedActions:
         every turn kept its ``states`` only the trainable layers run, and turns that share an
         observation share its prompt's row (whose keys and values every reply attends to)."""
         runner = self.runner
-        from_states = (
-            runner.uses_rollout_states and states is not None and all(s is not None for s in states)
-        )
+        from_states = runner.starts_from(states)
         if torch.is_grad_enabled():
             self._count_work(observations, actions, from_states)
         if from_states:

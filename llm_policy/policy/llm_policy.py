@@ -30,6 +30,7 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 from torch.distributed.fsdp import FSDPModule
 
+from gym_llm.configs import with_settings
 from gym_llm.policy.action_head import ActionHead, check_prior_scale, choice_extras
 from gym_llm.policy.action_words import action_words
 from gym_llm.policy.adapters import enable_gradient_checkpointing, make_trainable, name_or_path
@@ -91,7 +92,7 @@ class LLMPolicy(BasePolicy):
         device: torch.device | str = "auto",
         **settings: Any,
     ) -> None:
-        config = PolicyConfig.of(config, settings)
+        config = with_settings(PolicyConfig, config, settings, "LLMPolicy")
         model, tokenizer = config.model, config.tokenizer
         check_arguments(observation_space, action_space, model, tokenizer, config.temperature)
         super().__init__(

@@ -303,6 +303,13 @@ class LMRunner:
             self.top is not None and self.reuse_rollout_states and not self.gradient_checkpointing
         )
 
+    def starts_from(self, states: Sequence[TurnStates | None] | None) -> bool:
+        """Whether an update pass can start from these stored states at the first trainable
+        layer (every turn kept them), instead of running the whole model."""
+        return (
+            self.uses_rollout_states and states is not None and all(s is not None for s in states)
+        )
+
     def collects_states(self) -> bool:
         """Whether model calls now keep states for the update: rollouts (no gradients) of a
         policy whose update starts from them, outside evaluation."""

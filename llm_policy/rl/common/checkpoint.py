@@ -203,6 +203,21 @@ class SavedConfig:
         config.directory = directory
         return config
 
+    @classmethod
+    def of(cls, algo: Any, hyperparameters: dict[str, Any], format: str = FORMAT) -> SavedConfig:
+        """The record of a built algorithm: its ``hyperparameters``, its policy's settings in
+        effect, its counters and its spaces."""
+        observation_space, action_space = space_records(algo.observation_space, algo.action_space)
+        return cls(
+            hyperparameters=hyperparameters,
+            policy_kwargs=recorded_policy_kwargs(algo.policy, algo.policy_kwargs),
+            num_timesteps=algo.num_timesteps,
+            n_updates=algo._n_updates,
+            observation_space=observation_space,
+            action_space=action_space,
+            format=format,
+        )
+
     def to_json(self) -> str:
         record = {k: v for k, v in asdict(self).items() if k != "directory"}
         return json.dumps(record, indent=2, default=str)

@@ -7,9 +7,7 @@ defaults.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 from stable_baselines3.common.type_aliases import Schedule
 
@@ -89,16 +87,3 @@ class DQNConfig:
                 f"distill_batch_size >= 1, got {self.distill_interval}, "
                 f"{self.distill_final_steps}, {steps} and {batch}."
             )
-
-    @classmethod
-    def of(cls, config: DQNConfig | None, settings: dict[str, Any]) -> DQNConfig:
-        """``config`` (or the defaults) with ``settings`` replacing fields, refusing a name that
-        is not one."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(settings) - known)
-        if unknown:
-            raise TypeError(
-                f"DQN got unknown settings {unknown}; DQN's are {sorted(known)} (see "
-                "gym_llm.DQNConfig), and the policy's go in policy_kwargs."
-            )
-        return dataclasses.replace(config or cls(), **settings)

@@ -24,6 +24,7 @@ from stable_baselines3.common.type_aliases import GymEnv
 from stable_baselines3.common.utils import LinearSchedule, polyak_update
 from stable_baselines3.common.vec_env import VecEnv
 
+from gym_llm.configs import ConfigField, with_settings
 from gym_llm.policy.llm_policy import LLMPolicy
 from gym_llm.policy.q_head import QHead
 from gym_llm.rl.common.base_model import base_model_writer
@@ -31,8 +32,6 @@ from gym_llm.rl.common.checkpoint import (
     DQN_FORMAT,
     DQN_HYPERPARAMETERS,
     SavedConfig,
-    recorded_policy_kwargs,
-    space_records,
 )
 from gym_llm.rl.common.checkpoint_files import (
     CheckpointError,
@@ -40,7 +39,6 @@ from gym_llm.rl.common.checkpoint_files import (
     read_tensors,
     write_agent_directory,
 )
-from gym_llm.rl.common.config_field import ConfigField
 from gym_llm.rl.common.vec_env import check_text_env, wrap_text_env
 from gym_llm.rl.dqn.config import DQNConfig
 from gym_llm.rl.dqn.distill import distill_steps
@@ -110,7 +108,7 @@ class DQN(OffPolicyAlgorithm):
         **settings: Any,
     ) -> None:
         #: Every setting, as ``save`` records it (``model.alpha`` is ``model.config.alpha``).
-        self.config = config = DQNConfig.of(config, settings)
+        self.config = config = with_settings(DQNConfig, config, settings, "DQN")
         super().__init__(
             policy,
             env,  # type: ignore[arg-type]
@@ -358,16 +356,7 @@ class DQN(OffPolicyAlgorithm):
             if callable(value):
                 continue  # a schedule: not JSON; load() takes the constructor's default
             hyper[name] = value
-        observation_space, action_space = space_records(self.observation_space, self.action_space)
-        return SavedConfig(
-            hyperparameters=hyper,
-            policy_kwargs=recorded_policy_kwargs(self.policy, self.policy_kwargs),
-            num_timesteps=self.num_timesteps,
-            n_updates=self._n_updates,
-            observation_space=observation_space,
-            action_space=action_space,
-            format=DQN_FORMAT,
-        )
+        return SavedConfig.of(self, hyper, DQN_FORMAT)
 
     def save(  # type: ignore[override]
         self,

@@ -8,7 +8,6 @@ defaults except ``n_steps`` (64: an LLM step costs a forward pass), ``n_epochs``
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,16 +142,3 @@ class PPOConfig:
             )
         if not self.kl_step > 0:
             raise ValueError(f"kl_step must be > 0 nats, got {self.kl_step}.")
-
-    @classmethod
-    def of(cls, config: PPOConfig | None, settings: dict[str, Any]) -> PPOConfig:
-        """``config`` (or the defaults) with ``settings`` replacing fields, refusing a name that
-        is not one."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(settings) - known)
-        if unknown:
-            raise TypeError(
-                f"PPO got unknown settings {unknown}; PPO's are {sorted(known)} (see "
-                "gym_llm.PPOConfig), and the policy's go in policy_kwargs."
-            )
-        return dataclasses.replace(config or cls(), **settings)

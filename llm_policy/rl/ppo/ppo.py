@@ -35,15 +35,14 @@ from stable_baselines3.common.utils import FloatSchedule, explained_variance
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn.utils import get_total_norm
 
+from gym_llm.configs import ConfigField, with_settings
 from gym_llm.policy.llm_policy import LLMPolicy
 from gym_llm.rl.common.base_model import base_model_writer
 from gym_llm.rl.common.checkpoint import (
     SAVED_HYPERPARAMETERS,
     TRAINING_STATE,
     SavedConfig,
-    recorded_policy_kwargs,
     regroup_optimizer_state,
-    space_records,
 )
 from gym_llm.rl.common.checkpoint_files import (
     CheckpointError,
@@ -51,7 +50,6 @@ from gym_llm.rl.common.checkpoint_files import (
     read_tensors,
     write_agent_directory,
 )
-from gym_llm.rl.common.config_field import ConfigField
 from gym_llm.rl.common.distributed import (
     any_process,
     average_gradients,
@@ -198,7 +196,7 @@ class PPO(OnPolicyAlgorithm):
         _init_setup_model: bool = True,
         **settings: Any,
     ) -> None:
-        config = PPOConfig.of(config, settings)
+        config = with_settings(PPOConfig, config, settings, "PPO")
         if config.learning_rate is None:
             config.learning_rate = default_learning_rate(policy_kwargs)
         #: Every setting, as ``save`` records it (``model.n_epochs`` is ``model.config.n_epochs``).
@@ -847,15 +845,7 @@ class PPO(OnPolicyAlgorithm):
         }
         if self.ent_coef_auto:  # adaptive: it resumes from where it got to
             hyper["ent_coef"] = f"auto_{self.ent_coef}"
-        observation_space, action_space = space_records(self.observation_space, self.action_space)
-        return SavedConfig(
-            hyperparameters=hyper,
-            policy_kwargs=recorded_policy_kwargs(self.policy, self.policy_kwargs),
-            num_timesteps=self.num_timesteps,
-            n_updates=self._n_updates,
-            observation_space=observation_space,
-            action_space=action_space,
-        )
+        return SavedConfig.of(self, hyper)
 
     def _tensors(self) -> dict[str, torch.Tensor | dict[str, Any]]:
         scale = self.advantage_scale
