@@ -124,13 +124,12 @@ def sweep_check(args: argparse.Namespace) -> dict[str, Any]:
         config = TrainConfig(
             env="FrozenLake-v1",
             env_kwargs=env_kwargs,
-            model=args.model,
             timesteps=args.sweep_steps,
             eval_episodes=0,
             eval_points=max(0, rollouts - 1),
             seed=seed,
             device=args.device,
-        )
+        ).with_settings({"policy.model": args.model})
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as run_dir:
             result = run(config, Path(run_dir), progress_bar=False)

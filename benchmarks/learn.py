@@ -1,7 +1,10 @@
 """Learning-curve benchmark: train an LLM agent with gym_llm's PPO and measure how far it gets.
 
-    python benchmarks/learn.py --env Blackjack-v1 --env-kwargs sab=False \\
-        --model smollm2-135m --timesteps 4096 --mode choice
+    python -m benchmarks.learn --env Blackjack-v1 --env-kwargs sab=False \\
+        --policy.model smollm2-135m --timesteps 4096 --policy.action-mode choice
+
+Its settings are ``gym-llm train``'s, the same flags (``--ppo.n-epochs 2``); without ``--env``,
+Blackjack with ``sab=False``.
 
 Evaluates the greedy policy before training, at evenly spaced points during training and after,
 on a separate evaluation env, and writes under ``--out`` (default ``benchmarks/results/``):
@@ -22,11 +25,16 @@ import json
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
+from gym_llm.cli.arguments import (
+    _HelpFormatter,
+    add_dataclass_flags,
+    dashed_flags,
+    given_settings,
+)
+from gym_llm.cli.demo import quiet_progress_bar_warning
 from gym_llm.evaluation.curve import CurvePoint
 from gym_llm.evaluation.monte_carlo import reference_returns
 from gym_llm.experiments.curves import gap_target, time_to_target
@@ -36,40 +44,12 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    defaults = TrainConfig()
     parser = argparse.ArgumentParser(
-        prog="python benchmarks/learn.py",
+        prog="python -m benchmarks.learn",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     add = parser.add_argument
-    add("--env", default=defaults.env, help="Gymnasium env id (raw or text-native)")
-    add("--env-kwargs", nargs="*", default=["sab=False"], metavar="KEY=VALUE", help="env kwargs")
-    add("--model", default=defaults.model, help="registry name or local model path")
-    add("--mode", choices=["choice", "generate"], default=defaults.mode, help="action mode")
-    add("--timesteps", type=int, default=defaults.timesteps, help="env steps to train for")
-    add("--n-envs", type=int, default=defaults.n_envs, help="parallel envs (the rollout batch)")
-    add("--n-steps", type=int, default=defaults.n_steps, help="steps per env per rollout")
-    add("--batch-size", type=int, default=defaults.batch_size, help="turns per PPO minibatch")
-    add("--n-epochs", type=int, default=defaults.n_epochs, help="PPO epochs per rollout")
-    add("--learning-rate", type=float, default=defaults.learning_rate, help="Adam step size")
-    add("--lora-r", type=int, default=defaults.lora_r, help="LoRA rank; 0 = full fine-tuning")
-    add(
-        "--trainable-layers",
-        default=defaults.trainable_layers,
-        help="top layers that train: auto, all, a count (8) or a share (0.25)",
-    )
-    add("--ent-coef", type=float, default=defaults.ent_coef, help="entropy bonus")
-    add("--kl-coef", type=float, default=defaults.kl_coef, help="KL penalty to the base model")
-    add("--target-kl", type=float, default=None, help="stop an update's epochs above this KL")
-    add("--gamma", type=float, default=defaults.gamma, help="discount")
-    add("--micro-batch-size", type=int, default=defaults.micro_batch_size, help="turns per pass")
-    add("--max-new-tokens", type=int, default=None, help="reply budget (generate mode)")
-    add("--temperature", type=float, default=defaults.temperature, help="sampling temperature")
-    add("--eval-episodes", type=int, default=defaults.eval_episodes, help="episodes per eval")
-    add("--eval-points", type=int, default=defaults.eval_points, help="evals during training")
-    add("--seed", type=int, default=defaults.seed, help="seed for envs, sampling and init")
-    add("--device", default=defaults.device, help="auto, cpu, cuda or mps")
     add("--out", type=Path, default=RESULTS_DIR, help="where the JSON and PNG go")
     add("--run-dir", type=Path, default=None, help="logs + agent (default: runs/<name>)")
     add(
@@ -79,24 +59,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="return whose first crossing is timed (default: 90%% of the random-to-optimum gap)",
     )
     add("--no-progress", action="store_true", help="no progress bar (for logs)")
+    parser.set_defaults(config_fields=add_dataclass_flags(parser, TrainConfig))
     return parser
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    values: dict[str, Any] = {
-        f.name: getattr(args, f.name) for f in fields(TrainConfig) if hasattr(args, f.name)
-    }
-    values["env_kwargs"] = parse_env_kwargs(args.env_kwargs)
-    return TrainConfig(**values)
+    """``gym-llm train``'s settings as given; Blackjack with ``sab=False`` without ``--env``."""
+    given = given_settings(args, args.config_fields)
+    base = TrainConfig() if "env" in given else TrainConfig(env_kwargs={"sab": False})
+    return base.with_settings(given)
 
 
 def result_name(config: TrainConfig) -> str:
-    model = Path(config.model).name if "/" in config.model else config.model
+    model = str(config.policy.model)
+    model = Path(model).name if "/" in model else model
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"learn-{config.env}-{config.mode}-{model}")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(dashed_flags(list(sys.argv[1:] if argv is None else argv)))
     quiet_progress_bar_warning()
     config = config_from_args(args)
     name = result_name(config)

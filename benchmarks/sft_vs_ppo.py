@@ -1,6 +1,8 @@
 """SFT warm start then PPO, against PPO alone on the same PPO budget, evaluated exactly.
 
-    python benchmarks/sft_vs_ppo.py --model smollm2-135m --timesteps 128 --sft-epochs 1
+    python -m benchmarks.sft_vs_ppo --policy.model smollm2-135m --timesteps 128 --sft-epochs 1
+
+Its settings are ``gym-llm train``'s flags (``--ppo.n-epochs 2``) over its own defaults.
 
 Two runs of :func:`gym_llm.experiments.run.run` from the same base model, seed and PPO settings:
 
@@ -28,7 +30,13 @@ from typing import Any
 
 import torch
 
-from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
+from gym_llm.cli.arguments import (
+    _HelpFormatter,
+    add_dataclass_flags,
+    dashed_flags,
+    given_settings,
+)
+from gym_llm.cli.demo import quiet_progress_bar_warning
 from gym_llm.evaluation.curve import CurvePoint
 from gym_llm.evaluation.exact import exact_evaluation_supported
 from gym_llm.evaluation.monte_carlo import reference_returns
@@ -39,30 +47,21 @@ from gym_llm.experiments.run import TrainConfig, TrainResult, run
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
+#: The comparison's settings before the flags: a short PPO budget with one epoch, and SFT at
+#: 1e-3 (a few demonstration steps must move the model).
+BASE = TrainConfig(
+    env_kwargs={"sab": False}, timesteps=128, eval_episodes=0, eval_points=0,
+    sft_learning_rate=1e-3,
+).with_settings({"ppo.n_steps": 16, "ppo.n_epochs": 1})  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
-    defaults = TrainConfig()
     parser = argparse.ArgumentParser(
-        prog="python benchmarks/sft_vs_ppo.py",
+        prog="python -m benchmarks.sft_vs_ppo",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     add = parser.add_argument
-    add("--env", default="Blackjack-v1", help="env with an exact evaluation and reference policy")
-    add("--env-kwargs", nargs="*", default=["sab=False"], metavar="KEY=VALUE", help="env kwargs")
-    add("--model", default=defaults.model, help="registry name or local model path")
-    add("--mode", choices=["choice", "generate"], default="choice", help="action mode")
-    add("--timesteps", type=int, default=128, help="PPO env steps, in both runs")
-    add("--n-envs", type=int, default=8, help="parallel envs (the rollout batch)")
-    add("--n-steps", type=int, default=16, help="steps per env per rollout")
-    add("--batch-size", type=int, default=64, help="turns per PPO minibatch")
-    add("--n-epochs", type=int, default=1, help="PPO epochs per rollout")
-    add("--learning-rate", type=float, default=defaults.learning_rate, help="PPO Adam step size")
-    add("--lora-r", type=int, default=defaults.lora_r, help="LoRA rank; 0 = full fine-tuning")
-    add("--ent-coef", type=float, default=defaults.ent_coef, help="entropy bonus")
-    add("--temperature", type=float, default=defaults.temperature, help="sampling temperature")
-    add("--micro-batch-size", type=int, default=defaults.micro_batch_size, help="turns per pass")
-    add("--sft-epochs", type=float, default=1.0, help="passes over the demonstrations")
-    add("--sft-learning-rate", type=float, default=1e-3, help="SFT AdamW step size")
     add("--demos", type=Path, default=None, help="demonstrations JSONL (default: generated)")
     add(
         "--episode-demos",
@@ -71,44 +70,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="EPISODES",
         help="generate demos from this many reference episodes instead of one per state",
     )
-    add("--seed", type=int, default=defaults.seed, help="seed for envs, sampling, init, SFT")
-    add("--device", default=defaults.device, help="auto, cpu, cuda or mps")
     add("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     add("--out", type=Path, default=RESULTS_DIR, help="where the JSON and PNG go")
     add("--run-dir", type=Path, default=None, help="logs + agents (default: runs/<name>)")
     add("--no-progress", action="store_true", help="no progress bars (for logs)")
+    parser.set_defaults(config_fields=add_dataclass_flags(parser, TrainConfig, BASE))
     return parser
 
 
-def result_name(args: argparse.Namespace) -> str:
-    model = Path(args.model).name if "/" in args.model else args.model
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"sft-{args.env}-{model}")
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The runs' settings (``gym-llm train``'s flags over :data:`BASE`); another ``--env``
+    starts from no env kwargs."""
+    given = given_settings(args, args.config_fields)
+    base = BASE.with_settings({"env_kwargs": {}}) if "env" in given else BASE
+    return base.with_settings(given)
 
 
-def _config(args: argparse.Namespace, sft_demos: str | None) -> TrainConfig:
-    return TrainConfig(
-        env=args.env,
-        env_kwargs=parse_env_kwargs(args.env_kwargs),
-        model=args.model,
-        mode=args.mode,
-        timesteps=args.timesteps,
-        n_envs=args.n_envs,
-        n_steps=args.n_steps,
-        batch_size=args.batch_size,
-        n_epochs=args.n_epochs,
-        learning_rate=args.learning_rate,
-        lora_r=args.lora_r,
-        ent_coef=args.ent_coef,
-        temperature=args.temperature,
-        micro_batch_size=args.micro_batch_size,
-        eval_episodes=0,
-        eval_points=0,
-        seed=args.seed,
-        device=args.device,
-        sft_demos=sft_demos,
-        sft_epochs=args.sft_epochs,
-        sft_learning_rate=args.sft_learning_rate,
-    )
+def result_name(config: TrainConfig) -> str:
+    model = str(config.policy.model)
+    model = Path(model).name if "/" in model else model
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"sft-{config.env}-{model}")
 
 
 def plot(results: dict[str, TrainResult], references: dict[str, float], path: Path) -> Path:
@@ -128,16 +109,17 @@ def plot(results: dict[str, TrainResult], references: dict[str, float], path: Pa
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(dashed_flags(list(sys.argv[1:] if argv is None else argv)))
     quiet_progress_bar_warning()
     if args.threads:
         torch.set_num_threads(args.threads)
-    env_kwargs = parse_env_kwargs(args.env_kwargs)
-    if not exact_evaluation_supported(args.env, env_kwargs):
+    config = config_from_args(args)
+    env, env_kwargs = config.env, config.env_kwargs
+    if not exact_evaluation_supported(env, env_kwargs):
         raise SystemExit(
-            f"{args.env} {env_kwargs} has no exact evaluation; see gym_llm.evaluation.exact."
+            f"{env} {env_kwargs} has no exact evaluation; see gym_llm.evaluation.exact."
         )
-    name = result_name(args)
+    name = result_name(config)
     run_dir = args.run_dir or Path("runs") / name
     run_dir.mkdir(parents=True, exist_ok=True)
     demos = args.demos
@@ -145,10 +127,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if demos is None:
         demos = run_dir / ("demos-balanced.jsonl" if balanced else "demos-episodes.jsonl")
         demo_lines = make_demos(
-            args.env,
+            env,
             max(1, args.episode_demos),
             demos,
-            seed=args.seed,
+            seed=config.seed,
             env_kwargs=env_kwargs,
             balanced=balanced,
         )
@@ -169,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for label, sft in (("PPO alone", None), ("SFT then PPO", str(demos))):
         start = time.perf_counter()
         results[label] = run(
-            _config(args, sft),
+            config.with_settings({"sft_demos": sft}),
             run_dir / ("sft-ppo" if sft else "ppo"),
             progress_bar=not args.no_progress,
             on_point=report(label),
@@ -177,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         walls[label] = time.perf_counter() - start
     ppo, sft_ppo = results["PPO alone"], results["SFT then PPO"]
     assert sft_ppo.after_sft is not None and sft_ppo.sft is not None
-    references = reference_returns(args.env, env_kwargs, measure_random=False)
+    references = reference_returns(env, env_kwargs, measure_random=False)
     summary = {
         "before": ppo.before.value,
         "ppo_after": ppo.after.value,
@@ -196,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "wall_s": walls,
         "runs": {label: result.as_dict() for label, result in results.items()},
-        "command": "python benchmarks/sft_vs_ppo.py " + " ".join(argv or sys.argv[1:]),
+        "command": "python -m benchmarks.sft_vs_ppo " + " ".join(argv or sys.argv[1:]),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     json_path = args.out / f"{name}.json"

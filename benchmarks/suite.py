@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.cli_args import new_parser
 from benchmarks.suite_diagnostics import diagnostics
 from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
+from gym_llm.experiments.specs import parse_settings
 from gym_llm.policy.models import DEFAULT_MODEL
 
 if TYPE_CHECKING:
@@ -97,13 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="novelty bonus scale (TrainConfig.count_bonus, falling to 0 by half the budget; "
         "0: none)")  # fmt: skip
     add("--algo", choices=["ppo", "dqn"], default="ppo", help="gym_llm.PPO or gym_llm.DQN")
-    add("--set", "--dqn", dest="set", nargs="*", default=[], metavar="KEY=VALUE",
-        help="more TrainConfig settings, e.g. value_normalization=True or ent_coef=auto "
-        "(recorded in each row; over a flag's value). "
-        "With --algo dqn, DQN's (dqn_beta=1 gradient_steps=8); unset ones are SB3 DQN's as "
-        "gym-llm bench scales them to --timesteps (gym_llm.evaluation.baselines.build_sb3), "
-        "with gradient_steps = --n-envs so each env step is replayed as often as SB3's one-env "
-        "DQN replays it")  # fmt: skip
+    add("--set", dest="set", nargs="*", default=[], metavar="SETTING=VALUE",
+        help="more settings, dotted names of `gym-llm train`'s, e.g. "
+        "policy.value_normalization=true or ppo.ent_coef=auto (recorded in each row; over a "
+        "flag's value). With --algo dqn, DQN's (dqn.beta=1 dqn.gradient_steps=8); unset ones "
+        "are SB3 DQN's as gym-llm bench scales them to --timesteps "
+        "(gym_llm.evaluation.baselines.build_sb3), with gradient_steps = --n-envs so each env "
+        "step is replayed as often as SB3's one-env DQN replays it")  # fmt: skip
     add("--jsonl", type=Path, required=True, help="append the points here")
     add("--run-dir", type=Path, required=True, help="the run's directory (agent, TensorBoard)")
     summarize = commands.add_parser("summarize", help="a markdown table from JSONL files")
@@ -131,12 +132,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def dqn_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """TrainConfig's DQN fields: SB3 DQN's settings as the baselines scale them to the budget,
-    replayed as often as SB3's one-env DQN replays each step, then ``--set`` on top."""
+    """The run's DQN settings: SB3 DQN's as the baselines scale them to the budget, replayed as
+    often as SB3's one-env DQN replays each step, then ``--set`` on top."""
     from gym_llm.evaluation.baselines import dqn_budget_settings
 
-    settings = dqn_budget_settings(args.timesteps, args.n_envs)
-    settings.update(parse_env_kwargs(args.set))
+    budgeted = dqn_budget_settings(args.timesteps, args.n_envs)
+    settings = {f"dqn.{name}": value for name, value in budgeted.items()}
+    settings["dqn.batch_size"] = args.batch_size
+    if args.lr is not None:
+        settings["dqn.learning_rate"] = args.lr
+    settings.update(parse_settings(args.set, "--set"))
     return settings
 
 
@@ -145,32 +150,32 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
     from gym_llm.experiments.run import run as train
 
     dqn = dqn_settings(args) if args.algo == "dqn" else {}
-    extra = {} if dqn else parse_env_kwargs(args.set)
-    rollout = args.n_envs * (dqn["train_freq"] if dqn else args.n_steps)
+    extra = {} if dqn else parse_settings(args.set, "--set")
+    rollout = args.n_envs * (dqn["dqn.train_freq"] if dqn else args.n_steps)
     iterations = max(1, -(-args.timesteps // rollout))
     every_rollouts = max(1, -(-args.every // rollout))
     flags: dict[str, Any] = {
         "algo": args.algo,
         "env": args.env,
         "env_kwargs": parse_env_kwargs(args.env_kwargs),
-        "model": args.model,
-        "mode": args.mode,
         "timesteps": args.timesteps,
         "n_envs": args.n_envs,
-        "n_steps": args.n_steps,
-        "batch_size": args.batch_size,
-        "n_epochs": args.epochs,
-        "learning_rate": args.lr,
-        "ent_coef": args.ent_coef,
-        "advantage_estimator": args.estimator,
         "eval_episodes": 0,
         "eval_points": max(0, iterations // every_rollouts - 1),
         "seed": args.seed,
         "device": args.device,
         "count_bonus": args.count_bonus,
+        "policy.model": args.model,
+        "policy.action_mode": args.mode,
+        "ppo.n_steps": args.n_steps,
+        "ppo.batch_size": args.batch_size,
+        "ppo.n_epochs": args.epochs,
+        "ppo.learning_rate": args.lr,
+        "ppo.ent_coef": args.ent_coef,
+        "ppo.advantage_estimator": args.estimator,
     }
-    # a --set setting wins over a flag's (ent_coef=auto over --ent-coef's number)
-    config = TrainConfig(**{**flags, **dqn, **extra})
+    # a --set setting wins over a flag's (ppo.ent_coef=auto over --ent-coef's number)
+    config = TrainConfig().with_settings({**flags, **dqn, **extra})
     env, kwargs = env_key(args.env, args.env_kwargs)
     base = {
         "env": env,
@@ -209,7 +214,7 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
     quiet_progress_bar_warning()
     result = train(config, args.run_dir, progress_bar=False, on_point=on_point)
     distilled = {}
-    if config.algo == "dqn" and config.distill_interval:  # the LM alone, without the values
+    if config.algo == "dqn" and config.dqn.distill_interval:  # the LM alone, without the values
         from gym_llm.evaluation.exact import exact_policy_value
 
         distilled["distilled_value"] = exact_policy_value(
@@ -238,7 +243,7 @@ def read_runs(files: Sequence[Path]) -> dict[tuple[Any, ...], list[dict[str, Any
             if line.strip():
                 row = json.loads(line)
                 learner = (
-                    f"dqn beta={row['dqn'].get('dqn_beta', 0)}"
+                    f"dqn beta={row['dqn'].get('dqn.beta', row['dqn'].get('dqn_beta', 0))}"
                     if row.get("algo") == "dqn"
                     else row["estimator"]
                 )

@@ -4,30 +4,31 @@ action head calibrates, trains and keeps the update's ratio exact."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from gym_llm import PPO
 from gym_llm.experiments.train_config import TrainConfig
 from gym_llm.policy.action_head import ActionHead
 
 
-def small_run_config(model_dir: Path, **overrides: object) -> TrainConfig:
-    """A training run small enough for a test: Blackjack, 64 env steps, one evaluation."""
-    settings: dict[str, object] = {
+def small_run_config(model_dir: Path, settings: dict[str, Any] | None = None) -> TrainConfig:
+    """A training run small enough for a test: Blackjack, 64 env steps, one evaluation, with
+    dotted ``settings`` over it (``{"ppo.n_epochs": 2}``)."""
+    small: dict[str, Any] = {
         "env": "Blackjack-v1",
         "env_kwargs": {"sab": False},
-        "model": str(model_dir),
         "timesteps": 64,
         "n_envs": 4,
-        "n_steps": 8,
-        "batch_size": 16,
-        "n_epochs": 1,
-        "micro_batch_size": 16,
         "eval_episodes": 0,
         "eval_points": 1,
         "device": "cpu",
+        "policy.model": str(model_dir),
+        "ppo.n_steps": 8,
+        "ppo.batch_size": 16,
+        "ppo.n_epochs": 1,
+        "ppo.micro_batch_size": 16,
     }
-    settings.update(overrides)
-    return TrainConfig(**settings)
+    return TrainConfig().with_settings({**small, **(settings or {})})
 
 
 def learn_and_check_head(model: PPO) -> ActionHead:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gym_llm.configs import is_section, setting_fields, unwrap_optional
 from gym_llm.experiments import specs
 from gym_llm.experiments.specs import parse_value
 
@@ -78,7 +79,8 @@ def _field_docs(cls: type) -> dict[str, str]:
     for line in source.splitlines():
         stripped = line.strip()
         if stripped.startswith("#:"):
-            pending.append(stripped[2:].strip().replace("``", "`"))
+            text = re.sub(r":\w+:`~?([^`]+)`", r"\1", stripped[2:].strip())  # Sphinx roles
+            pending.append(text.replace("``", "`"))
             continue
         match = re.match(r"(\w+)\s*:", stripped)
         if match and pending:
@@ -87,23 +89,21 @@ def _field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
-def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
-    """``(X, True)`` for ``X | None``, ``(hint, False)`` otherwise."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if len(args) == 1 and len(typing.get_args(hint)) == 2:
-            return args[0], True
-    return hint, False
-
-
 def _converter(name: str, hint: Any) -> tuple[Callable[[str], Any], str]:
     """``(str -> value, metavar)`` for a field's type hint."""
-    base, optional = _unwrap_optional(hint)
+    base, optional = unwrap_optional(hint)
     origin = typing.get_origin(base) or base
+
+    union = (
+        typing.get_args(base) if typing.get_origin(base) in (typing.Union, types.UnionType) else ()
+    )
+    as_text = str in union and Any in union  # a name or path (a model object only from code)
 
     def convert(raw: str) -> Any:
         if optional and raw.strip().lower() in ("none", "null"):
             return None
+        if as_text:
+            return raw
         if origin is dict:
             return _env_kwargs_arg(raw)
         if typing.get_origin(base) is typing.Literal:
@@ -145,30 +145,55 @@ def _field_default(item: dataclasses.Field[Any]) -> Any:
     return dataclasses.MISSING
 
 
-def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type) -> list[str]:
-    """One ``--field-name`` flag per field of ``cls`` (a dataclass), with its type, its default
-    in the help, and its ``#:`` comment as help text. Flags default to "not given"
-    (``argparse.SUPPRESS``) so that a config file's values survive unless overridden. Returns
-    the field names."""
+def add_dataclass_flags(
+    parser: argparse.ArgumentParser, cls: type, defaults: Any = None
+) -> list[str]:
+    """One flag per setting of ``cls`` (a config dataclass), with its type, its default in the
+    help, and its ``#:`` comment as help text; a field that is itself a config (a section such
+    as ``ppo``) gets dotted flags in a group of its own: ``--ppo.n-epochs``. Flags default to
+    "not given" (``argparse.SUPPRESS``) so that a config file's values survive unless
+    overridden; ``defaults`` (an instance) is what the help shows as each default, where a
+    caller starts from other settings than ``cls()``. Returns the dotted names (the flags'
+    ``dest``)."""
+    group = parser.add_argument_group(f"run settings ({cls.__module__}.{cls.__name__})")
+    return _add_fields(parser, group, cls, "", defaults or _defaults(cls))
+
+
+def _defaults(cls: type) -> Any:
+    """An instance of ``cls`` with its defaults (a section's defaults are the owner's), or
+    ``None`` where a field has none."""
+    try:
+        return cls()
+    except TypeError:
+        return None
+
+
+def _add_fields(
+    parser: argparse.ArgumentParser, group: Any, cls: type, prefix: str, defaults: Any
+) -> list[str]:
     hints = typing.get_type_hints(cls)
     docs = field_docs(cls)
-    group = parser.add_argument_group(
-        f"run settings (the fields of {cls.__module__}.{cls.__name__})"
-    )
     names = []
-    for item in dataclasses.fields(cls):
+    for item in setting_fields(cls):
         hint = hints[item.name]
-        default = _field_default(item)
-        flag = "--" + item.name.replace("_", "-")
+        default = getattr(defaults, item.name) if defaults is not None else _field_default(item)
+        if is_section(hint):
+            section = parser.add_argument_group(
+                f"--{prefix}{item.name}.*", docs.get(item.name, "").replace("%", "%%")
+            )
+            names += _add_fields(parser, section, hint, f"{prefix}{item.name}.", default)
+            continue
         help_text = docs.get(item.name, item.name.replace("_", " ").capitalize() + ".")
         if default is not dataclasses.MISSING and "(default:" not in help_text:
             help_text += f" (default: {_show(default)})"
         help_text = help_text.replace("%", "%%")
-        base, _ = _unwrap_optional(hint)
+        dest = prefix + item.name
+        flag = "--" + dest.replace("_", "-")  # --ppo.n_epochs works too: dashed_flags
+        base, _ = unwrap_optional(hint)
         if base is bool:
             group.add_argument(
                 flag,
-                dest=item.name,
+                dest=dest,
                 action=argparse.BooleanOptionalAction,
                 default=argparse.SUPPRESS,
                 help=help_text,
@@ -177,44 +202,52 @@ def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type) -> list[str]
             convert, metavar = _converter(item.name, hint)
             group.add_argument(
                 flag,
-                dest=item.name,
+                dest=dest,
                 type=convert,
                 default=argparse.SUPPRESS,
                 metavar=metavar,
                 help=help_text,
             )
-        names.append(item.name)
+        names.append(dest)
     return names
 
 
-def _check_type(name: str, value: Any, hint: Any, where: str) -> Any:
-    """``value`` from a config file, checked against the field's type (ints accepted as
-    floats); a ``CLIError`` naming the key otherwise."""
-    base, optional = _unwrap_optional(hint)
-    if value is None and optional:
-        return None
-    origin = typing.get_origin(base) or base
-    ok = True
-    if base is bool:
-        ok = isinstance(value, bool)
-    elif base is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif base is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    elif base is str:
-        ok = isinstance(value, str)
-    elif origin is dict:
-        ok = isinstance(value, dict)
-    if not ok:
-        expected = getattr(base, "__name__", str(base)) + (" or null" if optional else "")
-        raise CLIError(f"{where}: {name!r} must be {expected}, got {value!r}. Fix the file.")
-    return value
+def given_settings(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
+    """The settings given on the command line, by dotted name."""
+    return {name: getattr(args, name) for name in names if hasattr(args, name)}
 
 
-def load_config_file(path: str | Path, cls: type) -> dict[str, Any]:
-    """The settings in a ``config.json`` (or a ``result.json``, whose ``config`` is used),
-    checked against ``cls``'s fields and types."""
+def add_renamed_flags(parser: argparse.ArgumentParser, renamed: dict[str, str]) -> None:
+    """Flags that were renamed: using one is a usage error that names the new flag (hidden
+    from ``--help``)."""
+    for old, new in renamed.items():
+        parser.add_argument(old, nargs="?", action=_Renamed, help=argparse.SUPPRESS, new=new)
+
+
+class _Renamed(argparse.Action):
+    def __init__(self, *args: Any, new: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: str | None = None) -> None:
+        parser.error(f"{option} is now {self.new}.")
+
+
+def dashed_flags(argv: list[str]) -> list[str]:
+    """``--ppo.n_epochs 2`` as ``--ppo.n-epochs 2``: a dotted flag may be written the way its
+    field is."""
+    out = []
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        if name.startswith("--") and "." in name:
+            arg = name.replace("_", "-") + eq + value
+        out.append(arg)
+    return out
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The JSON object in a ``config.json`` (or a ``result.json``, whose ``config`` is used),
+    not yet checked against a config: usage errors for a missing or unreadable file."""
     path = Path(path)
     if path.is_dir():
         if (path / "config.json").is_file():
@@ -237,14 +270,4 @@ def load_config_file(path: str | Path, cls: type) -> dict[str, Any]:
         data = data["config"]  # a result.json holds the config it ran with
     if not isinstance(data, dict):
         raise CLIError(f"--config {path} must hold a JSON object of settings, got {data!r}.")
-    hints = typing.get_type_hints(cls)
-    known = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise CLIError(
-            f"--config {path} has unknown keys {unknown}; known keys: {', '.join(known)}. "
-            "Remove or rename them (a config from a newer gym_llm?)."
-        )
-    return {
-        key: _check_type(key, value, hints[key], f"--config {path}") for key, value in data.items()
-    }
+    return data

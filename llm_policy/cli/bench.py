@@ -28,12 +28,15 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from gym_llm.cli.arguments import add_renamed_flags
 from gym_llm.experiments.report import read_rows, write_outputs
-from gym_llm.experiments.specs import SUITE, EnvSpec, parse_envs
+from gym_llm.experiments.specs import SUITE, EnvSpec, parse_envs, parse_settings
 from gym_llm.experiments.suite import (
     AGENTS,
     DEFAULT_AGENTS,
+    SUITE_LLM,
     References,
     Row,
     SuiteConfig,
@@ -42,7 +45,6 @@ from gym_llm.experiments.suite import (
     plan,
 )
 from gym_llm.experiments.suite_runs import execute
-from gym_llm.rl.ppo.advantages import ESTIMATORS
 
 # --- CLI ---------------------------------------------------------------------------------
 
@@ -118,75 +120,18 @@ def build_parser(
         help="PPO/DQN scores during training",
     )
     add(
-        "--llm-eval-points",
-        type=int,
-        default=defaults.llm_eval_points,
-        help="LLM scores during training",
-    )
-    add("--llm-n-envs", type=int, default=defaults.llm_n_envs, help="LLM PPO: parallel envs")
-    add(
-        "--llm-n-steps",
-        type=int,
-        default=defaults.llm_n_steps,
-        help="LLM PPO: steps per env per rollout",
-    )
-    add(
-        "--llm-batch-size",
-        type=int,
-        default=defaults.llm_batch_size,
-        help="LLM PPO: turns per minibatch",
-    )
-    add(
-        "--llm-micro-batch-size",
-        type=int,
-        default=defaults.llm_micro_batch_size,
-        help="LLM PPO: turns per forward/backward pass (default: as many as fit PPO's memory "
-        "budget)",
-    )
-    add("--llm-epochs", type=int, default=defaults.llm_epochs, help="LLM PPO: epochs per rollout")
-    add("--llm-lr", type=float, default=defaults.llm_lr, help="LLM PPO: learning rate")
-    add("--llm-ent-coef", type=float, default=defaults.llm_ent_coef, help="LLM PPO: entropy bonus")
-    add(
-        "--llm-lora-r",
-        type=int,
-        default=defaults.llm_lora_r,
-        help="LLM PPO: LoRA rank (0 = full fine-tuning)",
-    )
-    add(
-        "--llm-estimator",
-        choices=list(ESTIMATORS),
-        default=defaults.llm_estimator,
-        help="LLM PPO: advantage estimator (gigpo reached FrozenLake's goal on 4 of 10 seeds "
-        "within 2,048 env steps; benchmarks/RESULTS.md)",
-    )
-    add(
-        "--llm-action-head",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="LLM PPO, choice mode: a linear action head on centred features (policy_kwargs "
-        "action_head; default on: it learned the task family's relational tasks, "
-        "benchmarks/RESULTS.md)",
-    )
-    add(
-        "--llm-choice-calibration",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="LLM PPO, choice mode: subtract each action's content-free score (default on: a "
-        "near-certain prior is a corner the policy cannot leave)",
-    )
-    add(
-        "--llm-dqn-beta",
-        type=float,
-        default=defaults.llm_dqn_beta,
-        help="llm-dqn: the prior's weight in the acting posterior p_LM^beta exp(Q/alpha) (0: DQN "
-        "on the LM's features; 1: the LM's choice distribution as the reference). Its other "
-        "settings are SB3 DQN's, scaled to --budget as for the dqn agent",
-    )
-    add(
-        "--max-new-tokens",
-        type=int,
-        default=defaults.max_new_tokens,
-        help="LLM reply budget in generate mode",
+        "--llm",
+        nargs="+",
+        action=_LLMSettings,
+        default={},
+        metavar="SETTING=VALUE",
+        help="the LLM runs' settings, dotted names of `gym-llm train`'s (see its --help): e.g. "
+        "ppo.n_epochs=4 ppo.advantage_estimator=gigpo policy.max_new_tokens=8 dqn.beta=1 "
+        "n_envs=4 eval_points=4. Over the suite's: "
+        + " ".join(f"{k}={v}" for k, v in SUITE_LLM.items())
+        + " (each capped by --budget); policy.action_head and policy.choice_calibration apply "
+        "to choice-mode runs. llm-dqn's other settings are SB3 DQN's, scaled to --budget as "
+        "for the dqn agent",
     )
     add(
         "--device",
@@ -215,8 +160,50 @@ def build_parser(
     )
     add("--fresh", action="store_true", help="drop earlier rows in results.csv (default: merge)")
     add("--no-progress", action="store_true", help="no progress bar (for logs)")
+    add_renamed_flags(parser, RENAMED)
     parser.set_defaults(results_root=results_root)
     return parser
+
+
+#: The flags of the LLM runs' settings before ``--llm``, and what replaced each.
+RENAMED = {
+    "--llm-eval-points": "--llm eval_points=N",
+    "--llm-n-envs": "--llm n_envs=N",
+    "--llm-n-steps": "--llm ppo.n_steps=N",
+    "--llm-batch-size": "--llm ppo.batch_size=N",
+    "--llm-micro-batch-size": "--llm ppo.micro_batch_size=N",
+    "--llm-epochs": "--llm ppo.n_epochs=N",
+    "--llm-lr": "--llm ppo.learning_rate=X",
+    "--llm-ent-coef": "--llm ppo.ent_coef=X",
+    "--llm-lora-r": '--llm \'policy.lora={"r": 8, "lora_alpha": 16}\' (none: full fine-tuning)',
+    "--llm-estimator": "--llm ppo.advantage_estimator=NAME",
+    "--llm-action-head": "--llm policy.action_head=true",
+    "--llm-choice-calibration": "--llm policy.choice_calibration=true",
+    "--llm-dqn-beta": "--llm dqn.beta=X",
+    "--max-new-tokens": "--llm policy.max_new_tokens=N",
+}
+
+
+def _llm_settings(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, Any]:
+    """``--llm``'s items as dotted settings, checked against a run's config before any run."""
+    from gym_llm.experiments.train_config import TrainConfig
+
+    try:
+        settings = parse_settings(items, "--llm")
+        for name in ("policy.model", "policy.action_mode", "algo"):
+            if name in settings:
+                raise ValueError(f"--llm {name}: the suite sets it (--model, --agents).")
+        TrainConfig().with_settings({**SUITE_LLM, **settings})
+    except (TypeError, ValueError) as exc:
+        parser.error(str(exc))
+    return settings
+
+
+class _LLMSettings(argparse.Action):
+    """Stores ``--llm``'s items as a dict of checked dotted settings."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: str | None = None) -> None:
+        setattr(namespace, self.dest, _llm_settings(parser, list(values)))
 
 
 def main(

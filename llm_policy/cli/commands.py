@@ -2,15 +2,16 @@
 
 Subcommands::
 
-    gym-llm train  --env ENV_ID --model NAME_OR_PATH --timesteps N --out runs/NAME ...
+    gym-llm train  --env ENV_ID --policy.model NAME_OR_PATH --timesteps N --out runs/NAME ...
     gym-llm eval   --load runs/NAME --episodes 100
     gym-llm bench  ...            (the comparison suite, gym_llm.cli.bench)
     gym-llm demos  --env ENV_ID --episodes N --out demos.jsonl
     gym-llm models
 
-``train`` has one flag per field of :class:`gym_llm.experiments.train_config.TrainConfig`, generated from the
-dataclass (type, default, and the field's ``#:`` comment as help), so a field added there is a flag
-here without touching this file. ``--config runs/NAME/config.json`` repeats a run; flags given next
+``train`` has one flag per setting of :class:`gym_llm.experiments.train_config.TrainConfig`,
+generated from the dataclasses (type, default, and the field's ``#:`` comment as help): run
+settings as ``--timesteps``, the components' as dotted flags (``--ppo.n-epochs``,
+``--policy.action-mode``), so a field added to a config is a flag here without touching this file. ``--config runs/NAME/config.json`` repeats a run; flags given next
 to it override single fields. Usage mistakes (a missing or malformed config file, unknown keys,
 bad ``--env-kwargs``, a directory that holds no run) exit with status 2 and a message that names the
 problem and the fix; nothing is trained before the configuration is known to be valid.
@@ -31,8 +32,24 @@ from gym_llm.cli.arguments import (
     _env_kwargs_arg,
     _HelpFormatter,
     add_dataclass_flags,
+    add_renamed_flags,
+    dashed_flags,
 )
 from gym_llm.cli.train_eval import _eval, _train, check_env_starts
+
+
+def renamed_flags() -> dict[str, str]:
+    """The flags of the flat settings before the sections, and what replaced each."""
+    from gym_llm.experiments.train_config import FLAT_KEYS
+
+    renamed = {}
+    for key, targets in FLAT_KEYS.items():
+        new = " or ".join("--" + t.replace("_", "-") for t in targets)
+        if key == "lora_r":
+            new += ' (\'{"r": 8, "lora_alpha": 16}\'; none: full fine-tuning)'
+        renamed["--" + key.replace("_", "-")] = new
+    return renamed
+
 
 # --- bench, demos, models ------------------------------------------------------------------
 
@@ -144,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser(
         "train",
+        usage=f"{PROG} train [--config FILE | --resume RUN_DIR] [--env ENV] [--timesteps N] "
+        "[--out DIR] [--SETTING VALUE ...] [--policy.SETTING VALUE ...] "
+        "[--ppo.SETTING VALUE ...] [--dqn.SETTING VALUE ...]",
         help="train an agent with PPO or DQN and save the run (config, results, curve, logs, "
         "agent)",
         description=_para(
@@ -157,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--timesteps 4096 --out runs/bj\n"
         f"  {PROG} train --config runs/bj/config.json --seed 1 --out runs/bj-seed1\n"
         f"  {PROG} train --algo dqn --env Blackjack-v1 --env-kwargs sab=False --timesteps 8192 "
-        "--learning-starts 100 --target-update-interval 81 --out runs/bj-dqn\n"
+        "--dqn.learning-starts 100 --dqn.target-update-interval 81 --out runs/bj-dqn\n"
         f"  {PROG} train --resume runs/bj                  # after a crash or kill\n"
         f"  {PROG} train --resume runs/bj --timesteps 8192 # train the same run further\n\n"
         "Several processes (data-parallel: each steps --n-envs envs of its own, gradients are\n"
@@ -167,8 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
         "On CPU use torchrun, or accelerate's --multi_gpu flag (it starts N gloo processes there\n"
         "too); accelerate launch --cpu starts one process unless MPI is set up. --resume and\n"
         "--sft-demos run in one process only.\n"
-        "Full fine-tuning of a model whose training state does not fit one device: add --fsdp\n"
-        "--lora-r 0 (or launch with accelerate launch --use_fsdp, or --config_file\n"
+        "Full fine-tuning of a model whose training state does not fit one device: add\n"
+        "--ppo.fsdp --policy.lora none (or launch with accelerate launch --use_fsdp, or --config_file\n"
         "examples/accelerate_fsdp.yaml): the training state (weights stepped, gradients,\n"
         "Adam moments) is sharded; each process keeps one whole copy of the weights.",
         formatter_class=_HelpFormatter,
@@ -201,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the resolved configuration as JSON and exit without training",
     )
     train.set_defaults(config_fields=add_dataclass_flags(train, TrainConfig))
+    add_renamed_flags(train, renamed_flags())
 
     evaluate = commands.add_parser(
         "eval",
@@ -286,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args_list and args_list[0] == "bench":
         return _bench(args_list[1:])
     parser = build_parser()
-    args = parser.parse_args(args_list)
+    args = parser.parse_args(dashed_flags(args_list))
     handlers: dict[str, Callable[[argparse.Namespace], int]] = {
         "train": _train,
         "eval": _eval,

@@ -45,13 +45,13 @@ def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
 DEMO_SETTINGS: dict[str, Any] = {
     "timesteps": 768,
     "n_envs": 8,
-    "n_steps": 8,
-    "batch_size": 32,
-    "micro_batch_size": None,
-    "n_epochs": 2,
-    "learning_rate": 5e-4,
-    "ent_coef": 0.01,
     "eval_points": 5,
+    "ppo.n_steps": 8,
+    "ppo.batch_size": 32,
+    "ppo.micro_batch_size": None,
+    "ppo.n_epochs": 2,
+    "ppo.learning_rate": 5e-4,
+    "ppo.ent_coef": 0.01,
 }
 
 
@@ -170,6 +170,7 @@ def train(args: argparse.Namespace) -> None:
     )
     from gym_llm.evaluation.monte_carlo import reference_returns
     from gym_llm.experiments.run import TrainConfig, run
+    from gym_llm.policy.config import PolicyConfig
 
     env_kwargs = parse_env_kwargs(args.env_kwargs)
     exact = exact_evaluation_supported(args.env, env_kwargs)
@@ -178,16 +179,15 @@ def train(args: argparse.Namespace) -> None:
     config = TrainConfig(
         env=args.env,
         env_kwargs=env_kwargs,
-        model=args.model,
+        policy=PolicyConfig(model=args.model, action_mode="choice"),
         eval_episodes=eval_episodes,
         seed=args.seed,
         device=args.device,
-        **settings,
-    )
+    ).with_settings(settings)
     references = reference_returns(args.env, env_kwargs, measure_random=False)
     random, optimum = references.get("random"), references.get("optimum")
     print(
-        f"Training {config.model} (LoRA r={config.lora_r}) with PPO on {config.env} "
+        f"Training {config.policy.model} (LoRA) with PPO on {config.env} "
         f"{env_kwargs} for {config.timesteps} env steps ({config.n_envs} envs, choice mode).\n"
         "The first run converts the embedded model once (~20 s). On a 2-core CPU the whole demo "
         "takes about 2 minutes.\n"

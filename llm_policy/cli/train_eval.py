@@ -4,7 +4,6 @@ evaluation of a saved run."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import re
 import time
@@ -13,22 +12,32 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gym_llm.cli.arguments import PROG, CLIError, load_config_file
+from gym_llm.cli.arguments import PROG, CLIError, given_settings, read_config_file
 
 # --- train ---------------------------------------------------------------------------------
 
 
 def _train_config(args: argparse.Namespace) -> Any:
-    from gym_llm.experiments.run import TrainConfig
+    config = config_from_file(args.config) if args.config is not None else None
+    return _with_flags(config, args)
 
-    values: dict[str, Any] = {}
-    if args.config is not None:
-        values = load_config_file(args.config, TrainConfig)
-    for name in args.config_fields:
-        if hasattr(args, name):
-            values[name] = getattr(args, name)
+
+def config_from_file(path: str | Path) -> Any:
+    """The ``TrainConfig`` of a run file (nested or the older flat keys); usage errors name
+    the file and what is wrong in it."""
+    from gym_llm.experiments.train_config import TrainConfig
+
     try:
-        return TrainConfig(**values)
+        return TrainConfig.from_dict(read_config_file(path))
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"--config {path}: {exc} Fix the file.") from None
+
+
+def _with_flags(config: Any, args: argparse.Namespace) -> Any:
+    from gym_llm.experiments.train_config import TrainConfig
+
+    try:
+        return (config or TrainConfig()).with_settings(given_settings(args, args.config_fields))
     except (TypeError, ValueError) as exc:
         raise CLIError(f"invalid settings: {exc}") from None
 
@@ -91,7 +100,7 @@ RESUMABLE_CHANGES = ("timesteps",)
 
 def _resume_config(args: argparse.Namespace) -> tuple[Any, Path]:
     """The run's own config, with the flags given checked against it."""
-    from gym_llm.experiments.run import TrainConfig
+    from gym_llm.configs import dotted
 
     run_dir = Path(args.resume)
     if not (run_dir / "config.json").is_file():
@@ -101,13 +110,13 @@ def _resume_config(args: argparse.Namespace) -> tuple[Any, Path]:
         )
     if args.out is not None or args.config is not None:
         raise CLIError("--resume continues RUN_DIR with its own config: drop --out and --config.")
-    values = load_config_file(run_dir / "config.json", TrainConfig)
+    config = config_from_file(run_dir / "config.json")
+    saved = dotted(config)
+    given = given_settings(args, args.config_fields)
     conflicts = [
-        f"--{name.replace('_', '-')} {getattr(args, name)!r} (the run has {values.get(name)!r})"
-        for name in args.config_fields
-        if hasattr(args, name)
-        and name not in RESUMABLE_CHANGES
-        and getattr(args, name) != values.get(name, getattr(TrainConfig, name, None))
+        f"--{name.replace('_', '-')} {value!r} (the run has {saved.get(name)!r})"
+        for name, value in given.items()
+        if name not in RESUMABLE_CHANGES and value != saved.get(name)
     ]
     if conflicts:
         raise CLIError(
@@ -116,12 +125,7 @@ def _resume_config(args: argparse.Namespace) -> tuple[Any, Path]:
             + ". Drop them, or start a new run with --config "
             + f"{run_dir / 'config.json'} --out NEW_DIR."
         )
-    if hasattr(args, "timesteps"):
-        values["timesteps"] = args.timesteps
-    try:
-        return TrainConfig(**values), run_dir
-    except (TypeError, ValueError) as exc:
-        raise CLIError(f"invalid settings: {exc}") from None
+    return _with_flags(config, args), run_dir
 
 
 def _quiet(*args: Any, **kwargs: Any) -> None:
@@ -156,17 +160,17 @@ def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: 
     from gym_llm.policy.arguments import scores_listed_actions
 
     if not listed and scores_listed_actions(config.mode):
-        if not resume and not hasattr(args, "mode") and args.config is None:
+        if not resume and not hasattr(args, "policy.action_mode") and args.config is None:
             # The default mode, on a game whose replies are free text: generate mode.
-            config = dataclasses.replace(config, mode="generate")
+            config = config.with_settings({"policy.action_mode": "generate"})
             say(f"{config.env} takes free-text replies (no list of actions): generate mode")
         else:
             raise CLIError(
-                f"--mode choice needs an env that lists its actions; {config.env} takes "
-                "free-text replies: use --mode generate."
+                f"--policy.action-mode choice needs an env that lists its actions; "
+                f"{config.env} takes free-text replies: use --policy.action-mode generate."
             )
     if args.dry_run:
-        print(json.dumps(dataclasses.asdict(config), indent=2))
+        print(json.dumps(config.as_dict(), indent=2))
         return 0
 
     from gym_llm.evaluation.curve import CurvePoint
@@ -190,7 +194,7 @@ def _run_train(config: Any, run_dir: Path, args: argparse.Namespace, *, resume: 
                 raise CLIError(f"--resume: {exc}") from None
             say(f"Resuming {run_dir} from {checkpoint} up to {config.timesteps} env steps")
     else:
-        say(f"Training {config.model} on {config.env} ({config.mode} mode) -> {run_dir}")
+        say(f"Training {config.policy.model} on {config.env} ({config.mode} mode) -> {run_dir}")
     result = run(
         config, run_dir, progress_bar=main and not args.quiet, on_point=report, resume=resume
     )
@@ -255,16 +259,13 @@ def _find_run(path: Path) -> tuple[Path, Path]:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from gym_llm.experiments.run import TrainConfig
-
     if args.episodes < 1:
         raise CLIError(f"--episodes must be >= 1, got {args.episodes}.")
     agent_dir, config_path = _find_run(Path(args.load))
-    settings = load_config_file(config_path, TrainConfig)
-    env_id = settings.get("env", TrainConfig.env)
-    env_kwargs = settings.get("env_kwargs", {})
-    n_envs = args.n_envs or int(settings.get("n_envs", 1))
-    seed = args.seed if args.seed is not None else int(settings.get("seed", 0)) + 20_000
+    config = config_from_file(config_path)
+    env_id, env_kwargs = config.env, config.env_kwargs
+    n_envs = args.n_envs or config.n_envs
+    seed = args.seed if args.seed is not None else config.seed + 20_000
     out = Path(args.out) if args.out is not None else config_path.parent / "eval.json"
 
     from gym_llm import make_text_env

@@ -13,52 +13,18 @@ from gym_llm.rl.ppo import PPO
 
 
 def build_agent(config: TrainConfig, env: Any, run_dir: Path, verbose: int = 0) -> PPO | DQN:
-    """``PPO`` (``config.algo == "ppo"``) or ``DQN``, built as a user would build it."""
-    common: dict[str, Any] = {
-        "policy_kwargs": config.policy_kwargs(),
-        "tensorboard_log": str(run_dir / "tensorboard"),
-        "seed": config.seed,
-        "device": str(resolve_device(config.device)),
-        "verbose": verbose,
-        "gamma": config.gamma,
-        "batch_size": config.batch_size,
-    }
-    if config.algo == "dqn":
-        return DQN(
-            "LLMPolicy",
-            env,
-            learning_rate=config.learning_rate if config.learning_rate is not None else 1e-4,
-            buffer_size=config.buffer_size,
-            learning_starts=config.learning_starts,
-            train_freq=config.train_freq,
-            gradient_steps=config.gradient_steps,
-            target_update_interval=config.target_update_interval,
-            exploration_fraction=config.exploration_fraction,
-            exploration_final_eps=config.exploration_final_eps,
-            n_steps=config.dqn_n_steps,
-            alpha=config.dqn_alpha,
-            beta=config.dqn_beta,
-            distill_interval=config.distill_interval,
-            distill_steps=config.distill_steps,
-            distill_final_steps=config.distill_final_steps,
-            **common,
-        )
-    return PPO(
+    """``PPO`` (``config.algo == "ppo"``) or ``DQN`` with the config's section, built as a user
+    would build it."""
+    algo: type[PPO] | type[DQN] = DQN if config.algo == "dqn" else PPO
+    return algo(
         "LLMPolicy",
         env,
-        learning_rate=config.learning_rate,
-        n_steps=config.n_steps,
-        n_epochs=config.n_epochs,
-        ent_coef=config.ent_coef,
-        target_entropy_of=config.target_entropy_of,
-        min_action_prob=config.min_action_prob,
-        kl_coef=config.kl_coef,
-        target_kl=config.target_kl,
-        micro_batch_size=config.micro_batch_size,
-        advantage_estimator=config.advantage_estimator,
-        critic_warmup_steps=config.critic_warmup_steps,
-        fsdp=True if config.fsdp else None,  # None: as accelerate launch says
-        **common,
+        config.dqn if config.algo == "dqn" else config.ppo,  # type: ignore[arg-type]
+        policy_kwargs=config.policy_kwargs(),
+        tensorboard_log=str(run_dir / "tensorboard"),
+        seed=config.seed,
+        device=str(resolve_device(config.device)),
+        verbose=verbose,
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import platform
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,7 @@ class TrainResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "config": asdict(self.config),
+            "config": self.config.as_dict(),
             "device": self.device,
             "before": self.before.as_dict(),
             "after": self.after.as_dict(),
@@ -195,14 +195,13 @@ def run(
     check_invalid_penalty(config.invalid_penalty, config.env, env.envs[0])
     if main:  # written once the env is known to run, so a refused run leaves nothing behind
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.json").write_text(json.dumps(asdict(config), indent=2))
+        (run_dir / "config.json").write_text(json.dumps(config.as_dict(), indent=2))
     eval_env = make_text_env(
         config.env, config.n_envs, env_kwargs=config.env_kwargs, seed=config.seed + 10_000
     )
     model = build_agent(config, env, run_dir, verbose)
     # env steps between the points where the policy can change, every process's
-    chunk = config.train_freq if config.algo == "dqn" else config.n_steps
-    rollout = chunk * config.n_envs * world_size()
+    rollout = config.rollout_steps * config.n_envs * world_size()
     iterations = max(1, -(-config.timesteps // rollout))
     every = rollout * max(1, iterations // (config.eval_points + 1)) if config.eval_points else 0
     exact = None
@@ -307,8 +306,8 @@ def check_processes(config: TrainConfig, resume: bool) -> bool:
     several cannot do is refused here (``ValueError``), before anything is written; the command
     line calls it first to report the same refusals as its own errors."""
     init_from_launcher()
-    if config.fsdp or requested_by_launcher():
-        check_can_shard(uses_lora=config.lora_r > 0)
+    if config.ppo.fsdp or requested_by_launcher():
+        check_can_shard(uses_lora=config.policy.lora is not None)
     processes = world_size()
     if processes > 1 and config.algo == "dqn":
         raise ValueError(
@@ -344,7 +343,7 @@ def plot_result(
         references = reference_returns(config.env, config.env_kwargs, measure_random=False)
     exact = result.curve[0].exact is not None
     series = Series(
-        f"gym_llm {config.algo.upper()} ({config.mode}, {config.model})"
+        f"gym_llm {config.algo.upper()} ({config.mode}, {config.policy.model})"
         + (" - exact" if exact else ""),
         [p.timesteps for p in result.curve],
         [p.value for p in result.curve],

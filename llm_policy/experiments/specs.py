@@ -47,6 +47,28 @@ def parse_value(raw: str) -> Any:
     return text
 
 
+def parse_settings(items: Sequence[str], flag: str) -> dict[str, Any]:
+    """``["ppo.n_epochs=2", "policy.action_head=false"]`` -> ``{"ppo.n_epochs": 2,
+    "policy.action_head": False}``: dotted settings (:func:`gym_llm.configs.override`) as
+    written on a command line or in a recipe, values typed as :func:`parse_value` reads them.
+
+    Raises:
+        ValueError: an item without ``=`` or a name that is not dotted identifiers, naming
+            ``flag``.
+    """
+    settings: dict[str, Any] = {}
+    for item in items:
+        name, eq, raw = item.partition("=")
+        name = name.strip()
+        if not eq or not all(_KEY.fullmatch(part) for part in name.split(".")):
+            raise ValueError(
+                f"{flag}: {item!r} is not NAME=VALUE; write settings as dotted names, e.g. "
+                "ppo.n_epochs=2 policy.action_head=false timesteps=512."
+            )
+        settings[name] = parse_value(raw)
+    return settings
+
+
 def parse_env_kwargs(text: str | Sequence[str], flag: str = "--env-kwargs") -> dict[str, Any]:
     """``"sab=False,map_name=4x4"``, the same as separate items, or a JSON object →
     ``{"sab": False, "map_name": "4x4"}``.

@@ -8,7 +8,7 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -57,6 +57,20 @@ CSV_FIELDS: tuple[str, ...] = (
 )
 
 
+#: The suite's LLM runs before ``SuiteConfig.llm`` changes them: rollouts of 8 steps of 8 envs,
+#: two epochs, one curve point, sized for budgets of a few hundred env steps (each capped by the
+#: budget).
+SUITE_LLM: dict[str, Any] = {
+    "n_envs": 8,
+    "eval_points": 1,
+    "ppo.n_steps": 8,
+    "ppo.batch_size": 32,
+    "ppo.n_epochs": 2,
+    "ppo.learning_rate": 5e-4,
+    "ppo.ent_coef": 0.01,
+}
+
+
 @dataclass(frozen=True)
 class SuiteConfig:
     """Everything a suite run needs besides its envs and agents (``gym-llm bench --help``)."""
@@ -70,23 +84,10 @@ class SuiteConfig:
     curve_points: int = 4
     eval_episodes: int = 100
     random_episodes: int = 1000
-    llm_eval_points: int = 1
-    llm_n_envs: int = 8
-    llm_n_steps: int = 8
-    llm_batch_size: int = 32
-    llm_epochs: int = 2
-    llm_lr: float = 5e-4
-    llm_ent_coef: float = 0.01
-    llm_lora_r: int = 16
-    llm_estimator: str = "gae"
-    llm_micro_batch_size: int | None = None
-    #: Choice mode: the action head and the content-free calibration (LLMPolicy's; ``None``:
-    #: the policy's default, on in choice mode).
-    llm_action_head: bool | None = None
-    llm_choice_calibration: bool | None = None
-    #: gym_llm DQN: the prior's weight in its posterior (0: DQN on the LM's features).
-    llm_dqn_beta: float = 0.0
-    max_new_tokens: int | None = None
+    #: The LLM runs' settings, as dotted names of a run's config
+    #: (:class:`~gym_llm.experiments.train_config.TrainConfig`) over :data:`SUITE_LLM`;
+    #: ``policy.action_head`` and ``policy.choice_calibration`` apply to choice-mode runs.
+    llm: Mapping[str, Any] = field(default_factory=dict)
     #: Where LLM runs keep TensorBoard logs and agents (``None``: a temporary directory).
     run_dir: str | os.PathLike[str] | None = None
     target_gap: float = 0.9

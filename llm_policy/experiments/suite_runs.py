@@ -4,7 +4,6 @@ env, the LLM zero-shot and the LLM trained with gym_llm's PPO; each returns its 
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,8 +23,9 @@ from gym_llm.evaluation.baselines import (
 from gym_llm.evaluation.scores import Score
 from gym_llm.experiments.run import TrainConfig, device_name
 from gym_llm.experiments.specs import EnvSpec
-from gym_llm.experiments.suite import Job, References, Row, SuiteConfig
+from gym_llm.experiments.suite import SUITE_LLM, Job, References, Row, SuiteConfig
 from gym_llm.policy.arguments import scores_listed_actions
+from gym_llm.policy.config import PolicyConfig
 from gym_llm.policy.models import resolve_device
 
 CPU = device_name(torch.device("cpu"))
@@ -128,39 +128,39 @@ def llm_score(model: Any, spec: EnvSpec, episodes: int, seed: int) -> Score:
     return Score(stats.mean, stats.sem, "mc", stats.episodes)
 
 
+#: Settings of the policy's that only choice mode takes (a suite runs both modes with one set).
+CHOICE_ONLY = ("policy.action_head", "policy.choice_calibration")
+
+
 def llm_config(
     spec: EnvSpec, mode: str, budget: int, seed: int, config: SuiteConfig
 ) -> TrainConfig:
-    """gym_llm PPO settings whose rollouts add up to at most ``budget`` env steps."""
+    """gym_llm PPO's run config (:data:`SUITE_LLM` with ``config.llm`` over it), its rollouts
+    shrunk to add up to at most ``budget`` env steps."""
     from gym_llm.evaluation.exact import exact_evaluation_supported
 
-    n_envs = max(1, min(config.llm_n_envs, budget))
-    n_steps = max(1, min(config.llm_n_steps, budget // n_envs))
-    rollout = n_envs * n_steps
-    return TrainConfig(
+    settings = {**SUITE_LLM, **config.llm}
+    if not scores_listed_actions(mode):
+        settings = {k: v for k, v in settings.items() if k not in CHOICE_ONLY}
+    exact = exact_evaluation_supported(spec.id, spec.kwargs)
+    base = TrainConfig(
         env=spec.id,
         env_kwargs=dict(spec.kwargs),
-        model=config.model,
-        mode=mode,
-        timesteps=rollout * max(1, budget // rollout),
-        n_envs=n_envs,
-        n_steps=n_steps,
-        batch_size=min(config.llm_batch_size, rollout),
-        n_epochs=config.llm_epochs,
-        learning_rate=config.llm_lr,
-        lora_r=config.llm_lora_r,
-        ent_coef=config.llm_ent_coef,
-        advantage_estimator=config.llm_estimator,
-        micro_batch_size=config.llm_micro_batch_size,
-        max_new_tokens=config.max_new_tokens,
-        action_head=config.llm_action_head if scores_listed_actions(mode) else None,
-        choice_calibration=config.llm_choice_calibration if scores_listed_actions(mode) else None,
-        eval_episodes=0
-        if exact_evaluation_supported(spec.id, spec.kwargs)
-        else config.eval_episodes,
-        eval_points=config.llm_eval_points,
+        policy=PolicyConfig(model=config.model, action_mode=mode),  # type: ignore[arg-type]
+        eval_episodes=0 if exact else config.eval_episodes,
         seed=seed,
         device=config.device,
+    ).with_settings(settings)
+    n_envs = max(1, min(base.n_envs, budget))
+    n_steps = max(1, min(base.ppo.n_steps, budget // n_envs))
+    rollout = n_envs * n_steps
+    return base.with_settings(
+        {
+            "n_envs": n_envs,
+            "ppo.n_steps": n_steps,
+            "ppo.batch_size": min(base.ppo.batch_size, rollout),
+            "timesteps": rollout * max(1, budget // rollout),
+        }
     )
 
 
@@ -194,10 +194,15 @@ def run_llm_trained(
         from gym_llm.evaluation.baselines import dqn_budget_settings
 
         choice = llm_config(spec, "choice", budget, seed, config)
-        train_config = dataclasses.replace(
-            choice, algo="dqn", learning_rate=None, dqn_beta=config.llm_dqn_beta,
-            **dqn_budget_settings(budget, choice.n_envs),
-        )  # fmt: skip
+        budgeted = dqn_budget_settings(budget, choice.n_envs)
+        train_config = choice.with_settings(
+            {
+                "algo": "dqn",
+                "dqn.batch_size": choice.ppo.batch_size,
+                **{f"dqn.{name}": value for name, value in budgeted.items()},
+                **{k: v for k, v in config.llm.items() if k.startswith("dqn.")},
+            }
+        )
     else:
         train_config = llm_config(spec, mode, budget, seed, config)
     with _run_dir(config, f"{spec.slug}-llm-{mode}-seed{seed}") as run_dir:

@@ -1,29 +1,42 @@
-"""``TrainConfig``: everything that defines a training run (``config.json`` of a run directory;
-``gym-llm train`` flags map onto its fields one to one)."""
+"""``TrainConfig``: everything that defines a training run, saved as the run's ``config.json``.
+
+Run-level settings (the env, the budget, evaluation, checkpoints) are its own fields; the
+components' settings are its sections, the components' own configs: ``policy``
+(:class:`~gym_llm.PolicyConfig`), ``ppo`` (:class:`~gym_llm.PPOConfig`) and ``dqn``
+(:class:`~gym_llm.DQNConfig`). One dotted syntax changes any of them, on the command line
+(``--ppo.n-epochs 2``), in sweeps and in recipes (``ppo.n_epochs=2``):
+:func:`gym_llm.configs.override`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gym_llm.configs import override, to_dict
 from gym_llm.evaluation.exact import exact_evaluation_supported
-from gym_llm.policy.arguments import (
-    check_mode,
-    check_mode_settings,
-    lists_a_choice,
-    scores_listed_actions,
-)
-from gym_llm.policy.models import DEFAULT_MODEL
-from gym_llm.policy.top_layers import parse_trainable_layers
-from gym_llm.rl.ppo.advantages import check_estimator
-from gym_llm.rl.ppo.config import DEFAULT_N_EPOCHS
-from gym_llm.rl.ppo.entropy_control import (
-    check_choice_among_listed,
-    check_entropy_of,
-    check_floor,
-    parse_ent_coef,
-)
+from gym_llm.policy.arguments import lists_a_choice, scores_listed_actions
+from gym_llm.policy.config import PolicyConfig
+from gym_llm.rl.dqn.config import DQNConfig
+from gym_llm.rl.ppo.config import PPOConfig
+from gym_llm.rl.ppo.entropy_control import check_choice_among_listed, parse_ent_coef
 from gym_llm.wrappers.count_bonus import check_count_key
+
+
+def run_policy() -> PolicyConfig:
+    """A run's policy: choice mode unless set (the policy's own default asks the env)."""
+    return PolicyConfig(action_mode="choice")
+
+
+def run_ppo() -> PPOConfig:
+    """A run's PPO: rollouts of 32 steps per env (8 envs: 256 turns per update)."""
+    return PPOConfig(n_steps=32)
+
+
+def run_dqn() -> DQNConfig:
+    """A run's DQN: minibatches of 64 transitions."""
+    return DQNConfig(batch_size=64)
 
 
 @dataclass
@@ -39,67 +52,10 @@ class TrainConfig:
     algo: str = "ppo"
     #: Keyword arguments for ``gym.make`` (e.g. ``{"sab": False}``).
     env_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: Registry name (see ``gym-llm models``), local directory, ``.gguf`` file or hub id.
-    model: str = DEFAULT_MODEL
-    #: ``"choice"`` scores the listed actions; ``"generate"`` samples free text.
-    mode: str = "choice"
     #: Env steps to train for (summed over the parallel envs).
     timesteps: int = 2048
     #: Parallel envs per rollout.
     n_envs: int = 8
-    #: Steps per env per rollout (a rollout is n_steps * n_envs turns).
-    n_steps: int = 32
-    #: PPO minibatch size, in turns.
-    batch_size: int = 64
-    #: Passes over each rollout (PPO's default, measured).
-    n_epochs: int = DEFAULT_N_EPOCHS
-    #: Adam learning rate (default: PPO's, 5e-4 with LoRA and 1e-5 without, measured; DQN's
-    #: 1e-4, SB3's).
-    learning_rate: float | None = None
-    #: LoRA rank; 0 fine-tunes all weights.
-    lora_r: int = 16
-    #: Advantages: gae (with the critic), or critic-free rebn, grpo, rloo, gigpo.
-    advantage_estimator: str = "gae"
-    #: The value head's learning rate as a multiple of the policy's.
-    value_lr_scale: float = 1.0
-    #: The critic learns returns in units of their running mean and std (MAPPO's value
-    #: normalisation): for returns far from the reward's size, such as -1 per move.
-    value_normalization: bool = False
-    #: The action head's learning rate as a multiple of the policy's.
-    action_head_lr_scale: float = 1.0
-    #: Env steps at the start during which only the value head trains.
-    critic_warmup_steps: int = 0
-    #: Choice mode: subtract each action's score under a content-free prompt (default: on in
-    #: choice mode).
-    choice_calibration: bool | None = None
-    #: A linear action head on the centred hidden state of the first trainable layer's input
-    #: (the critic reads it too); see LLMPolicy's action_head (default: on in choice mode; in
-    #: generate mode off unless set, and then added to the logits of the actions' word tokens).
-    action_head: bool | None = None
-    #: Generate mode with the action head: the share of the LM's own odds among the listed
-    #: actions that each reply token keeps (1: all; 0: none, the head alone picks the action).
-    action_prior_scale: float = 1.0
-    #: Decoder layers that train, from the top: "auto" (a quarter with LoRA, all without),
-    #: "all", a count ("8") or a share ("0.25"). The update starts from the hidden states the
-    #: rollout computed below them, so fewer layers make it cheaper.
-    trainable_layers: str = "auto"
-    #: Entropy bonus coefficient, or "auto" ("auto_0.05": its start) to hold the mean per-state
-    #: entropy at 0.3 of log K with SAC-discrete's temperature rule (choice mode, or generate
-    #: mode with action_head: the entropy of each reply's decision token among the actions).
-    ent_coef: float | str = 0.0
-    #: With ent_coef="auto": which entropy it holds, "state" (the mean per-state entropy) or
-    #: "marginal" (that of the mean action distribution over states: high for a policy that is
-    #: certain in each state but answers by state, 0 for one that plays one action everywhere).
-    target_entropy_of: str = "state"
-    #: A floor on every listed action's probability in every state, held by a log-barrier in
-    #: PPO's loss (choice mode, or generate mode with action_head); 0: off.
-    min_action_prob: float = 0.0
-    #: Coefficient of the KL penalty to the base model (adapter disabled).
-    kl_coef: float = 0.0
-    #: Stop an update's epochs early when the approximate KL exceeds this (None: never).
-    target_kl: float | None = None
-    #: Discount factor.
-    gamma: float = 0.99
     #: A count-based novelty bonus on the training env's reward, ``count_bonus / sqrt(N)``, N
     #: the visits of the state reached (gym_llm.wrappers.CountBonusWrapper; 0: none). For
     #: tasks that fail at discovery; about a tenth of the task's typical reward size.
@@ -113,13 +69,6 @@ class TrainConfig:
     #: earns what its fallback action earns, so only the task's reward teaches the format.
     #: Evaluations score the task's own reward.
     invalid_penalty: float = 0.0
-    #: Turns per forward/backward pass (gradient accumulation up to batch_size); none: as many
-    #: as fit the update's memory budget.
-    micro_batch_size: int | None = None
-    #: Reply length in generate mode (None: the model's registry default).
-    max_new_tokens: int | None = None
-    #: Sampling temperature of the policy.
-    temperature: float = 1.0
     #: Monte-Carlo episodes per evaluation (before, after, each curve point); 0 skips them where
     #: the env has an exact evaluation (gym_llm.evaluation.exact), which every point then uses.
     eval_episodes: int = 100
@@ -138,62 +87,38 @@ class TrainConfig:
     #: Also keep the agent of the best curve point so far in run_dir/best/ (which point and its
     #: value in best/best.json): a run that reaches its best and then falls back keeps it.
     keep_best: bool = True
-    #: Several processes, full fine-tuning (lora_r=0): shard the training state (weights the
-    #: optimizer steps, gradients, moments) over them with FSDP; each keeps one whole copy of
-    #: the weights. ``accelerate launch --use_fsdp`` turns it on too.
-    fsdp: bool = False
-    #: DQN: env steps held in the replay buffer.
-    buffer_size: int = 1_000_000
-    #: DQN: env steps of uniform exploration before the first update.
-    learning_starts: int = 100
-    #: DQN: env steps per env between updates.
-    train_freq: int = 4
-    #: DQN: gradient steps per update.
-    gradient_steps: int = 1
-    #: DQN: env steps between target-network copies.
-    target_update_interval: int = 10_000
-    #: DQN: share of the run over which epsilon falls from 1 to exploration_final_eps.
-    exploration_fraction: float = 0.1
-    #: DQN: the final epsilon of epsilon-uniform exploration.
-    exploration_final_eps: float = 0.05
-    #: DQN: rewards summed before bootstrapping (n-step returns; SB3 DQN's n_steps).
-    dqn_n_steps: int = 1
-    #: DQN: the posterior's temperature p_LM^beta exp(Q/alpha), in reward units.
-    dqn_alpha: float = 0.01
-    #: DQN: the prior's weight in the posterior (0: DQN on the LM's features; 1: the LM's
-    #: choice distribution as the reference).
-    dqn_beta: float = 0.0
-    #: DQN: env steps between distillations of its posterior into the LoRA policy (0: none),
-    #: so the LM plays well by itself (agent.policy).
-    distill_interval: int = 0
-    #: DQN: the LM's optimizer steps per distillation.
-    distill_steps: int = 4
-    #: DQN: with distillation on, the LM's steps of a last round on the final values.
-    distill_final_steps: int = 32
-    #: Chat-messages JSONL of demonstrations (``gym-llm demos``, gym_llm.experiments.demos.make_demos) to
-    #: fine-tune on with SFT after the "before" evaluation and before PPO (None: no warm start).
+    #: Chat-messages JSONL of demonstrations (``gym-llm demos``,
+    #: gym_llm.experiments.demos.make_demos) to fine-tune on with SFT after the "before"
+    #: evaluation and before PPO (None: no warm start).
     sft_demos: str | None = None
     #: Passes over the demonstrations in that SFT warm start.
     sft_epochs: float = 1.0
     #: AdamW learning rate of the SFT warm start (decayed linearly to 0 over its steps).
     sft_learning_rate: float = 1e-4
+    #: The policy's settings (gym_llm.PolicyConfig); a run defaults to choice mode.
+    policy: PolicyConfig = field(default_factory=run_policy)
+    #: PPO's settings (gym_llm.PPOConfig), used with algo="ppo"; a run defaults to n_steps=32.
+    ppo: PPOConfig = field(default_factory=run_ppo)
+    #: DQN's settings (gym_llm.DQNConfig), used with algo="dqn"; a run defaults to
+    #: batch_size=64.
+    dqn: DQNConfig = field(default_factory=run_dqn)
 
     def __post_init__(self) -> None:
-        check_mode(self.mode)
+        mode = self.policy.named_mode()
         if self.algo not in ("ppo", "dqn"):
             raise ValueError(f"algo must be 'ppo' or 'dqn', got {self.algo!r}.")
-        if self.algo == "dqn" and (not scores_listed_actions(self.mode) or self.lora_r == 0):
+        if self.algo == "dqn" and (not scores_listed_actions(mode) or self.policy.lora is None):
             raise ValueError(
                 "algo='dqn' learns a value per listed action on the frozen model: it needs "
-                "mode='choice' and LoRA (lora_r > 0)."
+                "policy.action_mode='choice' and LoRA (policy.lora not null)."
             )
         if self.algo == "dqn" and self.sft_demos is not None:
             raise ValueError("sft_demos warms up PPO's policy; algo='dqn' does not use it.")
-        for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs"):
+        for name in ("timesteps", "n_envs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        if self.eval_points < 0 or self.lora_r < 0 or self.eval_episodes < 0:
-            raise ValueError("eval_points, eval_episodes and lora_r must be >= 0.")
+        if self.eval_points < 0 or self.eval_episodes < 0:
+            raise ValueError("eval_points and eval_episodes must be >= 0.")
         if self.count_bonus < 0 or not 0 < self.count_bonus_until <= 1:
             raise ValueError(
                 f"count_bonus must be >= 0 and count_bonus_until in (0, 1], got "
@@ -207,23 +132,15 @@ class TrainConfig:
             )
         if self.sft_demos is not None and self.sft_epochs <= 0:
             raise ValueError(f"sft_epochs must be > 0, got {self.sft_epochs}.")
-        parse_trainable_layers(self.trainable_layers)  # a bad value fails here, not mid-run
-        auto = parse_ent_coef(self.ent_coef)[1]
-        if auto and self.algo != "ppo":
-            raise ValueError("ent_coef='auto' holds an entropy target of PPO; DQN has none.")
-        if self.min_action_prob and self.algo != "ppo":
-            raise ValueError("min_action_prob is a term of PPO's loss; DQN has none.")
-        check_floor(self.min_action_prob)
-        among_listed = lists_a_choice(self.mode, bool(self.action_head))
-        check_choice_among_listed(auto, self.min_action_prob > 0, among_listed)
-        check_entropy_of(self.target_entropy_of, auto)
-        check_estimator(self.advantage_estimator)
-        check_mode_settings(
-            self.mode,
-            bool(self.choice_calibration),
-            bool(self.action_head),
-            self.action_prior_scale,
-        )
+        auto = parse_ent_coef(self.ppo.ent_coef)[1]
+        if self.algo == "dqn" and (auto or self.ppo.min_action_prob):
+            raise ValueError(
+                "ppo.ent_coef='auto' and ppo.min_action_prob are PPO's; DQN has none: leave "
+                "them unset with algo='dqn'."
+            )
+        if self.algo == "ppo":
+            among_listed = lists_a_choice(mode, bool(self.policy.action_head))
+            check_choice_among_listed(auto, self.ppo.min_action_prob > 0, among_listed)
         if self.checkpoint_every is not None and self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}.")
         if self.keep_checkpoints < 1:
@@ -234,22 +151,92 @@ class TrainConfig:
                 "give a number of Monte-Carlo episodes."
             )
 
+    @property
+    def mode(self) -> str:
+        """The policy's action mode (``policy.action_mode``, which a run must name)."""
+        return self.policy.named_mode()
+
+    @property
+    def rollout_steps(self) -> int:
+        """Vector steps between updates: PPO's ``n_steps``, DQN's ``train_freq``."""
+        if self.algo == "dqn":
+            freq = self.dqn.train_freq
+            return int(freq if isinstance(freq, int) else freq[0])
+        return self.ppo.n_steps
+
+    def with_settings(self, settings: Mapping[str, Any]) -> TrainConfig:
+        """This config with dotted settings replacing fields (:func:`gym_llm.configs.override`):
+        ``config.with_settings({"ppo.n_epochs": 2, "timesteps": 512})``."""
+        return override(self, settings)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The run file's JSON: run settings, then the sections as nested objects."""
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
+        """A config from a run file: nested sections, or the flat keys of run files written
+        before the sections (``n_epochs``, ``lora_r``, ``mode``, ...), read the same."""
+        return override(cls(), read_flat(data))
+
     def policy_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "lora": {"r": self.lora_r, "lora_alpha": 2 * self.lora_r} if self.lora_r else None,
-            "action_mode": self.mode,
-            "temperature": self.temperature,
-            "trainable_layers": parse_trainable_layers(self.trainable_layers),
-            "value_lr_scale": self.value_lr_scale,
-            "value_normalization": self.value_normalization,
-            "action_head_lr_scale": self.action_head_lr_scale,
-        }
-        if self.action_prior_scale != 1.0:
-            kwargs["action_prior_scale"] = self.action_prior_scale
-        for name in ("choice_calibration", "action_head"):
-            if getattr(self, name) is not None:
-                kwargs[name] = getattr(self, name)
-        if self.max_new_tokens is not None:
-            kwargs["max_new_tokens"] = self.max_new_tokens
-        return kwargs
+        """What ``PPO``/``DQN`` pass to ``LLMPolicy``."""
+        return {"config": self.policy}
+
+
+#: Where each key of a flat run file (written before the sections) went: ``section.field``.
+FLAT_KEYS: dict[str, tuple[str, ...]] = {
+    **{
+        name: (f"policy.{name}",)
+        for name in (
+            "model", "temperature", "max_new_tokens", "trainable_layers", "value_lr_scale",
+            "value_normalization", "action_head_lr_scale", "choice_calibration", "action_head",
+            "action_prior_scale",
+        )
+    },
+    "mode": ("policy.action_mode",),
+    "lora_r": ("policy.lora",),
+    **{
+        name: (f"ppo.{name}",)
+        for name in (
+            "n_steps", "n_epochs", "advantage_estimator", "critic_warmup_steps", "ent_coef",
+            "target_entropy_of", "min_action_prob", "kl_coef", "target_kl", "micro_batch_size",
+            "fsdp",
+        )
+    },
+    **{name: (f"ppo.{name}", f"dqn.{name}") for name in ("batch_size", "gamma", "learning_rate")},
+    **{
+        name: (f"dqn.{name}",)
+        for name in (
+            "buffer_size", "learning_starts", "train_freq", "gradient_steps",
+            "target_update_interval", "exploration_fraction", "exploration_final_eps",
+            "distill_interval", "distill_steps", "distill_final_steps",
+        )
+    },
+    "dqn_n_steps": ("dqn.n_steps",),
+    "dqn_alpha": ("dqn.alpha",),
+    "dqn_beta": ("dqn.beta",),
+}  # fmt: skip
+
+
+def read_flat(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with the keys of a flat run file moved to their sections (values translated
+    where the section's field differs: ``lora_r`` -> ``policy.lora``); other keys unchanged."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in FLAT_KEYS:
+            out[key] = value
+            continue
+        for target in FLAT_KEYS[key]:
+            out[target] = _flat_value(key, target, value)
+    return out
+
+
+def _flat_value(key: str, target: str, value: Any) -> Any:
+    if key == "lora_r":
+        return None if value == 0 else {"r": value, "lora_alpha": 2 * value}
+    if key == "fsdp":
+        return True if value else None  # False meant: as ``accelerate launch`` says
+    if target == "dqn.learning_rate" and value is None:
+        return DQNConfig.learning_rate  # None meant DQN's default
+    return value

@@ -7,15 +7,16 @@ measurements, is in ``docs/guides/training.md`` and ``benchmarks/RESULTS.md``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from gym_llm.policy.arguments import ActionMode, Normalization
+from gym_llm.configs import RUNTIME_ONLY
+from gym_llm.policy.arguments import ActionMode, Normalization, check_mode, check_mode_settings
 from gym_llm.policy.param_groups import check_lr_scale
 from gym_llm.policy.prompts import check_max_prompt_tokens
-from gym_llm.policy.top_layers import TrainableLayers
+from gym_llm.policy.top_layers import TrainableLayers, parse_trainable_layers
 from gym_llm.policy.trunk_cache import DEFAULT_TRUNK_CACHE_MB
 
 
@@ -28,7 +29,7 @@ class PolicyConfig:
     #: required, and ``save`` records the model's ``name_or_path``, refusing when it has none).
     model: str | Any = "smollm2-135m"
     #: The tokenizer of a ``model`` object (ignored for names and paths).
-    tokenizer: Any = None
+    tokenizer: Any = field(default=None, metadata=RUNTIME_ONLY)
     #: Model weights' dtype (``None``: bf16 on a GPU, fp32 on the CPU).
     dtype: str | None = None
     #: LoRA: ``"default"`` (the model's registry settings), a dict of ``peft.LoraConfig`` fields
@@ -81,7 +82,9 @@ class PolicyConfig:
     #: The action head's learning rate as a multiple of the policy's.
     action_head_lr_scale: float = 1.0
     #: SB3's: the optimizer (saved by its import path).
-    optimizer_class: type[torch.optim.Optimizer] = torch.optim.AdamW
+    optimizer_class: type[torch.optim.Optimizer] = field(
+        default=torch.optim.AdamW, metadata=RUNTIME_ONLY
+    )
     #: SB3's: the optimizer's keyword arguments.
     optimizer_kwargs: dict[str, Any] | None = None
 
@@ -105,7 +108,22 @@ class PolicyConfig:
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}.")
         check_max_prompt_tokens(self.max_prompt_tokens)
+        self.trainable_layers = parse_trainable_layers(self.trainable_layers)  # "8" from a file
         self.value_lr_scale = check_lr_scale("value_lr_scale", self.value_lr_scale)
         self.action_head_lr_scale = check_lr_scale(
             "action_head_lr_scale", self.action_head_lr_scale
         )
+
+    def named_mode(self) -> str:
+        """The action mode, which a run must name (only a policy built on an env can ask the
+        env), checked with the settings that belong to one mode."""
+        if self.action_mode is None:
+            raise ValueError("policy.action_mode: a run names its mode, 'choice' or 'generate'.")
+        check_mode(self.action_mode)
+        check_mode_settings(
+            self.action_mode,
+            bool(self.choice_calibration),
+            bool(self.action_head),
+            self.action_prior_scale,
+        )
+        return self.action_mode

@@ -15,17 +15,17 @@ def test_learn_writes_json_and_png(
 ) -> None:
     data = main(
         [
-            "--model",
+            "--policy.model",
             str(tiny_model_dir),
             "--timesteps",
             "32",
             "--n-envs",
             "2",
-            "--n-steps",
+            "--ppo.n-steps",
             "8",
-            "--batch-size",
+            "--ppo.batch_size",
             "8",
-            "--micro-batch-size",
+            "--ppo.micro-batch-size",
             "8",
             "--eval-episodes",
             "4",
@@ -43,10 +43,11 @@ def test_learn_writes_json_and_png(
         ]
     )
     name = result_name(
-        config_from_args(build_parser().parse_args(["--model", str(tiny_model_dir)]))
+        config_from_args(build_parser().parse_args(["--policy.model", str(tiny_model_dir)]))
     )
     saved = json.loads((tmp_path / "results" / f"{name}.json").read_text())
     assert saved == json.loads(json.dumps(data))
+    assert saved["config"]["env_kwargs"] == {"sab": False}  # the script's default env
     assert saved["optimum"] == pytest.approx(-0.0466, abs=5e-4)
     assert saved["random"] == pytest.approx(-0.396, abs=1e-3)
     point = saved["curve"][-1]
@@ -64,6 +65,6 @@ def test_help_lists_every_flag_with_defaults(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--help"])
     text = capsys.readouterr().out
-    for flag in ("--env", "--timesteps", "--mode", "--learning-rate", "--out", "--lora-r"):
+    for flag in ("--env", "--timesteps", "--policy.action-mode", "--ppo.learning-rate", "--out"):
         assert flag in text
     assert "default: 2048" in text

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.sft_vs_ppo import build_parser, main, result_name
+from benchmarks.sft_vs_ppo import build_parser, config_from_args, main, result_name
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -19,18 +19,17 @@ def test_sft_vs_ppo_writes_json_and_png(
     argv = [
         "--env",
         "gym_llm/KeywordBandit-v0",
-        "--env-kwargs",
-        "--model",
+        "--policy.model",
         str(tiny_model_dir),
         "--timesteps",
         "8",
         "--n-envs",
         "2",
-        "--n-steps",
+        "--ppo.n-steps",
         "4",
-        "--batch-size",
+        "--ppo.batch-size",
         "8",
-        "--micro-batch-size",
+        "--ppo.micro-batch-size",
         "8",
         "--sft-epochs",
         "2",
@@ -45,7 +44,7 @@ def test_sft_vs_ppo_writes_json_and_png(
         "--no-progress",
     ]
     data = main(argv)
-    name = result_name(build_parser().parse_args(argv))
+    name = result_name(config_from_args(build_parser().parse_args(argv)))
     saved = json.loads((tmp_path / "results" / f"{name}.json").read_text())
     assert saved == json.loads(json.dumps(data))
     summary = saved["summary"]
@@ -72,3 +71,4 @@ def test_help_lists_every_flag_with_defaults(capsys: pytest.CaptureFixture[str])
     for flag in ("--sft-epochs", "--sft-learning-rate", "--episode-demos", "--timesteps"):
         assert flag in text
     assert "(default: 128)" in text and "(default: Blackjack-v1)" in text
+    assert "(default: sab=False)" in text and "(default: 16)" in text[text.index("--ppo.n-steps") :]

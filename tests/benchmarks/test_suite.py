@@ -18,7 +18,8 @@ def test_run_streams_points_then_summarize_plots_and_diagnostics(
             "run", "--model", str(tiny_model_dir), "--env", "FrozenLake-v1", "--env-kwargs",
             "is_slippery=False", "--timesteps", "16", "--every", "8", "--n-envs", "2",
             "--n-steps", "4", "--batch-size", "4", "--epochs", "1", "--estimator", "gigpo",
-            "--set", "value_normalization=True", "lora_r=4", "ent_coef=auto", "--device", "cpu",
+            "--set", "policy.value_normalization=true", 'policy.lora={"r": 4}', "ppo.ent_coef=auto",
+            "--device", "cpu",
             "--jsonl", str(jsonl), "--run-dir", str(tmp_path / "run"),
         ]
     )  # fmt: skip
@@ -29,13 +30,14 @@ def test_run_streams_points_then_summarize_plots_and_diagnostics(
     assert {r["batch_size"] for r in rows} == {4}  # not the recorded 32: the row says so
     assert not {"ent_coef", "learning_rate"} & set(rows[0])  # the recorded ones: left out
     assert all(0.0 <= r["value"] <= 1.0 for r in rows)  # FrozenLake's exact goal probability
-    settings = {"value_normalization": True, "lora_r": 4, "ent_coef": "auto"}
+    settings = {"policy.value_normalization": True, "policy.lora": {"r": 4}, "ppo.ent_coef": "auto"}
     assert all(r["set"] == settings for r in rows)  # ent_coef=auto over --ent-coef's 0.01
     assert (tmp_path / "run" / "config.json").read_text().count('"ent_coef": "auto"') == 1
 
     table = main(["summarize", str(jsonl), "--plots", str(tmp_path / "plots")])
     # a setting that is not the default names its own learner
-    learner = "gigpo, n_epochs 1, batch_size 4, value_normalization True, lora_r 4, ent_coef auto"
+    learner = "gigpo, n_epochs 1, batch_size 4, policy.value_normalization True, "
+    learner += "policy.lora {'r': 4}, ppo.ent_coef auto"
     learner += " (choice, 4)"
     assert f"| FrozenLake-v1 is_slippery=False | {learner} | 1 |" in table
     assert "not reached" in table  # 16 steps never reach the 2,048-step budget
@@ -55,7 +57,7 @@ def test_dqn_runs_record_their_settings_and_the_distilled_lm(
     jsonl = tmp_path / "dqn.jsonl"
     main(
         [
-            "run", "--algo", "dqn", "--dqn", "dqn_beta=1", "distill_interval=16",
+            "run", "--algo", "dqn", "--set", "dqn.beta=1", "dqn.distill_interval=16",
             "--model", str(tiny_model_dir), "--env", "FrozenLake-v1", "--env-kwargs",
             "is_slippery=False", "--timesteps", "32", "--every", "16", "--n-envs", "2",
             "--device", "cpu", "--jsonl", str(jsonl), "--run-dir", str(tmp_path / "run"),
@@ -64,8 +66,8 @@ def test_dqn_runs_record_their_settings_and_the_distilled_lm(
     rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
     settings = rows[0]["dqn"]
     # SB3 DQN's settings scaled to the 32-step budget, replayed as often as its one-env DQN
-    assert settings["learning_starts"] == 3 and settings["gradient_steps"] == 2
-    assert settings["dqn_beta"] == 1 and rows[-1]["done"] and "n_epochs" not in rows[0]
+    assert settings["dqn.learning_starts"] == 3 and settings["dqn.gradient_steps"] == 2
+    assert settings["dqn.beta"] == 1 and rows[-1]["done"] and "n_epochs" not in rows[0]
     assert 0.0 <= rows[-1]["distilled_value"] <= 1.0
     table = main(["summarize", str(jsonl)])
     assert "| dqn beta=1 (choice, 8) | 1 | +1.000 @ 2048 |" in table

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 import types
@@ -15,16 +16,18 @@ from typing import Any, Literal
 import pytest
 
 import gym_llm
+from gym_llm import DQNConfig, PolicyConfig, PPOConfig
 from gym_llm.cli import arguments
 from gym_llm.cli import commands as cli
+from gym_llm.configs import dotted
 from gym_llm.experiments.run import TrainConfig
 from gym_llm.policy.models import MODEL_REGISTRY
 from tests.paths import ROOT
 
 FAST = [
     "--env", "gym_llm/KeywordBandit-v0",
-    "--timesteps", "8", "--n-envs", "2", "--n-steps", "4", "--batch-size", "8",
-    "--n-epochs", "1", "--micro-batch-size", "8", "--eval-episodes", "0",
+    "--timesteps", "8", "--n-envs", "2", "--ppo.n-steps", "4", "--ppo.batch-size", "8",
+    "--ppo.n-epochs", "1", "--ppo.micro-batch-size", "8", "--eval-episodes", "0",
     "--eval-points", "0", "--device", "cpu", "--quiet",
 ]  # fmt: skip
 
@@ -59,21 +62,30 @@ def test_env_kwargs_syntax() -> None:
             arguments.parse_env_kwargs(bad)
 
 
-def test_train_has_a_flag_with_help_and_default_for_every_trainconfig_field(
+def test_train_has_a_flag_with_help_and_default_for_every_trainconfig_setting(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit) as exc:
         cli.main(["train", "--help"])
     assert exc.value.code == 0
     text = " ".join(capsys.readouterr().out.split())  # undo line wrapping
-    docs = arguments.field_docs(TrainConfig)
-    for item in dataclasses.fields(TrainConfig):
-        flag = "--" + item.name.replace("_", "-")
-        assert flag in text, flag
-        default = item.default if item.default is not dataclasses.MISSING else {}
-        assert f"(default: {arguments._show(default)})" in text
-        assert item.name in docs, f"TrainConfig.{item.name} has no #: comment for its --help"
+    options = text[text.index("run settings (") :]
+    settings = dotted(TrainConfig())
+    assert "ppo.n_epochs" in settings and "policy.tokenizer" not in settings  # runtime-only
+    for name, default in settings.items():
+        flag = "--" + name.replace("_", "-")
+        entry = options[re.search(re.escape(flag) + "[ ,]", options).start() :]
+        shown = entry[entry.index("(default: ") :].split(")")[0]
+        assert shown == f"(default: {arguments._show(default)}", (flag, shown)
+    sections = {"": TrainConfig, "policy.": PolicyConfig, "ppo.": PPOConfig, "dqn.": DQNConfig}
+    for prefix, cls in sections.items():
+        docs = arguments.field_docs(cls)
+        for name in settings:
+            field_name = name.removeprefix(prefix)
+            if name.startswith(prefix) and "." not in field_name:
+                assert field_name in docs, f"{cls.__name__}.{field_name} has no #: comment"
     assert "Env steps to train for" in text and "--config FILE" in text
+    assert "(default: 32)" in text[text.index("--ppo.n-steps") :]  # the run's, not PPO's 64
 
 
 def test_flags_follow_new_dataclass_fields() -> None:
@@ -109,7 +121,7 @@ def test_train_writes_a_run_that_repeats_from_its_config_and_evaluates(
     tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     first = tmp_path / "first"
-    argv = ["train", *FAST, "--model", str(tiny_model_dir), "--checkpoint-every", "4"]
+    argv = ["train", *FAST, "--policy.model", str(tiny_model_dir), "--checkpoint-every", "4"]
     argv += ["--timesteps", "16"]  # two rollouts of 8: checkpoints at their boundaries
     assert cli.main([*argv, "--env-kwargs", 'options=["stick","hit"]', "--out", str(first)]) == 0
     out = capsys.readouterr().out
@@ -174,10 +186,11 @@ def test_dry_run_resolves_config_and_overrides(
     ]
     assert cli.main(argv) == 0
     resolved = json.loads(capsys.readouterr().out)
-    expected = dataclasses.asdict(
-        TrainConfig(env="gym_llm/GuessNumber-v0", timesteps=99, gamma=1.0, n_envs=3)
+    # a flat run file (written before the sections) reads as the same settings
+    expected = TrainConfig(env="gym_llm/GuessNumber-v0", timesteps=99, n_envs=3).with_settings(
+        {"ppo.gamma": 1.0, "dqn.gamma": 1.0}
     )
-    assert resolved == expected
+    assert resolved == expected.as_dict()
     assert not (tmp_path / "r").exists()  # a dry run writes nothing
 
 
@@ -193,10 +206,16 @@ def test_config_file_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     unknown = tmp_path / "unknown.json"
     unknown.write_text(json.dumps({"env": "CartPole-v1", "timestep": 5}))
     err = _usage_error(["train", "--config", str(unknown)], capsys)
-    assert "unknown keys ['timestep']" in err and "timesteps" in err
+    assert "'timestep' is not a setting of TrainConfig" in err and "timesteps" in err
+    unknown.write_text(json.dumps({"ppo": {"n_epoch": 2}}))
+    err = _usage_error(["train", "--config", str(unknown)], capsys)
+    assert "'ppo.n_epoch' is not a setting of PPOConfig" in err and "ppo.n_epochs" in err
     typed = tmp_path / "typed.json"
     typed.write_text(json.dumps({"timesteps": "many"}))
     assert "'timesteps' must be int" in _usage_error(["train", "--config", str(typed)], capsys)
+    typed.write_text(json.dumps({"policy": {"action_head": "yes"}}))
+    err = _usage_error(["train", "--config", str(typed)], capsys)
+    assert "'policy.action_head' must be bool or null" in err
     listed = tmp_path / "list.json"
     listed.write_text("[1, 2]")
     assert "JSON object" in _usage_error(["train", "--config", str(listed)], capsys)
@@ -206,8 +225,10 @@ def test_bad_flags_and_settings(tmp_path: Path, capsys: pytest.CaptureFixture[st
     err = _usage_error(["train", "--env-kwargs", "sab", "--dry-run"], capsys)
     assert "KEY=VALUE" in err
     assert "'lots' is not a valid int" in _usage_error(["train", "--timesteps", "lots"], capsys)
-    err = _usage_error(["train", "--mode", "talk", "--dry-run"], capsys)
-    assert "mode must be 'choice' or 'generate'" in err
+    err = _usage_error(["train", "--policy.action-mode", "talk", "--dry-run"], capsys)
+    assert "--policy.action-mode: choose from choice, generate" in err
+    err = _usage_error(["train", "--n-epochs", "2", "--dry-run"], capsys)
+    assert "--n-epochs is now --ppo.n-epochs" in err  # a flag from before the sections
     err = _usage_error(["train", "--env", "NoSuchEnv-v9", "--dry-run"], capsys)
     assert "NoSuchEnv-v9" in err
     err = _usage_error(
@@ -220,9 +241,11 @@ def test_bad_flags_and_settings(tmp_path: Path, capsys: pytest.CaptureFixture[st
     )
     assert "max_number must be between 2 and 64" in err
     assert "'auto' or 'auto_<start>'" in _usage_error(
-        ["train", "--ent-coef", "often", "--dry-run"], capsys
+        ["train", "--ppo.ent-coef", "often", "--dry-run"], capsys
     )
-    err = _usage_error(["train", "--ent-coef", "auto", "--mode", "generate", "--dry-run"], capsys)
+    err = _usage_error(
+        ["train", "--ppo.ent-coef", "auto", "--policy.action-mode", "generate", "--dry-run"], capsys
+    )
     assert "action_head=True" in err
     assert "must be <= 0" in _usage_error(["train", "--invalid-penalty", "1", "--dry-run"], capsys)
     run = tmp_path / "run"
@@ -233,12 +256,12 @@ def test_bad_flags_and_settings(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_entropy_coefficient_takes_a_number_or_auto(capsys: pytest.CaptureFixture[str]) -> None:
     for flag, value in (("auto_0.05", "auto_0.05"), ("0.02", 0.02)):
-        assert cli.main(["train", "--ent-coef", flag, "--dry-run"]) == 0
-        assert json.loads(capsys.readouterr().out)["ent_coef"] == value
-    argv = ["train", "--ent-coef", "auto", "--target-entropy-of", "marginal", "--dry-run"]
+        assert cli.main(["train", "--ppo.ent-coef", flag, "--dry-run"]) == 0
+        assert json.loads(capsys.readouterr().out)["ppo"]["ent_coef"] == value
+    argv = ["train", "--ppo.ent-coef", "auto", "--ppo.target-entropy-of", "marginal", "--dry-run"]
     assert cli.main(argv) == 0
-    assert json.loads(capsys.readouterr().out)["target_entropy_of"] == "marginal"
-    err = _usage_error(["train", "--target-entropy-of", "marginal", "--dry-run"], capsys)
+    assert json.loads(capsys.readouterr().out)["ppo"]["target_entropy_of"] == "marginal"
+    err = _usage_error(["train", "--ppo.target-entropy-of", "marginal", "--dry-run"], capsys)
     assert "set ent_coef='auto' as well" in err
 
 
@@ -343,9 +366,12 @@ def test_resume_extends_a_run_and_refuses_conflicting_flags(
     tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_dir = tmp_path / "run"
-    assert cli.main(["train", *FAST, "--model", str(tiny_model_dir), "--out", str(run_dir)]) == 0
-    err = _usage_error(["train", "--resume", str(run_dir), "--learning-rate", "0.1"], capsys)
-    assert "--learning-rate 0.1" in err and "--config" in err
+    assert (
+        cli.main(["train", *FAST, "--policy.model", str(tiny_model_dir), "--out", str(run_dir)])
+        == 0
+    )
+    err = _usage_error(["train", "--resume", str(run_dir), "--ppo.learning-rate", "0.1"], capsys)
+    assert "--ppo.learning-rate 0.1" in err and "--config" in err
     err = _usage_error(["train", "--resume", str(run_dir), "--out", str(tmp_path / "x")], capsys)
     assert "drop --out" in err
     err = _usage_error(["train", "--resume", str(tmp_path / "nothing")], capsys)
@@ -365,7 +391,15 @@ def test_resume_before_the_first_checkpoint_starts_over(
     tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_dir = tmp_path / "run"
-    argv = ["train", *FAST, "--model", str(tiny_model_dir), "--out", str(run_dir), "--dry-run"]
+    argv = [
+        "train",
+        *FAST,
+        "--policy.model",
+        str(tiny_model_dir),
+        "--out",
+        str(run_dir),
+        "--dry-run",
+    ]
     assert cli.main(argv) == 0
     run_dir.mkdir()
     (run_dir / "config.json").write_text(capsys.readouterr().out)  # as a run killed at once

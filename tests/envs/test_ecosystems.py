@@ -313,6 +313,9 @@ def test_the_cli_trains_a_free_text_game_in_generate_mode_by_default(
     env = ["--env", "gem:game:Minesweeper-v0-easy", "--out", str(tmp_path / "run"), "--dry-run"]
     assert main(["train", *env]) == 0
     out = capsys.readouterr().out
-    assert "generate mode" in out and json.loads(out[out.index("{") :])["mode"] == "generate"
-    assert main(["train", *env, "--mode", "choice"]) == 2
-    assert "use --mode generate" in capsys.readouterr().err
+    assert (
+        "generate mode" in out
+        and json.loads(out[out.index("{") :])["policy"]["action_mode"] == "generate"
+    )
+    assert main(["train", *env, "--policy.action-mode", "choice"]) == 2
+    assert "use --policy.action-mode generate" in capsys.readouterr().err

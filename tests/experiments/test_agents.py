@@ -19,8 +19,7 @@ def test_a_dqn_run_leaves_the_same_run_directory_and_resumes(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     config = small_run_config(
-        tiny_model_dir, algo="dqn", timesteps=96, learning_starts=16, train_freq=2,
-        distill_interval=48, distill_steps=2,
+        tiny_model_dir, {"algo": "dqn", "timesteps": 96, "dqn.learning_starts": 16, "dqn.train_freq": 2, "dqn.distill_interval": 48, "dqn.distill_steps": 2},
     )  # fmt: skip
     seen: list[int] = []
     result = run(
@@ -41,7 +40,7 @@ def test_a_dqn_run_leaves_the_same_run_directory_and_resumes(
     reply, _ = agent.predict(BLACKJACK_TEXT, deterministic=True)
     assert reply in ("stick", "hit")
     resumed = run(
-        TrainConfig(**{**json.loads((tmp_path / "run" / "config.json").read_text()), "timesteps": 128}),
+        TrainConfig.from_dict({**json.loads((tmp_path / "run" / "config.json").read_text()), "timesteps": 128}),
         tmp_path / "run", progress_bar=False, resume=True,
     )  # fmt: skip
     assert resumed.timesteps == 128 and resumed.curve[0].timesteps == 0
@@ -49,17 +48,17 @@ def test_a_dqn_run_leaves_the_same_run_directory_and_resumes(
 
 def test_load_agent_reads_a_ppo_agent_too(tiny_model_dir: Path, tmp_path: Path) -> None:
     result = run(
-        small_run_config(tiny_model_dir, eval_points=0), tmp_path / "run", progress_bar=False
+        small_run_config(tiny_model_dir, {"eval_points": 0}), tmp_path / "run", progress_bar=False
     )
     assert isinstance(load_agent(result.agent_path, device="cpu"), PPO)
 
 
 def test_dqn_config_errors_say_what_to_change(tiny_model_dir: Path) -> None:
     with pytest.raises(ValueError, match="algo must be"):
-        small_run_config(tiny_model_dir, algo="sac")
+        small_run_config(tiny_model_dir, {"algo": "sac"})
     with pytest.raises(ValueError, match="mode='choice' and LoRA"):
-        small_run_config(tiny_model_dir, algo="dqn", mode="generate")
+        small_run_config(tiny_model_dir, {"algo": "dqn", "policy.action_mode": "generate"})
     with pytest.raises(ValueError, match="mode='choice' and LoRA"):
-        small_run_config(tiny_model_dir, algo="dqn", lora_r=0)
+        small_run_config(tiny_model_dir, {"algo": "dqn", "policy.lora": None})
     with pytest.raises(ValueError, match="sft_demos"):
-        small_run_config(tiny_model_dir, algo="dqn", sft_demos="demos.jsonl")
+        small_run_config(tiny_model_dir, {"algo": "dqn", "sft_demos": "demos.jsonl"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 from pathlib import Path
@@ -67,7 +68,11 @@ def test_cli_errors_exit_with_usage(capsys: pytest.CaptureFixture[str]) -> None:
 def test_help_shows_every_flag_with_its_default() -> None:
     parser = build_parser()
     text = parser.format_help()
-    flags = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    flags = [
+        a
+        for a in parser._actions
+        if a.option_strings and a.dest != "help" and a.help != argparse.SUPPRESS
+    ]
     for action in flags:
         assert action.option_strings[-1] in text
     assert text.count("(default:") >= len(flags)
@@ -127,8 +132,8 @@ def test_llm_agents_through_training_run(tiny_model_dir: Path, tmp_path: Path) -
             "--envs", "FrozenLake-v1:is_slippery=False",
             "--agents", "llm-zero-shot,llm-choice",
             "--model", str(tiny_model_dir),
-            "--budget", "8", "--llm-n-envs", "2", "--llm-n-steps", "2",
-            "--llm-batch-size", "4", "--llm-micro-batch-size", "4",
+            "--budget", "8", "--llm", "n_envs=2", "ppo.n_steps=2",
+            "ppo.batch_size=4", "ppo.micro_batch_size=4",
             "--seeds", "0", "--out", str(out), "--no-progress",
         ]
     )  # fmt: skip
@@ -148,8 +153,8 @@ def test_llm_dqn_through_training_run(tiny_model_dir: Path, tmp_path: Path) -> N
     status = main(
         [
             "--envs", "FrozenLake-v1:is_slippery=False", "--agents", "llm-dqn",
-            "--model", str(tiny_model_dir), "--budget", "32", "--llm-n-envs", "2",
-            "--llm-dqn-beta", "1", "--seeds", "0", "--out", str(out), "--no-progress",
+            "--model", str(tiny_model_dir), "--budget", "32", "--llm", "n_envs=2",
+            "dqn.beta=1", "--seeds", "0", "--out", str(out), "--no-progress",
         ]
     )  # fmt: skip
     assert status == 0
@@ -209,8 +214,8 @@ def test_zero_shot_comes_from_the_trained_runs_first_evaluation_off_tabular_envs
             "--envs", "Blackjack-v1:sab=False",
             "--agents", "llm-zero-shot,llm-choice",
             "--model", str(tiny_model_dir),
-            "--budget", "4", "--llm-n-envs", "2", "--llm-n-steps", "2",
-            "--llm-batch-size", "4", "--llm-micro-batch-size", "4", "--llm-eval-points", "0",
+            "--budget", "4", "--llm", "n_envs=2", "ppo.n_steps=2", "ppo.batch_size=4",
+            "ppo.micro_batch_size=4", "eval_points=0",
             "--seeds", "0", "--out", str(out), "--no-progress",
         ]
     )  # fmt: skip
@@ -247,17 +252,27 @@ def test_plan_runs_deterministic_agents_once_and_usual_budgets_on_the_first_seed
     assert all(agent != "llm-zero-shot" for agent, _, _ in cart)
 
 
-def test_the_action_head_flags_reach_choice_runs_only() -> None:
+def test_the_llm_settings_reach_the_runs_and_the_action_head_choice_runs_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from gym_llm.experiments.suite_runs import llm_config
 
-    args = SuiteConfig.from_namespace(
-        build_parser().parse_args(["--llm-action-head", "--llm-choice-calibration"])
-    )
+    given = ["--llm", "policy.action_head=true", "policy.choice_calibration=true", "ppo.n_epochs=3"]
+    config = SuiteConfig.from_namespace(build_parser().parse_args(given))
     spec = EnvSpec("gym_llm/Family-v0", {"task": "compare-p0-s1"})
-    choice = llm_config(spec, "choice", 128, 0, args)
-    assert choice.action_head and choice.choice_calibration
-    assert choice.policy_kwargs()["action_head"] is True
-    generate = llm_config(spec, "generate", 128, 0, args)
-    assert not generate.action_head and not generate.choice_calibration
+    choice = llm_config(spec, "choice", 128, 0, config)
+    assert choice.policy.action_head and choice.policy.choice_calibration
+    assert choice.ppo.n_epochs == 3 and choice.ppo.ent_coef == 0.01  # the suite's, kept
+    generate = llm_config(spec, "generate", 128, 0, config)
+    assert not generate.policy.action_head and not generate.policy.choice_calibration
+    assert generate.ppo.n_epochs == 3
     plain = SuiteConfig.from_namespace(build_parser().parse_args([]))
-    assert not llm_config(spec, "choice", 128, 0, plain).action_head
+    small = llm_config(spec, "choice", 16, 0, plain)
+    assert not small.policy.action_head and small.ppo.n_epochs == 2
+    assert small.n_envs * small.ppo.n_steps <= 16 and small.timesteps <= 16  # capped by budget
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--llm", "ppo.n_epoch=3"])
+    assert "'ppo.n_epoch' is not a setting of PPOConfig" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--llm-epochs", "3"])
+    assert "--llm-epochs is now --llm ppo.n_epochs=N" in capsys.readouterr().err

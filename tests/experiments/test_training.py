@@ -53,10 +53,7 @@ def test_run_writes_config_result_agent_and_logs(tiny_model_dir: Path, tmp_path:
 def test_monte_carlo_curve_where_no_exact_evaluation(tiny_model_dir: Path, tmp_path: Path) -> None:
     config = small_run_config(
         tiny_model_dir,
-        env="CartPole-v1",
-        env_kwargs={},
-        eval_episodes=4,
-        eval_points=0,
+        {"env": "CartPole-v1", "env_kwargs": {}, "eval_episodes": 4, "eval_points": 0},
     )
     result = run(config, tmp_path / "run", progress_bar=False)
     assert [p.timesteps for p in result.curve] == [0, 64]
@@ -65,58 +62,78 @@ def test_monte_carlo_curve_where_no_exact_evaluation(tiny_model_dir: Path, tmp_p
 
 
 def test_config_errors_say_what_to_change(tiny_model_dir: Path) -> None:
-    with pytest.raises(ValueError, match="mode must be"):
-        small_run_config(tiny_model_dir, mode="sample")
+    with pytest.raises(TypeError, match=r"'policy\.action_mode' must be one of 'choice'"):
+        small_run_config(tiny_model_dir, {"policy.action_mode": "sample"})
     with pytest.raises(ValueError, match="timesteps must be >= 1"):
-        small_run_config(tiny_model_dir, timesteps=0)
+        small_run_config(tiny_model_dir, {"timesteps": 0})
     with pytest.raises(ValueError, match="exact evaluation"):
-        small_run_config(tiny_model_dir, env="CartPole-v1", env_kwargs={}, eval_episodes=0)
-    assert small_run_config(tiny_model_dir, lora_r=0).policy_kwargs()["lora"] is None
+        small_run_config(
+            tiny_model_dir, {"env": "CartPole-v1", "env_kwargs": {}, "eval_episodes": 0}
+        )
+    assert small_run_config(tiny_model_dir, {"policy.lora": None}).policy.lora is None
 
 
 def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     with pytest.raises(ValueError, match="advantage_estimator"):
-        small_run_config(tiny_model_dir, advantage_estimator="ppo")
+        small_run_config(tiny_model_dir, {"ppo.advantage_estimator": "ppo"})
     with pytest.raises(ValueError, match="choice_calibration"):
-        small_run_config(tiny_model_dir, mode="generate", choice_calibration=True)
+        small_run_config(
+            tiny_model_dir, {"policy.action_mode": "generate", "policy.choice_calibration": True}
+        )
     # generate mode takes the action head (on the actions' word tokens)
-    generate_head = small_run_config(tiny_model_dir, mode="generate", action_head=True)
-    assert generate_head.policy_kwargs()["action_head"] is True
-    assert "action_prior_scale" not in generate_head.policy_kwargs()  # the policy's default
-    even = small_run_config(
-        tiny_model_dir, mode="generate", action_head=True, action_prior_scale=0.0
+    generate_head = small_run_config(
+        tiny_model_dir, {"policy.action_mode": "generate", "policy.action_head": True}
     )
-    assert even.policy_kwargs()["action_prior_scale"] == 0.0
+    assert generate_head.policy_kwargs()["config"].action_head is True
+    assert generate_head.policy.action_prior_scale == 1.0  # the policy's default
+    even = small_run_config(
+        tiny_model_dir,
+        {
+            "policy.action_mode": "generate",
+            "policy.action_head": True,
+            "policy.action_prior_scale": 0.0,
+        },
+    )
+    assert even.policy.action_prior_scale == 0.0
     with pytest.raises(ValueError, match="action_head=True"):
-        small_run_config(tiny_model_dir, mode="generate", action_prior_scale=0.0)
+        small_run_config(
+            tiny_model_dir, {"policy.action_mode": "generate", "policy.action_prior_scale": 0.0}
+        )
     with pytest.raises(ValueError, match="action_head=True"):  # generate mode needs the head
-        small_run_config(tiny_model_dir, mode="generate", ent_coef="auto")
-    auto_head = small_run_config(tiny_model_dir, mode="generate", action_head=True, ent_coef="auto")
-    assert auto_head.ent_coef == "auto"
+        small_run_config(tiny_model_dir, {"policy.action_mode": "generate", "ppo.ent_coef": "auto"})
+    auto_head = small_run_config(
+        tiny_model_dir,
+        {"policy.action_mode": "generate", "policy.action_head": True, "ppo.ent_coef": "auto"},
+    )
+    assert auto_head.ppo.ent_coef == "auto"
     with pytest.raises(ValueError, match="DQN has none"):
-        small_run_config(tiny_model_dir, algo="dqn", ent_coef="auto")
+        small_run_config(tiny_model_dir, {"algo": "dqn", "ppo.ent_coef": "auto"})
     with pytest.raises(ValueError, match="DQN has none"):
-        small_run_config(tiny_model_dir, algo="dqn", min_action_prob=0.05)
+        small_run_config(tiny_model_dir, {"algo": "dqn", "ppo.min_action_prob": 0.05})
     with pytest.raises(ValueError, match="action_head=True"):
-        small_run_config(tiny_model_dir, mode="generate", min_action_prob=0.05)
+        small_run_config(
+            tiny_model_dir, {"policy.action_mode": "generate", "ppo.min_action_prob": 0.05}
+        )
     with pytest.raises(ValueError, match="min_action_prob must be in"):
-        small_run_config(tiny_model_dir, min_action_prob=0.7)
+        small_run_config(tiny_model_dir, {"ppo.min_action_prob": 0.7})
     with pytest.raises(ValueError, match="set ent_coef='auto' as well"):
-        small_run_config(tiny_model_dir, target_entropy_of="marginal")
+        small_run_config(tiny_model_dir, {"ppo.target_entropy_of": "marginal"})
     config = small_run_config(
         tiny_model_dir,
-        timesteps=32,
-        advantage_estimator="rloo",
-        value_lr_scale=10.0,
-        value_normalization=True,
-        critic_warmup_steps=32,
-        choice_calibration=True,
-        action_head=True,
-        ent_coef="auto_0.02",
-        target_entropy_of="marginal",
-        keep_best=False,
+        {
+            "timesteps": 32,
+            "ppo.advantage_estimator": "rloo",
+            "policy.value_lr_scale": 10.0,
+            "policy.value_normalization": True,
+            "ppo.critic_warmup_steps": 32,
+            "policy.choice_calibration": True,
+            "policy.action_head": True,
+            "ppo.ent_coef": "auto_0.02",
+            "ppo.target_entropy_of": "marginal",
+            "keep_best": False,
+        },
     )
     run(config, tmp_path / "run")
     assert not (tmp_path / "run" / "best").exists()
@@ -172,11 +189,13 @@ def test_invalid_penalty_needs_replies_that_gym_llm_parses(
     try:
         config = small_run_config(
             tiny_model_dir,
-            env="gym_llm_test/Echo-v0",
-            env_kwargs={},
-            mode="generate",
-            eval_episodes=1,
-            invalid_penalty=-1.0,
+            {
+                "env": "gym_llm_test/Echo-v0",
+                "env_kwargs": {},
+                "policy.action_mode": "generate",
+                "eval_episodes": 1,
+                "invalid_penalty": -1.0,
+            },
         )
         with pytest.raises(ValueError, match="takes any text and judges none"):
             run(config, tmp_path / "run", progress_bar=False)
@@ -191,14 +210,16 @@ def test_invalid_penalty_reaches_the_training_reward_only(
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     with pytest.raises(ValueError, match=r"invalid_penalty .* must be <= 0"):
-        small_run_config(tiny_model_dir, invalid_penalty=0.5)
+        small_run_config(tiny_model_dir, {"invalid_penalty": 0.5})
     config = small_run_config(
         tiny_model_dir,
-        mode="generate",
-        max_new_tokens=4,
-        invalid_penalty=-100.0,
-        timesteps=32,
-        eval_points=0,
+        {
+            "policy.action_mode": "generate",
+            "policy.max_new_tokens": 4,
+            "invalid_penalty": -100.0,
+            "timesteps": 32,
+            "eval_points": 0,
+        },
     )
     result = run(config, tmp_path / "run", progress_bar=False)
     (events,) = result.tensorboard_dir.rglob("events.out.tfevents*")

@@ -375,17 +375,15 @@ def test_train_run_with_sft_demos(tmp_path: Path) -> None:
     make_demos("gym_llm/KeywordBandit-v0", 1, demos, balanced=True)
     config = TrainConfig(
         env="gym_llm/KeywordBandit-v0",
-        model=str(model_dir),
         timesteps=4,
         n_envs=2,
-        n_steps=2,
-        batch_size=4,
-        n_epochs=1,
         eval_episodes=0,
         eval_points=0,
         device="cpu",
         sft_demos=str(demos),
         sft_epochs=1,
+    ).with_settings(
+        {"policy.model": str(model_dir), "ppo.n_steps": 2, "ppo.batch_size": 4, "ppo.n_epochs": 1}
     )
     result = run(config, tmp_path / "run", progress_bar=False)
     data = json.loads((tmp_path / "run" / "result.json").read_text())

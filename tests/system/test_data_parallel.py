@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -58,8 +57,8 @@ def test_a_failing_process_brings_the_job_down_with_its_error(
 
 def test_the_command_line_writes_one_run(model_dir: Path, tmp_path: Path) -> None:
     flags = [
-        "--env", "gym_llm/KeywordBandit-v0", "--model", str(model_dir), "--timesteps", "64",
-        "--n-envs", "2", "--n-steps", "4", "--batch-size", "8", "--eval-episodes", "4",
+        "--env", "gym_llm/KeywordBandit-v0", "--policy.model", str(model_dir), "--timesteps", "64",
+        "--n-envs", "2", "--ppo.n-steps", "4", "--ppo.batch-size", "8", "--eval-episodes", "4",
         "--eval-points", "1", "--quiet",
     ]  # fmt: skip
     done = torchrun("-m", "gym_llm.cli", "train", *flags, "--out", str(tmp_path / "two"))
@@ -87,13 +86,15 @@ def test_the_command_line_writes_one_run(model_dir: Path, tmp_path: Path) -> Non
 def test_resume_and_sft_are_refused_under_several_processes(
     model_dir: Path, tmp_path: Path
 ) -> None:
-    config = TrainConfig(env="gym_llm/KeywordBandit-v0", model=str(model_dir))
-    (tmp_path / "config.json").write_text(json.dumps(asdict(config)))
+    config = TrainConfig(env="gym_llm/KeywordBandit-v0").with_settings(
+        {"policy.model": str(model_dir)}
+    )
+    (tmp_path / "config.json").write_text(json.dumps(config.as_dict()))
     done = torchrun("-m", "gym_llm.cli", "train", "--resume", str(tmp_path))
     assert done.returncode != 0
     assert "--resume runs in one process only" in done.stderr
     sft = torchrun(
-        "-m", "gym_llm.cli", "train", "--env", "gym_llm/KeywordBandit-v0", "--model",
+        "-m", "gym_llm.cli", "train", "--env", "gym_llm/KeywordBandit-v0", "--policy.model",
         str(model_dir), "--sft-demos", str(tmp_path / "demos.jsonl"), "--out", str(tmp_path / "s"),
     )  # fmt: skip
     assert sft.returncode != 0

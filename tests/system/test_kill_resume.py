@@ -29,11 +29,11 @@ HELPER = Path(__file__).with_name("kill_helper.py")
 
 def _args(model_dir: Path, out: Path) -> list[str]:
     return [
-        "train", "--env", "gym_llm/KeywordBandit-v0", "--model", str(model_dir),
-        "--timesteps", str(TIMESTEPS), "--n-envs", "2", "--n-steps", "4", "--batch-size", "4",
-        "--n-epochs", "2", "--micro-batch-size", "4", "--eval-episodes", "0",
-        "--eval-points", "0", "--device", "cpu", "--quiet", "--seed", "5", "--lora-r", "4",
-        "--learning-rate", "0.003", "--out", str(out),
+        "train", "--env", "gym_llm/KeywordBandit-v0", "--policy.model", str(model_dir),
+        "--timesteps", str(TIMESTEPS), "--n-envs", "2", "--ppo.n-steps", "4", "--ppo.batch-size", "4",
+        "--ppo.n-epochs", "2", "--ppo.micro-batch-size", "4", "--eval-episodes", "0",
+        "--eval-points", "0", "--device", "cpu", "--quiet", "--seed", "5", "--policy.lora", '{"r": 4, "lora_alpha": 8}',
+        "--ppo.learning-rate", "0.003", "--out", str(out),
     ]  # fmt: skip
 
 

@@ -100,20 +100,24 @@ def test_sharded_full_fine_tuning_ends_where_the_whole_weights_do(
 
 def test_the_command_line_trains_sharded(model_dir: Path, tmp_path: Path) -> None:
     flags = [
-        "--env", "gym_llm/KeywordBandit-v0", "--model", str(model_dir), "--timesteps", "64",
-        "--n-envs", "2", "--n-steps", "4", "--batch-size", "8", "--eval-episodes", "4",
-        "--eval-points", "1", "--quiet", "--lora-r", "0",
+        "--env", "gym_llm/KeywordBandit-v0", "--policy.model", str(model_dir), "--timesteps", "64",
+        "--n-envs", "2", "--ppo.n-steps", "4", "--ppo.batch-size", "8", "--eval-episodes", "4",
+        "--eval-points", "1", "--quiet", "--policy.lora", "none",
     ]  # fmt: skip
-    done = torchrun("-m", "gym_llm.cli", "train", *flags, "--fsdp", "--out", str(tmp_path / "r"))
+    done = torchrun(
+        "-m", "gym_llm.cli", "train", *flags, "--ppo.fsdp", "--out", str(tmp_path / "r")
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "r" / "result.json").read_text())
     assert result["processes"] == 2 and result["timesteps"] == 64
-    assert json.loads((tmp_path / "r" / "config.json").read_text())["fsdp"] is True
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["ppo"]["fsdp"] is True
     assert (tmp_path / "r" / "checkpoints" / "latest").is_file()  # saved between updates
     assert PPO.load(tmp_path / "r" / "agent").policy.uses_lora is False
-    with_lora = torchrun("-m", "gym_llm.cli", "train", *flags[:-2], "--fsdp", "--out", "x")
-    assert with_lora.returncode != 0 and "pass --lora-r 0" in with_lora.stderr
-    one = run_job([sys.executable, "-m", "gym_llm.cli", "train", *flags, "--fsdp", "--out", "y"])
+    with_lora = torchrun("-m", "gym_llm.cli", "train", *flags[:-2], "--ppo.fsdp", "--out", "x")
+    assert with_lora.returncode != 0 and "pass --policy.lora none" in with_lora.stderr
+    one = run_job(
+        [sys.executable, "-m", "gym_llm.cli", "train", *flags, "--ppo.fsdp", "--out", "y"]
+    )
     assert one.returncode != 0 and "FSDP needs several processes" in one.stderr
 
 

@@ -65,8 +65,8 @@ def check_can_shard(uses_lora: bool, first_trainable_layer: int = 0) -> None:
     if uses_lora:
         raise ValueError(
             "FSDP shards full fine-tuning: build the policy with lora=None (on the command "
-            "line, pass --lora-r 0). "
-            "With LoRA the trainable weights are small, and plain data parallelism (no --fsdp, "
+            "line, pass --policy.lora none). "
+            "With LoRA the trainable weights are small, and plain data parallelism (no --ppo.fsdp, "
             "no --use_fsdp) is the path to use."
         )
     if first_trainable_layer != 0:

@@ -32,7 +32,9 @@ DEFAULT_N_EPOCHS = 4
 
 def default_learning_rate(policy_kwargs: dict[str, Any] | None) -> float:
     """:data:`LORA_LEARNING_RATE`, or :data:`FULL_FINETUNE_LEARNING_RATE` with ``lora=None``."""
-    full = (policy_kwargs or {}).get("lora", "default") is None
+    kwargs = policy_kwargs or {}
+    config = kwargs.get("config")  # a PolicyConfig, whose lora the keywords replace
+    full = kwargs.get("lora", getattr(config, "lora", "default")) is None
     return FULL_FINETUNE_LEARNING_RATE if full else LORA_LEARNING_RATE
 
 

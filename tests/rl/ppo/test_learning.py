@@ -54,7 +54,8 @@ def test_embedded_smollm2_learns_keyword_bandit(tmp_path: Path) -> None:
     from gym_llm.experiments.run import TrainConfig, run
 
     settings = {**DEMO_SETTINGS, "timesteps": 384, "eval_points": 0}
-    config = TrainConfig(env="gym_llm/KeywordBandit-v0", eval_episodes=0, device="cpu", **settings)
+    config = TrainConfig(env="gym_llm/KeywordBandit-v0", eval_episodes=0, device="cpu")
+    config = config.with_settings(settings)
     result = run(config, tmp_path / "run", progress_bar=False)
     assert result.before.exact is not None and result.after.exact is not None
     assert result.before.exact <= 0.5
