@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gym_llm.configs import by_section
+from gym_llm.experiments.specs import parse_settings
 from gym_llm.policy.models import DEFAULT_MODEL
 
 
@@ -29,6 +31,42 @@ def add_model_and_env(
     add("--env-kwargs", nargs="*", default=["sab=False"], metavar="KEY=VALUE", help="env kwargs")
     add("--mode", choices=["choice", "generate"], default=mode, help="action mode")
     add("--n-envs", type=int, default=8, help=n_envs_help)
+
+
+def add_settings(
+    add: Callable[..., Any], sections: tuple[str, ...] = ("policy", "ppo"), example: str = ""
+) -> None:
+    """``--set SETTING=VALUE ...``: settings by dotted name, the syntax of ``gym-llm train`` and
+    ``gym-llm bench --llm``, stored grouped by section (``args.set["ppo"]``)."""
+    owners = {
+        "policy": "LLMPolicy",
+        "ppo": "PPO",
+        "parser": "the training env's ActionParserWrapper",
+    }
+    add(
+        "--set",
+        nargs="+",
+        action=_Settings,
+        sections=sections,
+        default={section: {} for section in sections},
+        metavar="SETTING=VALUE",
+        help="more settings, "
+        + ", ".join(f"{s}.NAME for {owners.get(s, s)}" for s in sections)
+        + (f", e.g. {example}" if example else ""),
+    )
+
+
+class _Settings(argparse.Action):
+    def __init__(self, *args: Any, sections: tuple[str, ...], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sections = sections
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: str | None = None) -> None:
+        try:
+            groups = by_section(parse_settings(list(values), "--set"), self.sections)
+        except ValueError as exc:
+            parser.error(str(exc))
+        setattr(namespace, self.dest, groups)
 
 
 def seed_list(text: str) -> list[int]:

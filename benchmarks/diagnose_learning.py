@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.cli_args import new_parser
+from benchmarks.cli_args import add_settings, new_parser
 from gym_llm.policy.models import DEFAULT_MODEL
 
 ENV_ID = "gym_llm/Family-v0"
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--n-envs", type=int, default=8, help="parallel envs of the rollout")
     add("--n-steps", type=int, default=8, help="PPO n_steps")
     add("--seed", type=int, default=0, help="seed")
-    add("--policy", nargs="*", default=[], metavar="KEY=VALUE", help="more LLMPolicy kwargs")
+    add_settings(add, ("policy",), example="policy.action_head=false")
     add("--layers", action="store_true", help="also fit a head on each layer's features")
     add("--jsonl", type=Path, default=None, help="append one row per task here")
     return parser
@@ -271,12 +271,11 @@ def rollout_figures(model: Any, right_by_text: dict[str, int]) -> dict[str, Any]
 
 def diagnose(task: str, args: argparse.Namespace) -> dict[str, Any]:
     from gym_llm import PPO, make_text_env
-    from gym_llm.experiments.specs import parse_env_kwargs
 
     env = make_text_env(ENV_ID, args.n_envs, env_kwargs={"task": task}, seed=args.seed)
     model = PPO(
         "LLMPolicy", env, n_steps=args.n_steps, batch_size=args.n_envs * args.n_steps,
-        seed=args.seed, policy_kwargs={"model": args.model, **parse_env_kwargs(args.policy)},
+        seed=args.seed, policy_kwargs={"model": args.model, **args.set["policy"]},
     )  # fmt: skip
     texts, right = state_table(task)
     start = time.perf_counter()

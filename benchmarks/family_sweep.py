@@ -1,14 +1,15 @@
 """k of N seeds on the task family: PPO with one set of settings (an *arm*) on each task and seed.
 
     python -m benchmarks.family_sweep run --split tuning --seeds 0-9 \\
-        --arms defaults plain:action_head=false,choice_calibration=false \\
+        --arms defaults plain:policy.action_head=false,policy.choice_calibration=false \\
         --jsonl benchmarks/results/family/tuning.jsonl
     python -m benchmarks.family_sweep summarize benchmarks/results/family/tuning.jsonl \\
         --plots benchmarks/results/family/curves-tuning
 
 Each run is PPO as a user builds it (the library's defaults plus the arm's settings: an arm is
-``NAME`` or ``NAME:KEY=VALUE,...``, keys ``ppo_X`` for PPO's ``X``, ``parser_X`` for the training
-env's ``ActionParserWrapper`` (``parser_invalid_penalty=-0.1``) and the others for ``LLMPolicy``) on
+``NAME`` or ``NAME:SETTING=VALUE,...``, settings by dotted name: ``policy.X`` for ``LLMPolicy``,
+``ppo.X`` for PPO and ``parser.X`` for the training env's ``ActionParserWrapper``
+(``parser.invalid_penalty=-0.1``)) on
 one task of ``gym_llm/Family-v0``, with the exact value of the greedy
 policy every ``--every`` env steps, as a fraction of the gap from the random policy (0) to the
 optimum (1). A seed *reaches* the target when that fraction is at least ``--target`` (0.9); the
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections import defaultdict
@@ -64,9 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--arms",
         nargs="+",
         default=["defaults"],
-        metavar="NAME[:KEY=VALUE,...]",
-        help="settings to compare (ppo_KEY for PPO, parser_KEY for the training env's "
-        "ActionParserWrapper, else LLMPolicy)",
+        metavar="NAME[:SETTING=VALUE,...]",
+        help="settings to compare, by dotted name: policy.NAME for LLMPolicy, ppo.NAME for PPO, "
+        "parser.NAME for the training env's ActionParserWrapper (rows that name an arm "
+        "already there count as done)",
     )
     add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
     add("--device", default="auto", help="cpu, cuda or auto (cuda when there is one)")
@@ -126,17 +129,18 @@ def _done(path: Path) -> set[tuple[str, int, str]]:
 
 
 def parse_arm(text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """``NAME:KEY=VALUE,...`` -> the name, the LLMPolicy kwargs, the PPO kwargs (``ppo_KEY``) and
-    the training env's ActionParserWrapper kwargs (``parser_KEY``)."""
-    from gym_llm.experiments.specs import parse_env_kwargs
+    """``NAME:SETTING=VALUE,...`` -> the name, the LLMPolicy kwargs (``policy.X``), the PPO
+    kwargs (``ppo.X``) and the training env's ActionParserWrapper kwargs (``parser.X``)."""
+    from gym_llm.configs import by_section
+    from gym_llm.experiments.specs import parse_settings
 
     name, _, settings = text.partition(":")
-    kwargs = parse_env_kwargs(settings, flag=f"--arms {name}")
-    groups: dict[str, dict[str, Any]] = {"ppo_": {}, "parser_": {}, "": {}}
-    for key, value in kwargs.items():
-        prefix = next(p for p in groups if key.startswith(p))
-        groups[prefix][key[len(prefix) :]] = value
-    return name, groups[""], groups["ppo_"], groups["parser_"]
+    items = [item for item in re.split(r",(?=[\w.]+=)", settings) if item]
+    try:
+        groups = by_section(parse_settings(items, f"--arms {name}"), ("policy", "ppo", "parser"))
+    except ValueError as exc:
+        raise ValueError(f"--arms {name}: {exc}") from None
+    return name, groups["policy"], groups["ppo"], groups["parser"]
 
 
 def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -14,8 +14,8 @@ except for the settings given here, then runs:
 
 Each ``learn()`` is split into rollout and update time. The naive loop's rate is the mean over
 its two blocks, which bracket the warm call, so a drift of the machine's speed biases the ratio
-less. ``--policy KEY=VALUE`` and ``--ppo KEY=VALUE`` set any other argument (e.g. ``--policy
-trainable_layers=all`` or ``--policy lora=None`` for what those users get). The JSON has every
+less. ``--set policy.NAME=VALUE ppo.NAME=VALUE`` sets any other argument (e.g. ``--set
+policy.trainable_layers=all`` or ``--set policy.lora=none`` for what those users get). The JSON has every
 figure; a table is printed. Peak RSS is the whole process's high-water mark (model load
 included); on a GPU also the peak CUDA memory (``--device cuda``).
 """
@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.cli_args import add_model_and_env, new_parser
+from benchmarks.cli_args import add_model_and_env, add_settings, new_parser
 from benchmarks.throughput import NaiveLoop, _lifetime_rss_mb, _RolloutTimer, _sync
 from gym_llm import PPO, make_text_env
 from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
@@ -50,8 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--steps", type=int, default=256, help="env steps per learn() call")
     add("--naive-steps", type=int, default=16, help="naive-loop env steps, both blocks together")
     add("--max-new-tokens", type=int, default=8, help="reply budget: naive loop and generate mode")
-    add("--policy", nargs="*", default=[], metavar="KEY=VALUE", help="more LLMPolicy kwargs")
-    add("--ppo", nargs="*", default=[], metavar="KEY=VALUE", help="more PPO kwargs")
+    add_settings(add, example="policy.trainable_layers=all ppo.n_epochs=1")
     add("--device", default="auto", help="auto, cpu, cuda or mps")
     add("--threads", type=int, default=None, help="torch threads (default: torch's)")
     add("--seed", type=int, default=0, help="seed")
@@ -67,11 +66,11 @@ def build_model(args: argparse.Namespace) -> PPO:
     policy_kwargs: dict[str, Any] = {"model": args.model, "action_mode": args.mode}
     if args.mode == "generate":
         policy_kwargs["max_new_tokens"] = args.max_new_tokens
-    policy_kwargs.update(parse_env_kwargs(args.policy))
+    policy_kwargs.update(args.set["policy"])
     ppo_kwargs: dict[str, Any] = {"n_steps": args.n_steps, "batch_size": args.batch_size}
     if args.n_epochs is not None:
         ppo_kwargs["n_epochs"] = args.n_epochs
-    ppo_kwargs.update(parse_env_kwargs(args.ppo))
+    ppo_kwargs.update(args.set["ppo"])
     return PPO(
         "LLMPolicy",
         env,
@@ -137,8 +136,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "micro_batch_size": model.micro_batch_size,
             "steps_per_call": args.steps,
             "max_new_tokens": args.max_new_tokens,
-            "policy": parse_env_kwargs(args.policy),
-            "ppo": parse_env_kwargs(args.ppo),
+            "policy": args.set["policy"],
+            "ppo": args.set["ppo"],
         },
         "construct_s": construct_s,
         "first_call": first,

@@ -23,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli_args import new_parser, seed_list
+from benchmarks.cli_args import add_settings, new_parser, seed_list
 
 #: learning_sweep mode -> the corner recipe's arm (benchmarks.learning_recipes.train_corner).
 CORNER_MODES = {
@@ -49,14 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(tests/rl/ppo/test_learning_corner: the defaults, neither head nor calibration, the head alone, "
         "neither with policy_update='target')",
     )
-    add(
-        "--ppo",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        help="PPO arguments for the HighLow modes instead of the library's defaults, e.g. "
-        "n_epochs=4 (to measure a default change on every seed before making it)",
-    )
+    add_settings(
+        add, ("ppo",), example="ppo.n_epochs=4 (PPO's for the HighLow modes, to measure a "
+        "default change on every seed before making it)",
+    )  # fmt: skip
     add("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
     add("--json", type=Path, default=None, help="write the results here")
     return parser
@@ -124,9 +120,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
-    from gym_llm.experiments.specs import parse_env_kwargs
-
-    ppo = parse_env_kwargs(args.ppo, flag="--ppo")
+    ppo = args.set["ppo"]
     jobs = [(mode, seed, ppo) for mode in args.modes for seed in args.seeds]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         runs = list(pool.map(one_run, *zip(*jobs, strict=True)))

@@ -1,14 +1,14 @@
 """Does PPO learn a rule over its input? SmolLM2 on ``gym_llm/HighLow-v0``, exact success per point.
 
-    python -m benchmarks.rule_learning --steps 1024 --every 256 --ppo learning_rate=1e-3 \\
-        --policy choice_calibration=True --json out.json
+    python -m benchmarks.rule_learning --steps 1024 --every 256 --set ppo.learning_rate=1e-3 \\
+        policy.choice_calibration=true --json out.json
 
 HighLow's right word depends on a number in the observation; the untrained model answers the same
 word everywhere (success 0.5). Every ``--every`` env steps the greedy policy answers each number
 once (exact success) and the rollout's diagnostics are read: the mean per-state action entropy,
 the mutual information between observation and action (0 = the policy ignores its input) and the
 share of states whose greedy answer changed. PPO is built as a user builds it: the library's
-defaults plus ``--n-steps``/``--batch-size`` and any ``--ppo``/``--policy KEY=VALUE``.
+defaults plus ``--n-steps``/``--batch-size`` and any ``--set policy.NAME=VALUE ppo.NAME=VALUE``.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 
 from stable_baselines3.common.logger import configure
 
-from benchmarks.cli_args import keeping, new_parser
+from benchmarks.cli_args import add_settings, keeping, new_parser
 from gym_llm import PPO, make_text_env
-from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
+from gym_llm.cli.demo import quiet_progress_bar_warning
 from gym_llm.envs.high_low import HighLowEnv, exact_success
 from gym_llm.experiments.run import device_name
 from gym_llm.policy.models import DEFAULT_MODEL
@@ -40,8 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--batch-size", type=int, default=64, help="PPO minibatch size")
     add("--steps", type=int, default=1024, help="env steps in all")
     add("--every", type=int, default=256, help="env steps between evaluations")
-    add("--policy", nargs="*", default=[], metavar="KEY=VALUE", help="more LLMPolicy kwargs")
-    add("--ppo", nargs="*", default=[], metavar="KEY=VALUE", help="more PPO kwargs")
+    add_settings(add, example="ppo.learning_rate=1e-3 policy.choice_calibration=true")
     add("--seed", type=int, default=0, help="seed")
     add("--json", type=Path, default=None, help="write the results here")
     return parser
@@ -54,11 +53,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     model = PPO(
         "LLMPolicy",
         env,
-        policy_kwargs={"model": args.model, **parse_env_kwargs(args.policy)},
+        policy_kwargs={"model": args.model, **args.set["policy"]},
         n_steps=args.n_steps,
         batch_size=args.batch_size,
         seed=args.seed,
-        **parse_env_kwargs(args.ppo),
+        **args.set["ppo"],
     )
     figures: dict[str, float] = {}
     logger = configure(None, [])  # no output: this script prints its own rows

@@ -188,3 +188,19 @@ def dotted(config: Any, _prefix: str = "") -> dict[str, Any]:
         else:
             out[_prefix + item.name] = value
     return out
+
+
+def by_section(settings: Mapping[str, Any], sections: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Dotted settings grouped by their section, for code that passes each group to its own
+    component: ``{"ppo.n_epochs": 2, "policy.action_head": False}`` -> ``{"ppo": {"n_epochs":
+    2}, "policy": {"action_head": False}}`` (every section present). A name outside
+    ``sections`` is a ``ValueError`` naming them."""
+    groups: dict[str, dict[str, Any]] = {section: {} for section in sections}
+    for key, value in settings.items():
+        section, _, name = key.partition(".")
+        if section not in groups or not name:
+            raise ValueError(
+                f"{key!r}: give settings as {' or '.join(s + '.NAME' for s in sections)}."
+            )
+        groups[section][name] = value
+    return groups

@@ -72,12 +72,16 @@ def test_arms_split_policy_ppo_and_parser_settings() -> None:
     from benchmarks.family_sweep import parse_arm
 
     assert parse_arm("defaults") == ("defaults", {}, {}, {})
-    arm = parse_arm("head:action_head=true,ppo_ent_coef=0.05,ppo_n_epochs=4")
+    arm = parse_arm("head:policy.action_head=true,ppo.ent_coef=0.05,ppo.n_epochs=4")
     assert arm == ("head", {"action_head": True}, {"ent_coef": 0.05, "n_epochs": 4}, {})
-    arm = parse_arm("gen:action_mode=generate,parser_invalid_penalty=-0.1")
+    arm = parse_arm("gen:policy.action_mode=generate,parser.invalid_penalty=-0.1")
     assert arm == ("gen", {"action_mode": "generate"}, {}, {"invalid_penalty": -0.1})
+    arm = parse_arm('list:policy.lora={"r": 2, "target_modules": ["q_proj", "v_proj"]}')
+    assert arm[1] == {"lora": {"r": 2, "target_modules": ["q_proj", "v_proj"]}}
     with pytest.raises(ValueError, match="--arms bad"):
-        parse_arm("bad:action_head")
+        parse_arm("bad:policy.action_head")
+    with pytest.raises(ValueError, match="--arms flat: 'action_head': give settings as"):
+        parse_arm("flat:action_head=true")
 
 
 def test_steps_to_fit_counts_until_every_state_is_right() -> None:
@@ -136,7 +140,7 @@ def test_a_run_takes_parser_settings_and_resumes(tiny_model_dir: Path, tmp_path:
     from benchmarks.family_sweep import main
 
     rows = tmp_path / "rows.jsonl"
-    arm = "gen:action_mode=generate,max_new_tokens=4,parser_invalid_penalty=-1.0"
+    arm = "gen:policy.action_mode=generate,policy.max_new_tokens=4,parser.invalid_penalty=-1.0"
     command = ["run", "--tasks", "threshold-p0-s0", "--seeds", "0", "--arms", arm,
                "--model", str(tiny_model_dir), "--n-envs", "2", "--n-steps", "4",
                "--batch-size", "8", "--steps", "8", "--every", "8", "--jsonl", str(rows)]  # fmt: skip

@@ -23,7 +23,7 @@ def test_first_call_splits_learn_and_compares_with_the_naive_loop(
         [
             "--model", str(tiny_model_dir), "--mode", mode, "--n-envs", "2", "--n-steps", "2",
             "--batch-size", "4", "--steps", "4", "--naive-steps", "2", "--max-new-tokens", "3",
-            "--device", "cpu", "--policy", "trainable_layers=1", "--ppo", "n_epochs=1",
+            "--device", "cpu", "--set", "policy.trainable_layers=1", "ppo.n_epochs=1",
             "--json", str(out),
         ]
     )  # fmt: skip

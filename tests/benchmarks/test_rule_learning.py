@@ -15,8 +15,8 @@ def test_rule_learning_reports_exact_success_and_diagnostics(
     result = main(
         [
             "--model", str(tiny_model_dir), "--n-envs", "2", "--n-steps", "2", "--batch-size",
-            "4", "--steps", "8", "--every", "4", "--policy", "choice_calibration=True",
-            "--ppo", "n_epochs=1", "--json", str(out),
+            "4", "--steps", "8", "--every", "4", "--set", "policy.choice_calibration=true",
+            "ppo.n_epochs=1", "--json", str(out),
         ]
     )  # fmt: skip
     saved = json.loads(out.read_text())
@@ -27,5 +27,8 @@ def test_rule_learning_reports_exact_success_and_diagnostics(
         assert row["success"] in {i / 10 for i in range(11)}
     for key in ("state_entropy", "mutual_information", "greedy_changed", "explained_variance"):
         assert key in curve[-1]
-    assert saved["settings"]["policy"] == ["choice_calibration=True"]
+    assert saved["settings"]["set"] == {
+        "policy": {"choice_calibration": True},
+        "ppo": {"n_epochs": 1},
+    }
     assert curve[-1]["train_s"] > 0

@@ -48,7 +48,7 @@ def test_a_sweep_records_replies_and_trains_as_without_them(
 
     def sweep(path: Path, *extra: str) -> dict[str, Any]:
         main(["run", "--tasks", "threshold-p0-s0", "--seeds", "0", "--arms",
-              "gen:action_mode=generate,max_new_tokens=4", "--model", str(tiny_model_dir),
+              "gen:policy.action_mode=generate,policy.max_new_tokens=4", "--model", str(tiny_model_dir),
               "--n-envs", "2", "--n-steps", "4", "--batch-size", "8", "--steps", "16",
               "--every", "8", "--jsonl", str(path), *extra])  # fmt: skip
         (row,) = path.read_text().splitlines()
