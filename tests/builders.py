@@ -1,14 +1,36 @@
-"""Helpers several test modules share: a small training run's config, and the check that an
-action head calibrates, trains and keeps the update's ratio exact."""
+"""Helpers several test modules share: a small PPO on a tiny model, a small training run's
+config, and the check that an action head calibrates, trains and keeps the update's ratio
+exact."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from gym_llm import PPO
+from stable_baselines3.common.vec_env import VecEnv
+
+from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.experiments.train_config import TrainConfig
 from gym_llm.policy.action_head import ActionHead
+
+
+def small_ppo(
+    model_dir: Path,
+    env: str | VecEnv = "gym_llm/KeywordBandit-v0",
+    n_envs: int = 2,
+    *,
+    policy: dict[str, Any] | None = None,
+    **settings: Any,
+) -> PPO:
+    """``PPO(LLMPolicy, ...)`` on a tiny model: LoRA r=4 on the CPU, seed 0, every other setting
+    the library's unless given (``policy``: more policy kwargs; ``settings``: PPO's). ``env``:
+    an env id (``n_envs`` of them, seed 0) or a text vec env."""
+    if isinstance(env, str):
+        env = make_text_env(env, n_envs=n_envs, seed=0)
+    policy_kwargs = {"model": str(model_dir), "lora": {"r": 4}, **(policy or {})}
+    return PPO(
+        LLMPolicy, env, policy_kwargs=policy_kwargs, **{"seed": 0, "device": "cpu", **settings}
+    )
 
 
 def small_run_config(model_dir: Path, settings: dict[str, Any] | None = None) -> TrainConfig:

@@ -11,7 +11,7 @@ import torch
 
 from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.policy.action_head import ActionHead, choice_extras, standardiser
-from tests.builders import learn_and_check_head
+from tests.builders import learn_and_check_head, small_ppo
 from tests.models import tiny_model_fixture
 
 WORDS = ["low", "high"]
@@ -22,11 +22,9 @@ model_dir = tiny_model_fixture("model_dir", WORDS)
 
 
 def _ppo(model_dir: Path, head: bool, **policy: object) -> PPO:
-    env = make_text_env("gym_llm/HighLow-v0", n_envs=2, seed=0)
-    kwargs = {"model": str(model_dir), "lora": {"r": 4}, "action_head": head, **policy}
-    return PPO(
-        LLMPolicy, env, policy_kwargs=kwargs, n_steps=8, batch_size=16, n_epochs=2, seed=0,
-        device="cpu", learning_rate=1e-2,
+    return small_ppo(
+        model_dir, "gym_llm/HighLow-v0", policy={"action_head": head, **policy}, n_steps=8,
+        batch_size=16, n_epochs=2, learning_rate=1e-2,
     )  # fmt: skip
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import gym_llm.policy.action_words
-from gym_llm import PPO, LLMPolicy, make_text_env
+from gym_llm import PPO, LLMPolicy
 from gym_llm.policy.action_words import (
     ActionWords,
     action_words,
@@ -22,7 +22,7 @@ from gym_llm.policy.action_words import (
 )
 from gym_llm.spaces import TextActions, TextObservations
 from gym_llm.testing import make_tiny_tokenizer
-from tests.builders import learn_and_check_head
+from tests.builders import learn_and_check_head, small_ppo
 from tests.models import tiny_model_fixture
 
 WORDS = ["low", "high"]
@@ -33,12 +33,10 @@ model_dir = tiny_model_fixture("model_dir", WORDS)
 
 
 def _ppo(model_dir: Path, head: bool | None, **policy: object) -> PPO:
-    env = make_text_env("gym_llm/HighLow-v0", n_envs=2, seed=0)
-    kwargs = {"model": str(model_dir), "lora": {"r": 4}, "action_mode": "generate",
-              "max_new_tokens": 4, "action_head": head, **policy}  # fmt: skip
-    return PPO(
-        LLMPolicy, env, policy_kwargs=kwargs, n_steps=8, batch_size=16, n_epochs=2, seed=0,
-        device="cpu", learning_rate=1e-2,
+    policy = {"action_mode": "generate", "max_new_tokens": 4, "action_head": head, **policy}
+    return small_ppo(
+        model_dir, "gym_llm/HighLow-v0", policy=policy, n_steps=8, batch_size=16, n_epochs=2,
+        learning_rate=1e-2,
     )  # fmt: skip
 
 

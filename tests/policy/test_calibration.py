@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from gym_llm import PPO, LLMPolicy, make_text_env
+from gym_llm import PPO
 from gym_llm.policy.llm_policy import CONTENT_FREE_OBSERVATION
+from tests.builders import small_ppo
 from tests.models import tiny_model_fixture
 
 WORDS = ["apple", "banana", "cherry"]
@@ -19,23 +20,9 @@ model_dir = tiny_model_fixture("model_dir", WORDS)
 
 
 def _ppo(model_dir: Path, calibration: bool, mode: str = "choice") -> PPO:
-    env = make_text_env("gym_llm/KeywordBandit-v0", n_envs=4, seed=0)
-    policy_kwargs = {
-        "model": str(model_dir),
-        "lora": {"r": 4},
-        "action_mode": mode,
-        "choice_calibration": calibration,
-    }
-    return PPO(
-        LLMPolicy,
-        env,
-        policy_kwargs=policy_kwargs,
-        n_steps=4,
-        batch_size=8,
-        n_epochs=1,
-        seed=0,
-        device="cpu",
-        learning_rate=1e-3,
+    policy = {"action_mode": mode, "choice_calibration": calibration}
+    return small_ppo(
+        model_dir, n_envs=4, policy=policy, n_steps=4, batch_size=8, n_epochs=1, learning_rate=1e-3
     )
 
 

@@ -9,8 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from gym_llm import PPO, LLMPolicy, make_text_env
+from gym_llm import PPO
 from gym_llm.policy.param_groups import check_lr_scale, param_groups
+from tests.builders import small_ppo
 from tests.models import tiny_model_fixture
 
 
@@ -56,18 +57,7 @@ model_dir = tiny_model_fixture("model_dir", ["apple", "banana", "cherry"])
 
 def _ppo(model_dir: Path, policy_kwargs: dict[str, Any], **settings: Any) -> PPO:
     """A choice-mode PPO on KeywordBandit (4 envs x 4 steps), LoRA r=4, the head on by default."""
-    env = make_text_env("gym_llm/KeywordBandit-v0", n_envs=4, seed=0)
-    kwargs = {"model": str(model_dir), "lora": {"r": 4}, **policy_kwargs}
-    return PPO(
-        LLMPolicy,
-        env,
-        policy_kwargs=kwargs,
-        n_steps=4,
-        batch_size=8,
-        seed=0,
-        device="cpu",
-        **settings,
-    )
+    return small_ppo(model_dir, n_envs=4, policy=policy_kwargs, n_steps=4, batch_size=8, **settings)
 
 
 def test_ppo_keeps_the_head_rate_through_its_schedule_and_saves_it(

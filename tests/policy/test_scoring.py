@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gym_llm import PPO, LLMPolicy, make_text_env
+from gym_llm import PPO
+from tests.builders import small_ppo
 from tests.models import tiny_model_fixture
 
 OBS = ["The number is 2.", "The number is 8.", "The number is 5.", "The number is 2."]
@@ -17,9 +18,8 @@ model_dir = tiny_model_fixture("model_dir", ["low", "high"])
 
 
 def _ppo(model_dir: Path, **policy: object) -> PPO:
-    env = make_text_env("gym_llm/HighLow-v0", n_envs=2, seed=0)
-    kwargs = {"model": str(model_dir), "lora": {"r": 4}, "action_head": True, **policy}
-    return PPO(LLMPolicy, env, policy_kwargs=kwargs, n_steps=8, batch_size=16, seed=0)
+    policy = {"action_head": True, **policy}
+    return small_ppo(model_dir, "gym_llm/HighLow-v0", policy=policy, n_steps=8, batch_size=16)
 
 
 def test_prior_is_the_starting_policy_and_training_does_not_move_it(model_dir: Path) -> None:

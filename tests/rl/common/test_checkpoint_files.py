@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from gym_llm import PPO, LLMPolicy, make_text_env
+from gym_llm import PPO
 from gym_llm.rl.common.checkpoint_files import (
     CheckpointError,
     CheckpointWriteError,
@@ -24,6 +24,7 @@ from gym_llm.rl.common.checkpoint_files import (
     write_latest,
 )
 from gym_llm.testing import save_tiny_model
+from tests.builders import small_ppo
 
 WORDS = ["apple", "banana", "cherry", "grape"]
 
@@ -40,15 +41,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def _ppo(model_dir: Path, r: int) -> PPO:
-    return PPO(
-        LLMPolicy,
-        make_text_env("gym_llm/KeywordBandit-v0", n_envs=2, seed=0),
-        n_steps=4,
-        batch_size=8,
-        n_epochs=1,
-        device="cpu",
-        policy_kwargs={"model": str(model_dir), "lora": {"r": r}},
-    )
+    return small_ppo(model_dir, policy={"lora": {"r": r}}, n_steps=4, batch_size=8, n_epochs=1)
 
 
 def _copy(agent: Path, tmp_path: Path) -> Path:

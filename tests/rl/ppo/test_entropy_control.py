@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 
-from gym_llm import PPO, make_text_env
+from gym_llm import PPO
 from gym_llm.rl.ppo.entropy_control import (
     MAX_COEF,
     MIN_COEF,
@@ -21,6 +22,7 @@ from gym_llm.rl.ppo.entropy_control import (
     next_ent_coef,
     parse_ent_coef,
 )
+from tests.builders import small_ppo
 from tests.models import tiny_model_fixture
 
 
@@ -74,12 +76,11 @@ def test_entropy_of_is_checked() -> None:
 model_dir = tiny_model_fixture("model_dir", ["low", "high"])
 
 
-def _ppo(model_dir: Path, **kwargs: object) -> PPO:
-    env = make_text_env("gym_llm/HighLow-v0", 2, seed=0)
-    policy = {"model": str(model_dir), "lora": {"r": 4}}
-    policy.update(kwargs.pop("policy", {}))  # type: ignore[call-overload]
-    return PPO("LLMPolicy", env, n_steps=8, batch_size=16, seed=0, device="cpu",
-               policy_kwargs=policy, **kwargs)  # fmt: skip
+def _ppo(model_dir: Path, **kwargs: Any) -> PPO:
+    policy = kwargs.pop("policy", {})
+    return small_ppo(
+        model_dir, "gym_llm/HighLow-v0", policy=policy, n_steps=8, batch_size=16, **kwargs
+    )
 
 
 def test_auto_follows_the_rule_after_every_optimizer_step(model_dir: Path, tmp_path: Path) -> None:

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from gym_llm import PPO, LLMPolicy, make_text_env
+from gym_llm import PPO, make_text_env
 from gym_llm.rl.ppo.guard import NonFiniteTrainingError
+from tests.builders import small_ppo
 from tests.models import tiny_model_fixture
 
 WORDS = ["apple", "banana", "cherry", "grape"]
@@ -38,19 +39,10 @@ class NanReward(gym.Wrapper[Any, Any, Any, Any]):
 
 
 def _ppo(model_dir: Path, env: Any = None, **kwargs: Any) -> PPO:
-    env = env or make_text_env("gym_llm/KeywordBandit-v0", n_envs=2, seed=0)
-    return PPO(
-        LLMPolicy,
-        env,
-        n_steps=4,
-        batch_size=4,
-        n_epochs=1,
-        seed=0,
-        device="cpu",
-        learning_rate=3e-3,
-        policy_kwargs={"model": str(model_dir), "lora": {"r": 4}},
-        **kwargs,
-    )
+    return small_ppo(
+        model_dir, env or "gym_llm/KeywordBandit-v0", n_steps=4, batch_size=4, n_epochs=1,
+        learning_rate=3e-3, **kwargs,
+    )  # fmt: skip
 
 
 def _finite(model: PPO) -> bool:

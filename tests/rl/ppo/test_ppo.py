@@ -16,6 +16,7 @@ from gym_llm.rl.common.checkpoint import resolve_class
 from gym_llm.rl.common.checkpoint_files import CheckpointError
 from gym_llm.testing import save_tiny_model
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
+from tests.builders import small_ppo
 from tests.models import tiny_model_fixture
 
 WORDS = ["apple", "banana", "cherry", "grape"]
@@ -25,23 +26,9 @@ model_dir = tiny_model_fixture("model_dir", WORDS)
 
 
 def _ppo(model_dir: Path, mode: str = "choice", n_envs: int = 4, **kwargs: Any) -> PPO:
-    env = make_text_env("gym_llm/KeywordBandit-v0", n_envs=n_envs, seed=0)
-    policy_kwargs = {
-        "model": str(model_dir),
-        "lora": {"r": 4},
-        "action_mode": mode,
-        "max_new_tokens": 3,
-    }
-    policy_kwargs.update(kwargs.pop("policy_kwargs", {}))
-    defaults: dict[str, Any] = {
-        "n_steps": 4,
-        "batch_size": 8,
-        "n_epochs": 1,
-        "seed": 0,
-        "device": "cpu",
-        "learning_rate": 1e-3,
-    }
-    return PPO(LLMPolicy, env, policy_kwargs=policy_kwargs, **{**defaults, **kwargs})
+    policy = {"action_mode": mode, "max_new_tokens": 3, **kwargs.pop("policy_kwargs", {})}
+    settings: dict[str, Any] = {"n_steps": 4, "batch_size": 8, "n_epochs": 1, "learning_rate": 1e-3}
+    return small_ppo(model_dir, n_envs=n_envs, policy=policy, **{**settings, **kwargs})
 
 
 @pytest.mark.parametrize("mode", ["choice", "generate"])

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from gym_llm import PPO, LLMPolicy, make_text_env
+from gym_llm import PPO
 from gym_llm.rl.ppo.advantages import critic_free_advantages, dones_from_starts
+from tests.builders import small_ppo
 from tests.models import tiny_model_fixture
 
 WORDS = ["apple", "banana", "cherry"]
@@ -20,12 +21,9 @@ model_dir = tiny_model_fixture("model_dir", WORDS)
 
 
 def _ppo(model_dir: Path, **kwargs: Any) -> PPO:
-    env = make_text_env("gym_llm/KeywordBandit-v0", n_envs=4, seed=0)
-    policy_kwargs = {"model": str(model_dir), "lora": {"r": 4}, "action_mode": "choice"}
-    policy_kwargs.update(kwargs.pop("policy_kwargs", {}))
-    settings: dict[str, Any] = {"n_steps": 4, "batch_size": 8, "n_epochs": 1, "seed": 0}
-    settings.update(device="cpu", learning_rate=1e-3)
-    return PPO(LLMPolicy, env, policy_kwargs=policy_kwargs, **{**settings, **kwargs})
+    policy = {"action_mode": "choice", **kwargs.pop("policy_kwargs", {})}
+    settings: dict[str, Any] = {"n_steps": 4, "batch_size": 8, "n_epochs": 1, "learning_rate": 1e-3}
+    return small_ppo(model_dir, n_envs=4, policy=policy, **{**settings, **kwargs})
 
 
 def test_values_are_stored_with_the_observation_they_were_computed_on(model_dir: Path) -> None:

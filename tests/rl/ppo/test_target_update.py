@@ -6,6 +6,7 @@ from __future__ import annotations
 import doctest
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from gym_llm.rl.ppo.target_update import (
     target_cross_entropy,
     target_distribution,
 )
+from tests.builders import small_ppo
 from tests.models import tiny_model_fixture
 
 
@@ -99,11 +101,8 @@ def test_a_cornered_better_action_moves_far_more_than_under_the_policy_gradient(
 model_dir = tiny_model_fixture("model_dir", ["low", "high"])
 
 
-def _ppo(model_dir: Path, **kwargs: object) -> PPO:
-    env = make_text_env("gym_llm/HighLow-v0", n_envs=2, seed=0)
-    policy = {"model": str(model_dir), "lora": {"r": 4}}
-    return PPO(LLMPolicy, env, n_steps=8, batch_size=16, seed=0, device="cpu",
-               policy_kwargs=policy, **kwargs)  # fmt: skip
+def _ppo(model_dir: Path, **kwargs: Any) -> PPO:
+    return small_ppo(model_dir, "gym_llm/HighLow-v0", n_steps=8, batch_size=16, **kwargs)
 
 
 def test_ppo_steps_onto_the_target_and_saves_the_setting(model_dir: Path, tmp_path: Path) -> None:

@@ -11,8 +11,9 @@ import pytest
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 
-from gym_llm import PPO, LLMPolicy, make_text_env
+from gym_llm import PPO, make_text_env
 from gym_llm.policy.trunk_cache import clear_shared_trunk_caches
+from tests.builders import small_ppo
 from tests.models import tiny_model_fixture
 
 WORDS = ["apple", "banana", "cherry", "grape"]
@@ -44,21 +45,13 @@ def _env(env_id: str, seed: int = 0) -> Any:
 
 
 def _ppo(model_dir: Path, mode: str, env_id: str, **kwargs: Any) -> PPO:
-    policy_kwargs = {"model": str(model_dir), "lora": {"r": 4}, "action_mode": mode}
+    policy: dict[str, Any] = {"action_mode": mode}
     if mode == "generate":
-        policy_kwargs["max_new_tokens"] = 3
-    return PPO(
-        LLMPolicy,
-        _env(env_id),
-        n_steps=4,
-        batch_size=4,
-        n_epochs=2,
-        seed=3,
-        device="cpu",
-        learning_rate=3e-3,
-        policy_kwargs=policy_kwargs,
-        **kwargs,
-    )
+        policy["max_new_tokens"] = 3
+    return small_ppo(
+        model_dir, _env(env_id), policy=policy, n_steps=4, batch_size=4, n_epochs=2, seed=3,
+        learning_rate=3e-3, **kwargs,
+    )  # fmt: skip
 
 
 def _weights(model: PPO) -> dict[str, torch.Tensor]:
