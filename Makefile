@@ -38,7 +38,7 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
-# The GPU checklist (benchmarks/gpu_check.py, ~15 minutes on a CUDA machine): appends its figures
+# The GPU checklist (benchmarks/speed/gpu_check.py, ~15 minutes on a CUDA machine): appends its figures
 # to benchmarks/RESULTS.md. Where the Python at hand already holds the dependencies (a lent GPU
 # machine with carried wheels), `make gpu-check GPU_PY=python3 GPU_ARGS="--model <dir or .gguf>"`.
 GPU_PY ?= $(PY)
@@ -46,7 +46,7 @@ GPU_ARGS ?=
 gpu-check: $(if $(filter $(PY),$(GPU_PY)),$(STAMP))
 	$(call package_tree,.pkgtree)
 	@mkdir -p benchmarks/results/gpu-check
-	PYTHONPATH=.pkgtree $(GPU_PY) -m benchmarks.gpu_check --device cuda $(GPU_ARGS) \
+	PYTHONPATH=.pkgtree $(GPU_PY) -m benchmarks.speed.gpu_check --device cuda $(GPU_ARGS) \
 		--json benchmarks/results/gpu-check/$$(date +%F-%H%M).json --results benchmarks/RESULTS.md
 
 # mypy checks the package through its symlink tree (package_tree above).

@@ -1,6 +1,6 @@
 """One training run, end to end: evaluate, train with PPO, evaluate again, save everything.
 
-``make demo``, ``benchmarks/learn.py`` (and later the CLI) all need the same run: build the text
+``make demo``, ``benchmarks/recipes/learn.py`` (and later the CLI) all need the same run: build the text
 env, evaluate the untrained model, train with a learning curve measured on a separate evaluation
 env, evaluate again, and leave the run directory in a state someone can inspect (TensorBoard logs,
 the saved agent, the config, the curve as JSON and PNG). Keeping it in one place means they cannot

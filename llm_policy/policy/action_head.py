@@ -1,6 +1,6 @@
 """A linear action head on centred features: the part of the state that tells states apart.
 
-Measured on the task family (``benchmarks/diagnose_learning.py``, SmolLM2-135M): the last prompt
+Measured on the task family (``benchmarks/studies/diagnose_learning.py``, SmolLM2-135M): the last prompt
 token's final hidden state is 99.9 % cosine-similar across a task's states (norm ~56, the
 state-dependent part 0.5-1.8), and so the LoRA weights' gradient of an action's logit is 99.2-99.9 %
 the same vector in every state. States that need different actions then pull the weights in

@@ -15,7 +15,7 @@ update keeps the ordinary modules, so training, gradients and saved weights are 
 kernels add up the same products in another order, so rollout log-probs differ from the update's
 recomputation by float32 rounding: within 1e-5 on the test models (tested); on SmolLM2-135M with
 a random non-zero adapter the largest per-token gap over 749 sampled tokens was 3.5e-5 (mean
-6.6e-6), against 2.7e-5 (mean 3.2e-6) without packing (``benchmarks/logprob_gap.py``, with the
+6.6e-6), against 2.7e-5 (mean 3.2e-6) without packing (``benchmarks/speed/logprob_gap.py``, with the
 row limit; 4.5e-5 against 1.7e-5 when prompt passes were packed too). ``LLMPolicy(pack_frozen_weights=False)`` gives the tighter figure.
 """
 

@@ -1,7 +1,7 @@
 """SFT warm start: demonstrations (reading, writing, reference policies) and ``warm_start``.
 
 Every model here is a tiny random Llama from ``gym_llm.testing``; the real-model comparison is
-``benchmarks/sft_vs_ppo.py``.
+``benchmarks/recipes/sft_vs_ppo.py``.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ def test_one_process_is_unchanged() -> None:
 def test_a_finished_job_leaves_without_aborting(tmp_path: Path) -> None:
     # One process of two broadcasts (tensors made in Python) and leaves right after, holding
     # the group as FSDP does. A plain exit aborted in 28 of 60 such jobs on this machine.
-    from benchmarks.exit_race import run_job
+    from benchmarks.speed.exit_race import run_job
 
     for trial in range(6):  # a plain exit fails one of six with probability ~0.98
         for code, out in run_job("leave-held", tmp_path / f"store{trial}"):

@@ -3,7 +3,7 @@
 ``tests/fixtures/replies.jsonl`` holds hand-written replies (the phrasings that once sent the
 wrong action, and the common ways of deciding, hedging, negating and listing) and replies
 SmolLM2-135M really wrote in generate mode on the suite's envs
-(``python -m benchmarks.reply_corpus sample``), each read by a person; replies whose meaning a
+(``python -m benchmarks.studies.reply_corpus sample``), each read by a person; replies whose meaning a
 reader could not settle were left out rather than labelled by the parser. ``expected`` is the
 action's name, or ``null`` where the reply decides on no single action (the parser must declare
 it invalid).

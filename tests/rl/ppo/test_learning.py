@@ -15,7 +15,7 @@ seeds 2 and 3: 0.67 for 10,000 steps). A pretrained model brings these priors it
 CPUs (AVX2 vs AVX-512) and thread counts, so the same seed follows another trajectory on another
 machine: a test that passes for one seed passes by luck. Every setting here was checked over
 seeds 0-19 (model initialisation, envs and sampling all seeded; ``python -m
-benchmarks.learning_sweep``, table in benchmarks/RESULTS.md): all forty runs reached 0.9 by half
+benchmarks.recipes.learning_sweep``, table in benchmarks/RESULTS.md): all forty runs reached 0.9 by half
 the steps given here and ended at 1.0; one generate run dipped to 0.66 for one evaluation on the
 way, so the end is checked against 0.6 (far above chance), not 0.9. ``test_learning_sweep``
 re-runs seeds 0-9 (``make test-slow``). Choice mode runs with the library's defaults as they
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.learning_recipes import check_keyword_bandit, train_keyword_bandit
+from benchmarks.recipes.learning_recipes import check_keyword_bandit, train_keyword_bandit
 
 
 @pytest.mark.parametrize("mode", ["choice", "generate"])

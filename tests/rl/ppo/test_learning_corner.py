@@ -6,7 +6,7 @@ like SmolLM2's 0.4 % for Blackjack's ``hit``. The policy gradient on a rare acti
 ``p (1 - p) A``, and the rare action is almost never sampled, so the plain policy stays at "always
 low" (success 0.5). Choice calibration subtracts each action's score after a content-free prompt,
 so the policy starts near 50/50 in every state and learns. Checked over seeds 0-9 (``python -m
-benchmarks.learning_sweep --modes corner corner-plain corner-head``, RESULTS.md): the test asserts
+benchmarks.recipes.learning_sweep --modes corner corner-plain corner-head``, RESULTS.md): the test asserts
 the defaults' worst seed with a margin, and that the plain policy stays in the corner.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.learning_recipes import CORNER_AT_MOST, check_high_low, train_corner
+from benchmarks.recipes.learning_recipes import CORNER_AT_MOST, check_high_low, train_corner
 
 
 @pytest.mark.parametrize("seed", [0, 1])

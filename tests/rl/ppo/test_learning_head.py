@@ -6,7 +6,7 @@ the library's LoRA policy alone it stays at 0.5 for 4,096 env steps on 7 of 10 s
 the LoRA gradient is nearly the same in every state, so states that need different words
 cancel); with ``action_head=True`` (and ``choice_calibration=True``) every seed climbs, 10 of 10
 to >= 0.9 with PPO's default 4 epochs (8 of 10 with 2). Settings checked over seeds 0-9 (``python -m
-benchmarks.learning_sweep --modes head``, RESULTS.md): the test asserts the worst seed's best
+benchmarks.recipes.learning_sweep --modes head``, RESULTS.md): the test asserts the worst seed's best
 success with a margin below it.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.learning_recipes import check_high_low, train_high_low
+from benchmarks.recipes.learning_recipes import check_high_low, train_high_low
 
 
 @pytest.mark.parametrize("seed", [0, 1])

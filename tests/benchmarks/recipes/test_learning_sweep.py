@@ -1,0 +1,52 @@
+"""``benchmarks/recipes/learning_sweep.py``: seed lists, the margins it reports and the PPO arguments it
+passes (no training here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.cli_args import seed_list as _seeds
+from benchmarks.recipes.learning_sweep import one_run, summarize
+
+
+def test_seed_lists() -> None:
+    assert _seeds("0-3") == [0, 1, 2, 3]
+    assert _seeds("0,3,7") == [0, 3, 7]
+
+
+def test_summary_reports_the_worst_seed() -> None:
+    runs = [
+        {"mode": "choice", "curve": [0.7, 1.0, 0.68, 1.0], "first_at_0_9": 1000, "passed": True},
+        {"mode": "choice", "curve": [1.0, 1.0, 1.0, 0.95], "first_at_0_9": 500, "passed": True},
+        {"mode": "generate", "curve": [0.3, 0.5, 0.6, 0.6], "first_at_0_9": None, "passed": False},
+    ]
+    summary = summarize(runs)
+    assert summary["choice"] == {
+        "runs": 2,
+        "passed": 2,
+        "worst_best": 1.0,
+        "worst_final": 0.95,
+        "worst_after_reaching": 0.68,
+        "latest_first_at_0_9": 1000,
+    }
+    assert summary["generate"]["passed"] == 0 and summary["generate"]["latest_first_at_0_9"] is None
+
+
+def test_ppo_arguments_reach_the_highlow_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks.recipes import learning_recipes
+
+    seen: list[dict[str, Any]] = []
+
+    def fake_train(tmp_path: Path, seed: int, **kwargs: Any) -> tuple[float, list[float]]:
+        seen.append(kwargs)
+        return 0.5, [0.6, 0.9]
+
+    monkeypatch.setattr(learning_recipes, "train_high_low", fake_train)
+    run = one_run("corner-target", 3, {"n_epochs": 4})
+    assert seen[-1]["n_epochs"] == 4 and seen[-1]["policy_update"] == "target"
+    assert run["ppo"] == {"n_epochs": 4} and run["curve"] == [0.6, 0.9]
+    one_run("head", 3, None)
+    assert "n_epochs" not in seen[-1] and seen[-1]["head"] is True

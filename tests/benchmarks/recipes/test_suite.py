@@ -1,0 +1,117 @@
+"""``benchmarks/recipes/suite.py``: points streamed as measured, a cut-off run never credited with a
+budget it did not reach, the table, the plots and the TensorBoard diagnostics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks.recipes.suite import first_reaching, main, seed_series, value_at
+
+
+def test_run_streams_points_then_summarize_plots_and_diagnostics(
+    tiny_model_dir: Path, tmp_path: Path, one_torch_thread: None
+) -> None:
+    jsonl = tmp_path / "suite.jsonl"
+    totals = main(
+        [
+            "run", "--model", str(tiny_model_dir), "--env", "FrozenLake-v1", "--env-kwargs",
+            "is_slippery=False", "--timesteps", "16", "--every", "8", "--n-envs", "2",
+            "--n-steps", "4", "--batch-size", "4", "--epochs", "1", "--estimator", "gigpo",
+            "--set", "policy.value_normalization=true", 'policy.lora={"r": 4}', "ppo.ent_coef=auto",
+            "--device", "cpu",
+            "--jsonl", str(jsonl), "--run-dir", str(tmp_path / "run"),
+        ]
+    )  # fmt: skip
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [r["env_steps"] for r in rows[:-1]] == [0, 8, 16]
+    assert rows[-1]["done"] and rows[-1]["env_steps"] == 16 == totals["env_steps"]
+    assert {r["estimator"] for r in rows} == {"gigpo"} and {r["n_epochs"] for r in rows} == {1}
+    assert {r["batch_size"] for r in rows} == {4}  # not the recorded 32: the row says so
+    assert not {"ent_coef", "learning_rate"} & set(rows[0])  # the recorded ones: left out
+    assert all(0.0 <= r["value"] <= 1.0 for r in rows)  # FrozenLake's exact goal probability
+    settings = {"policy.value_normalization": True, "policy.lora": {"r": 4}, "ppo.ent_coef": "auto"}
+    assert all(r["set"] == settings for r in rows)  # ent_coef=auto over --ent-coef's 0.01
+    assert (tmp_path / "run" / "config.json").read_text().count('"ent_coef": "auto"') == 1
+
+    table = main(["summarize", str(jsonl), "--plots", str(tmp_path / "plots")])
+    # a setting that is not the default names its own learner
+    learner = "gigpo, n_epochs 1, batch_size 4, policy.value_normalization True, "
+    learner += "policy.lora {'r': 4}, ppo.ent_coef auto"
+    learner += " (choice, 4)"
+    assert f"| FrozenLake-v1 is_slippery=False | {learner} | 1 |" in table
+    assert "not reached" in table  # 16 steps never reach the 2,048-step budget
+    assert (tmp_path / "plots" / "FrozenLake-v1-is_slippery=False.png").stat().st_size > 0
+
+    csv = tmp_path / "diag.csv"
+    count = main(["diagnostics", str(tmp_path / "run"), "--every", "1", "--csv", str(csv)])
+    lines = csv.read_text().splitlines()
+    assert lines[0].startswith("run,env_steps,ep_rew_mean,state_entropy,mutual_information")
+    assert "value_offset,grad_norm,value_grad_norm" in lines[0]
+    assert count == len(lines) - 1 >= 2
+
+
+def test_dqn_runs_record_their_settings_and_the_distilled_lm(
+    tiny_model_dir: Path, tmp_path: Path, one_torch_thread: None
+) -> None:
+    jsonl = tmp_path / "dqn.jsonl"
+    main(
+        [
+            "run", "--algo", "dqn", "--set", "dqn.beta=1", "dqn.distill_interval=16",
+            "--model", str(tiny_model_dir), "--env", "FrozenLake-v1", "--env-kwargs",
+            "is_slippery=False", "--timesteps", "32", "--every", "16", "--n-envs", "2",
+            "--device", "cpu", "--jsonl", str(jsonl), "--run-dir", str(tmp_path / "run"),
+        ]
+    )  # fmt: skip
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    settings = rows[0]["dqn"]
+    # SB3 DQN's settings scaled to the 32-step budget, replayed as often as its one-env DQN
+    assert settings["dqn.learning_starts"] == 3 and settings["dqn.gradient_steps"] == 2
+    assert settings["dqn.beta"] == 1 and rows[-1]["done"] and "n_epochs" not in rows[0]
+    assert 0.0 <= rows[-1]["distilled_value"] <= 1.0
+    table = main(["summarize", str(jsonl)])
+    assert "| dqn beta=1 (choice, 8) | 1 | +1.000 @ 2048 |" in table
+
+
+def test_value_at_needs_the_budget_reached() -> None:
+    points = [
+        {"env_steps": 0, "value": 0.0},
+        {"env_steps": 1024, "value": 0.5},
+        {"env_steps": 2048, "value": 1.0},
+        {"done": True, "env_steps": 2048, "value": 1.0},
+    ]
+    assert value_at(points, 1500) == 0.5  # the last point at or before the budget
+    assert value_at(points, 2048) == 1.0
+    assert value_at(points, 4096) is None  # cut off before the budget: no credit
+    assert first_reaching(points, 0.5) == points[1]
+    assert first_reaching(points, 1.5) is None
+
+
+def test_several_seeds_run_in_turn_in_one_process(
+    tiny_model_dir: Path, tmp_path: Path, one_torch_thread: None
+) -> None:
+    jsonl = tmp_path / "seeds.jsonl"
+    main(
+        [
+            "run", "--model", str(tiny_model_dir), "--env", "FrozenLake-v1", "--env-kwargs",
+            "is_slippery=False", "--timesteps", "8", "--every", "8", "--n-envs", "2",
+            "--n-steps", "4", "--batch-size", "4", "--epochs", "1", "--seeds", "3", "4",
+            "--device", "cpu", "--jsonl", str(jsonl), "--run-dir", str(tmp_path / "run"),
+        ]
+    )  # fmt: skip
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [(r["seed"], r.get("done", False)) for r in rows] == [
+        (3, False), (3, False), (3, True), (4, False), (4, False), (4, True)
+    ]  # fmt: skip
+    assert (tmp_path / "run" / "seed3").is_dir() and (tmp_path / "run" / "seed4").is_dir()
+
+
+def test_the_mean_curve_ends_where_every_seed_got() -> None:
+    def points(n: int) -> list[dict[str, float]]:
+        return [{"env_steps": 512 * i, "value": float(i)} for i in range(n)]
+
+    mean, *rest = seed_series("gae", [(0, points(5)), (1, points(5)), (2, points(3))])
+    assert not rest and list(mean.steps) == [0, 512, 1024]
+    assert mean.label == "gae: mean of 3 seeds (to 1024, where every seed got)"
+    assert list(seed_series("gae", [(0, points(3))] * 3)[0].means) == [0.0, 1.0, 2.0]
+    assert [s.label for s in seed_series("gae", [(4, points(2))])] == ["gae seed 4"]
