@@ -14,7 +14,7 @@ Rules for a Discrete action set with names (first rule that yields a verdict win
    name or a number standing alone. A statement that goes on to name another action
    (``Action: left or right``) makes the reply invalid.
 4. **mention**: action names in free text, read clause by clause
-   (:mod:`gym_llm.wrappers.reading`): the last clause that plainly names an action decides;
+   (:mod:`gym_llm.wrappers.decision`): the last clause that plainly names an action decides;
    questions, conditions, negations and idioms decide nothing; a deciding clause that names two
    actions, or an action ruled out later, makes the reply invalid.
 
@@ -49,8 +49,7 @@ import numpy as np
 from gymnasium import spaces
 
 from gym_llm.text import fold
-from gym_llm.wrappers.json_replies import json_action, json_actions, json_objects, without_json
-from gym_llm.wrappers.reading import (
+from gym_llm.wrappers.decision import (
     Mention,
     decide,
     is_condition,
@@ -58,6 +57,7 @@ from gym_llm.wrappers.reading import (
     number_stands_alone,
     without_struck,
 )
+from gym_llm.wrappers.json_replies import json_action, json_actions, json_objects, without_json
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _KEYWORD = r"\b(?:final\s+)?(?:action|answer|choice|move|decision)"

@@ -31,20 +31,20 @@ from pathlib import Path
 from typing import Any
 
 from gym_llm.cli.arguments import add_renamed_flags
-from gym_llm.experiments.report import read_rows, write_outputs
-from gym_llm.experiments.specs import SUITE, EnvSpec, parse_envs, parse_settings
-from gym_llm.experiments.suite import (
+from gym_llm.experiments.comparison import (
     AGENTS,
+    COMPARISON_LLM,
     DEFAULT_AGENTS,
-    SUITE_LLM,
+    ComparisonConfig,
     References,
     Row,
-    SuiteConfig,
     env_references,
     parse_agents,
     plan,
 )
-from gym_llm.experiments.suite_runs import execute
+from gym_llm.experiments.comparison_runs import execute
+from gym_llm.experiments.report import read_rows, write_outputs
+from gym_llm.experiments.specs import SUITE, EnvSpec, parse_envs, parse_settings
 
 # --- CLI ---------------------------------------------------------------------------------
 
@@ -60,7 +60,7 @@ def build_parser(
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add = parser.add_argument
-    defaults = SuiteConfig()  # the defaults live in one place
+    defaults = ComparisonConfig()  # the defaults live in one place
     suite = ", ".join(s.label for s in SUITE)
     add(
         "--envs",
@@ -128,7 +128,7 @@ def build_parser(
         help="the LLM runs' settings, dotted names of `gym-llm train`'s (see its --help): e.g. "
         "ppo.n_epochs=4 ppo.advantage_estimator=gigpo policy.max_new_tokens=8 dqn.beta=1 "
         "n_envs=4 eval_points=4. Over the suite's: "
-        + " ".join(f"{k}={v}" for k, v in SUITE_LLM.items())
+        + " ".join(f"{k}={v}" for k, v in COMPARISON_LLM.items())
         + " (each capped by --budget); policy.action_head and policy.choice_calibration apply "
         "to choice-mode runs. llm-dqn's other settings are SB3 DQN's, scaled to --budget as "
         "for the dqn agent",
@@ -193,7 +193,7 @@ def _llm_settings(parser: argparse.ArgumentParser, items: list[str]) -> dict[str
         for name in ("policy.model", "policy.action_mode", "algo"):
             if name in settings:
                 raise ValueError(f"--llm {name}: the suite sets it (--model, --agents).")
-        TrainConfig().with_settings({**SUITE_LLM, **settings})
+        TrainConfig().with_settings({**COMPARISON_LLM, **settings})
     except (TypeError, ValueError) as exc:
         parser.error(str(exc))
     return settings
@@ -231,7 +231,7 @@ def main(
         parser.error("no env to run: --envs suite found none registered; name envs explicitly.")
     out: Path = args.out or Path(args.results_root) / f"compare-{args.name}"
     command = " ".join(["gym-llm bench", *(argv if argv is not None else sys.argv[1:])])
-    config = SuiteConfig.from_namespace(args)
+    config = ComparisonConfig.from_namespace(args)
     jobs = plan(specs, agents, config)
     planned = {(j.spec.id, j.spec.kwargs_json, j.agent) for j in jobs}
     planned |= {(j.spec.id, j.spec.kwargs_json, "llm-zero-shot") for j in jobs if j.zero_shot}

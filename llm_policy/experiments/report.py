@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gym_llm.experiments.comparison import AGENT_LABELS, AGENTS, CSV_FIELDS, References, Row
 from gym_llm.experiments.curves import gap_target, time_to_target
 from gym_llm.experiments.specs import EnvSpec
-from gym_llm.experiments.suite import AGENT_LABELS, AGENTS, CSV_FIELDS, References, Row
 
 
 def read_rows(path: Path) -> list[Row]:

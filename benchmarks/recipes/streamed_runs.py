@@ -2,10 +2,10 @@
 measured, so a run cut off at a deadline (a lent GPU's lease) keeps its points. ``--seeds``
 runs several seeds one after another in one process (sharing the model's trunk cache).
 
-    python -m benchmarks.recipes.suite run --env FrozenLake-v1 --env-kwargs is_slippery=False \\
+    python -m benchmarks.recipes.streamed_runs run --env FrozenLake-v1 --env-kwargs is_slippery=False \\
         --seeds 0 1 2 --timesteps 20480 --every 1024 --estimator gigpo --n-steps 16 \\
         --jsonl out/suite.jsonl --run-dir /tmp/runs/fl-0
-    python -m benchmarks.recipes.suite summarize out/suite.jsonl
+    python -m benchmarks.recipes.streamed_runs summarize out/suite.jsonl
 
 ``run`` trains SmolLM2 with ``gym_llm.experiments.run.run`` (exact evaluation of the greedy policy at each
 point) and writes one line per point plus a last line with the run's totals. ``summarize`` reads
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.cli_args import new_parser
-from benchmarks.recipes.suite_diagnostics import diagnostics
+from benchmarks.recipes.streamed_diagnostics import diagnostics
 from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
 from gym_llm.experiments.specs import parse_settings
 from gym_llm.policy.models import DEFAULT_MODEL
@@ -60,7 +60,7 @@ def env_key(env: str, kwargs: Sequence[str]) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = new_parser("python -m benchmarks.recipes.suite", __doc__)
+    parser = new_parser("python -m benchmarks.recipes.streamed_runs", __doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="one training run, its points streamed to --jsonl")
     add = run.add_argument

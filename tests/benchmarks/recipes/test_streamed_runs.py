@@ -1,4 +1,4 @@
-"""``benchmarks/recipes/suite.py``: points streamed as measured, a cut-off run never credited with a
+"""``benchmarks/recipes/streamed_runs.py``: points streamed as measured, a cut-off run never credited with a
 budget it did not reach, the table, the plots and the TensorBoard diagnostics."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.recipes.suite import first_reaching, main, seed_series, value_at
+from benchmarks.recipes.streamed_runs import first_reaching, main, seed_series, value_at
 
 
 def test_run_streams_points_then_summarize_plots_and_diagnostics(

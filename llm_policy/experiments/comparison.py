@@ -1,5 +1,5 @@
 """The comparison suite behind ``gym-llm bench``: which runs to make (:func:`plan`), making one
-(:func:`execute`), and the row each run leaves in ``results.csv``. Takes a :class:`SuiteConfig`;
+(:func:`execute`), and the row each run leaves in ``results.csv``. Takes a :class:`ComparisonConfig`;
 the command line only builds one."""
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ CSV_FIELDS: tuple[str, ...] = (
 )
 
 
-#: The suite's LLM runs before ``SuiteConfig.llm`` changes them: rollouts of 8 steps of 8 envs,
+#: The suite's LLM runs before ``ComparisonConfig.llm`` changes them: rollouts of 8 steps of 8 envs,
 #: two epochs, one curve point, sized for budgets of a few hundred env steps (each capped by the
 #: budget).
-SUITE_LLM: dict[str, Any] = {
+COMPARISON_LLM: dict[str, Any] = {
     "n_envs": 8,
     "eval_points": 1,
     "ppo.n_steps": 8,
@@ -72,7 +72,7 @@ SUITE_LLM: dict[str, Any] = {
 
 
 @dataclass(frozen=True)
-class SuiteConfig:
+class ComparisonConfig:
     """Everything a suite run needs besides its envs and agents (``gym-llm bench --help``)."""
 
     seeds: Sequence[int] = (0, 1, 2)
@@ -85,7 +85,7 @@ class SuiteConfig:
     eval_episodes: int = 100
     random_episodes: int = 1000
     #: The LLM runs' settings, as dotted names of a run's config
-    #: (:class:`~gym_llm.experiments.train_config.TrainConfig`) over :data:`SUITE_LLM`;
+    #: (:class:`~gym_llm.experiments.train_config.TrainConfig`) over :data:`COMPARISON_LLM`;
     #: ``policy.action_head`` and ``policy.choice_calibration`` apply to choice-mode runs.
     llm: Mapping[str, Any] = field(default_factory=dict)
     #: Where LLM runs keep TensorBoard logs and agents (``None``: a temporary directory).
@@ -93,7 +93,7 @@ class SuiteConfig:
     target_gap: float = 0.9
 
     @classmethod
-    def from_namespace(cls, namespace: Any) -> SuiteConfig:
+    def from_namespace(cls, namespace: Any) -> ComparisonConfig:
         """The fields of a parsed command line (``argparse.Namespace``) that are settings."""
         return cls(**{name: getattr(namespace, name) for name in cls.__dataclass_fields__})
 
@@ -216,7 +216,7 @@ class Job:
         )
 
 
-def plan(specs: Sequence[EnvSpec], agents: Sequence[str], config: SuiteConfig) -> list[Job]:
+def plan(specs: Sequence[EnvSpec], agents: Sequence[str], config: ComparisonConfig) -> list[Job]:
     """Every run, env by env. Random play and the zero-shot LLM are deterministic where the
     evaluation is exact, so they run once (seed 0) there and once per seed elsewhere."""
     from gym_llm.evaluation.exact import exact_evaluation_supported

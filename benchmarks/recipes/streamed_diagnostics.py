@@ -1,4 +1,4 @@
-"""``python -m benchmarks.recipes.suite diagnostics``: the TensorBoard figures of suite runs as one CSV,
+"""``python -m benchmarks.recipes.streamed_runs diagnostics``: the TensorBoard figures of suite runs as one CSV,
 for reading why a run learned or not beside its curve (RESULTS.md quotes them)."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from gym_llm.wrappers.reading import (
+from gym_llm.wrappers.decision import (
     Mention,
     clauses,
     decide,

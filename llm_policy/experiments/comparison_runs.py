@@ -21,9 +21,9 @@ from gym_llm.evaluation.baselines import (
     train_sb3,
 )
 from gym_llm.evaluation.scores import Score
+from gym_llm.experiments.comparison import COMPARISON_LLM, ComparisonConfig, Job, References, Row
 from gym_llm.experiments.run import TrainConfig, device_name
 from gym_llm.experiments.specs import EnvSpec
-from gym_llm.experiments.suite import SUITE_LLM, Job, References, Row, SuiteConfig
 from gym_llm.policy.arguments import scores_listed_actions
 from gym_llm.policy.config import PolicyConfig
 from gym_llm.policy.models import resolve_device
@@ -73,7 +73,7 @@ def run_random(spec: EnvSpec, seed: int, refs: References) -> Row:
 
 
 def run_classic(
-    spec: EnvSpec, algo: ClassicAlgo, budget: int, seed: int, config: SuiteConfig
+    spec: EnvSpec, algo: ClassicAlgo, budget: int, seed: int, config: ComparisonConfig
 ) -> Row:
     result = train_sb3(
         algo,
@@ -133,13 +133,13 @@ CHOICE_ONLY = ("policy.action_head", "policy.choice_calibration")
 
 
 def llm_config(
-    spec: EnvSpec, mode: str, budget: int, seed: int, config: SuiteConfig
+    spec: EnvSpec, mode: str, budget: int, seed: int, config: ComparisonConfig
 ) -> TrainConfig:
-    """gym_llm PPO's run config (:data:`SUITE_LLM` with ``config.llm`` over it), its rollouts
+    """gym_llm PPO's run config (:data:`COMPARISON_LLM` with ``config.llm`` over it), its rollouts
     shrunk to add up to at most ``budget`` env steps."""
     from gym_llm.evaluation.exact import exact_evaluation_supported
 
-    settings = {**SUITE_LLM, **config.llm}
+    settings = {**COMPARISON_LLM, **config.llm}
     if not scores_listed_actions(mode):
         settings = {k: v for k, v in settings.items() if k not in CHOICE_ONLY}
     exact = exact_evaluation_supported(spec.id, spec.kwargs)
@@ -165,7 +165,7 @@ def llm_config(
 
 
 @contextmanager
-def _run_dir(config: SuiteConfig, name: str) -> Iterator[Path]:
+def _run_dir(config: ComparisonConfig, name: str) -> Iterator[Path]:
     """Where an LLM run keeps its TensorBoard logs and agent: ``--run-dir/<name>``, or a
     temporary directory deleted afterwards (weights never land in the results folder)."""
     if config.run_dir is not None:
@@ -182,7 +182,7 @@ def run_llm_trained(
     mode: str,
     budget: int,
     seed: int,
-    config: SuiteConfig,
+    config: ComparisonConfig,
     zero_shot: bool = False,
 ) -> list[Row]:
     """The LLM trained with gym_llm's PPO; with ``zero_shot``, also the untrained model's row,
@@ -237,7 +237,7 @@ def run_llm_trained(
     return [trained, *rows]
 
 
-def run_llm_zero_shot(spec: EnvSpec, seed: int, config: SuiteConfig) -> Row:
+def run_llm_zero_shot(spec: EnvSpec, seed: int, config: ComparisonConfig) -> Row:
     """The untrained model's greedy policy (choice mode: it scores the listed actions)."""
     from gym_llm.rl.common.vec_env import make_text_env
     from gym_llm.rl.ppo import PPO
@@ -270,7 +270,7 @@ def run_llm_zero_shot(spec: EnvSpec, seed: int, config: SuiteConfig) -> Row:
     )
 
 
-def execute(job: Job, refs: References, config: SuiteConfig) -> list[Row]:
+def execute(job: Job, refs: References, config: ComparisonConfig) -> list[Row]:
     if job.agent == "random":
         return [run_random(job.spec, job.seed, refs)]
     if job.agent in ("ppo", "dqn"):

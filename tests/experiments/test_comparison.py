@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from gym_llm.cli.bench import build_parser, main
+from gym_llm.experiments.comparison import ComparisonConfig, Row, parse_agents, plan
 from gym_llm.experiments.report import env_table
 from gym_llm.experiments.specs import EnvSpec, parse_env_spec, parse_envs
-from gym_llm.experiments.suite import Row, SuiteConfig, parse_agents, plan
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -229,7 +229,7 @@ def test_zero_shot_comes_from_the_trained_runs_first_evaluation_off_tabular_envs
 
 
 def test_plan_runs_deterministic_agents_once_and_usual_budgets_on_the_first_seeds() -> None:
-    args = SuiteConfig.from_namespace(
+    args = ComparisonConfig.from_namespace(
         build_parser().parse_args(["--seeds", "0", "1", "2", "--classic-seeds", "1"])
     )
     agents = ["random", "ppo", "llm-zero-shot", "llm-choice"]
@@ -255,10 +255,10 @@ def test_plan_runs_deterministic_agents_once_and_usual_budgets_on_the_first_seed
 def test_the_llm_settings_reach_the_runs_and_the_action_head_choice_runs_only(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from gym_llm.experiments.suite_runs import llm_config
+    from gym_llm.experiments.comparison_runs import llm_config
 
     given = ["--llm", "policy.action_head=true", "policy.choice_calibration=true", "ppo.n_epochs=3"]
-    config = SuiteConfig.from_namespace(build_parser().parse_args(given))
+    config = ComparisonConfig.from_namespace(build_parser().parse_args(given))
     spec = EnvSpec("gym_llm/Family-v0", {"task": "compare-p0-s1"})
     choice = llm_config(spec, "choice", 128, 0, config)
     assert choice.policy.action_head and choice.policy.choice_calibration
@@ -266,7 +266,7 @@ def test_the_llm_settings_reach_the_runs_and_the_action_head_choice_runs_only(
     generate = llm_config(spec, "generate", 128, 0, config)
     assert not generate.policy.action_head and not generate.policy.choice_calibration
     assert generate.ppo.n_epochs == 3
-    plain = SuiteConfig.from_namespace(build_parser().parse_args([]))
+    plain = ComparisonConfig.from_namespace(build_parser().parse_args([]))
     small = llm_config(spec, "choice", 16, 0, plain)
     assert not small.policy.action_head and small.ppo.n_epochs == 2
     assert small.n_envs * small.ppo.n_steps <= 16 and small.timesteps <= 16  # capped by budget
