@@ -12,6 +12,12 @@ is read clause by clause:
 - a mention after a negation in its clause (``not``, ``never``, ``don't``, ``avoid``,
   ``instead of``, ``rather than``, any ``n't``) is a negated mention;
 - a mention inside a known idiom of its word is no mention at all;
+- a mention the reply rules out (``0 chance I hit``, ``zero chance``, ``no way I'd hit``) is a
+  negated mention;
+- a plan of several moves decides its first: once a clause has plainly named an action, a clause
+  after ``then`` (or starting ``next``, ``afterwards``, ``after that``, ``later``, ``followed by``)
+  begins the later moves, which decide nothing (``hit, then stick`` sends ``hit``; after a
+  condition, ``if ..., then hit``, ``then`` is its consequence, which decides);
 - the **last clause** with a plain mention decides. If it names two different actions
   (``left or right``), or ends a list of them (``left, down, up``), the reply is invalid; if that action is negated in the same or a later
   clause the reply is invalid; a reply whose only mentions are negated, questions or conditions is
@@ -37,7 +43,13 @@ _CONDITION = re.compile(
 )
 _NEGATION = re.compile(
     r"\b(?:not|no|never|nor|without|avoid|avoiding|dont|wont|cannot)\b|n't\b|n’t\b"
-    r"|\binstead of\b|\brather than\b",
+    r"|\binstead of\b|\brather than\b"
+    r"|\b(?:0|zero)\s*(?:%|percent\b|per\s*cent\b|chance\b|probability\b|odds\b|way\b)",
+    re.IGNORECASE,
+)
+#: A clause that begins the later moves of a plan ("... then stick", "Next, ...").
+_SEQUEL = re.compile(
+    r"^\W*(?:and\s+)?(?:then|next|afterwards|after\s+that|later|followed\s+by|subsequently)\b",
     re.IGNORECASE,
 )
 _STRUCK = re.compile(r"~~.*?~~|<(s|del|strike)>.*?</\1>", re.IGNORECASE | re.DOTALL)
@@ -146,18 +158,26 @@ class Clause:
     condition: bool
     #: After a connective (``so``, ``but``, ...): a conclusion, never an item of a list.
     concludes: bool
+    #: After ``then`` (or starting ``next``, ``afterwards``, ...): a later move, if a plan.
+    sequel: bool = False
 
 
 def clauses(text: str) -> Iterator[Clause]:
     """The clauses of ``text`` in order, each with whether it asks or states a condition."""
     for sentence in _SENTENCES.split(text):
         question = sentence.rstrip(" \t\"'*)`]").endswith("?")
-        concludes = False
+        concludes = sequel = False
         for i, piece in enumerate(_CLAUSES.split(sentence)):
             if i % 2:  # a separator
                 concludes = concludes or piece not in ",:"
+                sequel = sequel or piece.lower() == "then"
             elif piece.strip():
-                yield Clause(piece, question, is_condition(piece), concludes)
+                sequel = sequel or bool(_SEQUEL.match(piece))
+                yield Clause(piece, question, is_condition(piece), concludes, sequel)
+                # "Next," alone: the clause after it is the later move
+                sequel = bool(_SEQUEL.match(piece)) and not re.sub(_SEQUEL, "", piece).strip(
+                    " \t.,:;!"
+                )
                 concludes = False
 
 
@@ -210,6 +230,8 @@ def decide(text: str, find: MentionFinder, name: Callable[[int], str]) -> Decisi
     negated: list[tuple[int, int]] = []
     asked, conditional = False, False
     for i, clause in enumerate(clauses(text)):
+        if clause.sequel and plain:
+            break  # a plan: its later moves decide nothing
         found = [m for m in find(clause.text) if not _in_idiom(clause.text, m)]
         if not found:
             continue

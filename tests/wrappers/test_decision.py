@@ -45,6 +45,11 @@ def test_numbers_inside_ranges_and_fractions_are_not_choices() -> None:
     assert not number_stands_alone(text, text.index("16"), text.index("16") + 2)
 
 
+def test_clauses_know_the_later_moves_of_a_plan() -> None:
+    parts = list(clauses("I hit, then stick. Next, I wait. Then done"))
+    assert [c.sequel for c in parts] == [False, True, True, True, True]
+
+
 def test_clauses_know_questions_conditions_and_conclusions() -> None:
     parts = list(clauses("Should I hit? If I hit I bust, so I stick."))
     assert [c.question for c in parts] == [True, False, False]
@@ -88,6 +93,21 @@ def _find(clause: str) -> list[Mention]:
         ("If I hit, I bust.", None, "conditions"),
         ("I hit. I will not hit.", None, "both takes and rules out"),
         ("hit or miss", None, None),
+        # a plan sends its first move, never a later one
+        ("hit then stick", 1, None),
+        ("First stick, then hit.", 0, None),
+        ("stick. Then hit", 0, None),
+        ("I will hit and then stick if I have to", 1, None),
+        ("stick. Next, hit", 0, None),
+        ("Hit now and stick later", None, "two different actions"),
+        # ... but after a condition, "then" is its consequence, which decides
+        ("If the total is low, then hit.", 1, None),
+        ("Then I will hit", 1, None),
+        # a mention the reply rules out chooses nothing
+        ("0 chance I hit", None, "only rules out"),
+        ("There is zero chance I stick", None, "only rules out"),
+        ("no way I would hit, stick", 0, None),
+        ("hit. 0% chance I stick", 1, None),
     ],
 )
 def test_decide(text: str, action: int | None, error: str | None) -> None:

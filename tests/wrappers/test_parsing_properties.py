@@ -117,3 +117,40 @@ def test_box_replies_without_digits_are_invalid_and_stated_numbers_parse(junk: s
         assert not parser(junk + " 3.14 " + junk).valid
     stated = parser(f"{junk}\nAction: 0.25")
     assert stated.valid and np.allclose(stated.action, [0.25])
+
+
+_ACTION_SETS = (
+    ("stick", "hit"),
+    ("left", "down", "right", "up"),
+    ("north", "south", "east", "west"),
+)
+_PLANS = (
+    "{a} then {b}",
+    "{a}, then {b}",
+    "First {a}, then {b}.",
+    "{a}. Then {b}",
+    "I will {a} and then {b}.",
+    "{a}. Next, {b}",
+    "I'd {a}; afterwards {b}",
+    "{a}, followed by {b}",
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(_ACTION_SETS).flatmap(
+        lambda names: st.tuples(
+            st.just(names),
+            st.permutations(names).map(lambda p: p[:2]),
+            st.sampled_from(_PLANS),
+            st.sampled_from(["", "I think ", "OK. "]),
+        )
+    )
+)
+def test_a_plan_sends_its_first_move_or_nothing(
+    case: tuple[tuple[str, ...], tuple[str, ...], str, str],
+) -> None:
+    names, (first, later), plan, lead = case
+    reply = lead + plan.format(a=first, b=later)
+    parsed = DiscreteParser(list(names))(reply)
+    assert parsed.action in (names.index(first), None), reply
