@@ -12,6 +12,8 @@ from gym_llm.spaces import NOT_TEXT_HELP
 
 ActionMode = Literal["choice", "generate"]
 Normalization = Literal["sum", "mean"]
+#: Generate mode's replies: any text, or one of the listed actions (:mod:`gym_llm.policy.constraints`).
+ReplyConstraintMode = Literal["off", "action"]
 
 
 def check_arguments(
@@ -59,6 +61,17 @@ def resolve_mode(
             f"choice_normalization must be 'sum' or 'mean', got {choice_normalization!r}."
         )
     return action_mode
+
+
+def check_reply_constraint(constraint: str, action_mode: str | None) -> None:
+    """``reply_constraint`` is generate mode's: choice mode's replies are the actions already."""
+    if constraint not in ("off", "action"):
+        raise ValueError(f"reply_constraint must be 'off' or 'action', got {constraint!r}.")
+    if constraint != "off" and scores_listed_actions(action_mode or "choice"):
+        raise ValueError(
+            f"reply_constraint={constraint!r} shapes generate mode's replies; choice mode scores "
+            "the listed actions already: set action_mode='generate' or leave it 'off'."
+        )
 
 
 def check_mode(action_mode: str) -> None:

@@ -13,7 +13,14 @@ from typing import Any
 import torch
 
 from gym_llm.configs import RUNTIME_ONLY
-from gym_llm.policy.arguments import ActionMode, Normalization, check_mode, check_mode_settings
+from gym_llm.policy.arguments import (
+    ActionMode,
+    Normalization,
+    ReplyConstraintMode,
+    check_mode,
+    check_mode_settings,
+    check_reply_constraint,
+)
 from gym_llm.policy.param_groups import check_lr_scale
 from gym_llm.policy.prompts import check_max_prompt_tokens
 from gym_llm.policy.top_layers import TrainableLayers, parse_trainable_layers
@@ -59,6 +66,10 @@ class PolicyConfig:
     temperature: float = 1.0
     #: Generate mode: the reply budget (``None``: the registry's, else 24).
     max_new_tokens: int | None = None
+    #: Generate mode: ``"action"`` decodes each reply under a mask of the tokens that continue
+    #: one of the listed actions' spellings, so every reply is a valid action (the update
+    #: applies the same mask: PPO's ratios stay exact); ``"off"``: the model writes any text.
+    reply_constraint: ReplyConstraintMode = "off"
     #: Choice mode: an action's score is the ``"sum"`` of its token log-probs or their ``"mean"``.
     choice_normalization: Normalization = "sum"
     #: Choice mode: subtract each action's score after the content-free observation ``"N/A"``
@@ -120,6 +131,7 @@ class PolicyConfig:
         if self.action_mode is None:
             raise ValueError("policy.action_mode: a run names its mode, 'choice' or 'generate'.")
         check_mode(self.action_mode)
+        check_reply_constraint(self.reply_constraint, self.action_mode)
         check_mode_settings(
             self.action_mode,
             bool(self.choice_calibration),

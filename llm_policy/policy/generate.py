@@ -23,6 +23,14 @@ import torch
 from gym_llm.policy.action_head import ActionHead
 from gym_llm.policy.action_words import ActionWords, decisions
 from gym_llm.policy.arguments import Sampling
+from gym_llm.policy.constraints import (
+    ActionTrie,
+    ReplyConstraint,
+    allowed_mask,
+    masked,
+    reply_masks,
+    valid_mass,
+)
 from gym_llm.policy.lm import LMRunner
 from gym_llm.policy.outputs import Evaluation, PolicyStep
 from gym_llm.policy.sampling import sample, token_evaluation
@@ -50,6 +58,7 @@ class GeneratedActions:
         stop_ids: list[int],
         action_head: ActionHead | None,
         action_words: ActionWords | None,
+        constraint: ReplyConstraint | None = None,
     ) -> None:
         self.runner = runner
         #: The env's listed actions, if any (the action head's decision is among them).
@@ -60,26 +69,32 @@ class GeneratedActions:
         self.action_head = action_head
         #: With the action head: the tokens its scores are added to (else ``None``).
         self.action_words = action_words
+        #: ``reply_constraint="action"``: the tries each reply is decoded under (else ``None``).
+        self.constraint = constraint
 
     # --- the rollout ---------------------------------------------------------------------------
 
     def sample(self, observations: Sequence[str], deterministic: bool) -> PolicyStep:
         """A reply per observation, its tokens' exact log-probs, the value and (when kept) the
         states for the update."""
-        actions, token_lps, values, states = self._generate(observations, deterministic)
+        actions, token_lps, values, states, mass = self._generate(observations, deterministic)
         return PolicyStep(
             replies=[self.reply(a) for a in actions],
             actions=actions,
             token_log_probs=token_lps,
             values=values,
             states=states,
+            valid_mass=mass,
         )
 
     def _generate(
         self, observations: Sequence[str], deterministic: bool
-    ) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor, list[TurnStates] | None]:
-        """Sample replies for all envs at once; a row leaves the decode batch at its stop token,
-        so short replies do not pay for the longest one."""
+    ) -> tuple[
+        list[np.ndarray], list[np.ndarray], torch.Tensor, list[TurnStates] | None, np.ndarray | None
+    ]:
+        """Sample replies for all envs at once; a row leaves the decode batch at its stop token
+        (or, constrained, once it spells a whole action), so short replies do not pay for the
+        longest one. Also the valid mass at the first token, constrained."""
         runner = self.runner
         reserve = self.sampling.max_new_tokens if self.sampling.reserve_kv_cache else None
         logits, values, cache, mask, states, head_input = runner.prompt_pass(observations, reserve)
@@ -92,8 +107,18 @@ class GeneratedActions:
         log_probs: list[list[float]] = [[] for _ in range(n)]
         fed: list[list[torch.Tensor]] = [[] for _ in range(n)]  # states of tokens fed back
         position = mask.sum(-1)
+        tries = self.constraint.tries(observations) if self.constraint is not None else None
+        mass = None
         for step in range(self.sampling.max_new_tokens):
             next_logits = self.with_words(next_logits.float(), words)
+            if tries is not None:
+                active = [tries[r] for r in rows]
+                vocab = next_logits.shape[-1]
+                allowed = allowed_mask(active, [tokens[r] for r in rows], vocab, runner.device)
+                if step == 0:
+                    free = torch.log_softmax(next_logits / self.sampling.temperature, dim=-1)
+                    mass = valid_mass(free, allowed).cpu().numpy()
+                next_logits = masked(next_logits, allowed)
             dist = torch.log_softmax(next_logits / self.sampling.temperature, dim=-1)
             token = dist.argmax(-1) if deterministic else sample(dist)
             chosen_lp = dist.gather(-1, token.unsqueeze(-1)).squeeze(-1)
@@ -101,6 +126,9 @@ class GeneratedActions:
                 tokens[row].append(tok)
                 log_probs[row].append(lp)
             going = ~torch.isin(token, stop)
+            if tries is not None:  # a whole action that nothing continues: the reply is done
+                done = [tries[r].finished(tokens[r]) for r in rows]
+                going &= ~torch.tensor(done, device=going.device)
             if not bool(going.any()) or step == self.sampling.max_new_tokens - 1:
                 break  # the last sampled tokens are never fed back: no logits are needed after them
             if not bool(going.all()):
@@ -127,7 +155,7 @@ class GeneratedActions:
         if states is not None:
             for turn, hidden in zip(states, fed, strict=True):
                 turn.action = torch.cat(hidden) if hidden else None
-        return actions, token_lps, values, states
+        return actions, token_lps, values, states, mass
 
     def word_scores(self, head_input: torch.Tensor) -> torch.Tensor | None:
         """The action head's ``(n, K)`` scores from its input (``None`` without it), added at
@@ -171,9 +199,10 @@ class GeneratedActions:
         from_states = runner.starts_from(states)
         if torch.is_grad_enabled():
             self._count_work(observations, actions, from_states)
+        tries = self.constraint.tries(observations) if self.constraint is not None else None
         if from_states:
             assert states is not None
-            return self._evaluate_from_states(observations, actions, list(states))  # type: ignore[arg-type]
+            return self._evaluate_from_states(observations, actions, list(states), tries)  # type: ignore[arg-type]
         reply, reply_mask = runner.pad(actions, left=False)
         width = reply.shape[1]
         ids, mask, positions, cache, prompt_width = runner.encode_prompts(
@@ -192,7 +221,7 @@ class GeneratedActions:
         head_input = out.hidden_states[layer][:, prompt_width - 1].float()
         values = runner.values(out.hidden_states[-1][:, prompt_width - 1].float(), head_input)
         scores = self.word_scores(head_input)
-        return self._evaluation(out.logits[:, :-1].float(), values, actions, scores)
+        return self._evaluation(out.logits[:, :-1].float(), values, actions, scores, tries)
 
     def _count_work(
         self, observations: Sequence[str], actions: Sequence[np.ndarray], from_states: bool
@@ -214,6 +243,7 @@ class GeneratedActions:
         observations: Sequence[str],
         actions: Sequence[np.ndarray],
         states: list[TurnStates],
+        tries: list[ActionTrie] | None,
     ) -> Evaluation:
         """:meth:`evaluate` running only the trainable layers on the stored states."""
         runner = self.runner
@@ -223,11 +253,15 @@ class GeneratedActions:
         index = torch.tensor(rows, device=runner.device)
         distinct = [states[i] for i in firsts]
         if len(distinct) == len(keys):
-            return self._replies_from_states(states, actions, size)
-        return self._shared_prompt_replies(distinct, states, index, actions, size)
+            return self._replies_from_states(states, actions, size, tries)
+        return self._shared_prompt_replies(distinct, states, index, actions, size, tries)
 
     def _replies_from_states(
-        self, states: Sequence[TurnStates], actions: Sequence[np.ndarray], size: int
+        self,
+        states: Sequence[TurnStates],
+        actions: Sequence[np.ndarray],
+        size: int,
+        tries: list[ActionTrie] | None = None,
     ) -> Evaluation:
         """One row per turn: its prompt and its reply's fed-back tokens."""
         runner = self.runner
@@ -245,7 +279,7 @@ class GeneratedActions:
         head_input = hidden[:, width - 1].float()  # the first trainable layer's input
         values = runner.values(final[:, width - 1].float(), head_input)
         logits = top.logits(final[:, width - 1 :]).float()
-        return self._evaluation(logits, values, actions, self.word_scores(head_input))
+        return self._evaluation(logits, values, actions, self.word_scores(head_input), tries)
 
     def _shared_prompt_replies(
         self,
@@ -254,6 +288,7 @@ class GeneratedActions:
         index: torch.Tensor,
         actions: Sequence[np.ndarray],
         size: int,
+        tries: list[ActionTrie] | None,
     ) -> Evaluation:
         """Repeated prompts: each distinct prompt once (its keys and values kept), then every
         turn's reply tokens on its prompt's row of that cache."""
@@ -277,7 +312,7 @@ class GeneratedActions:
         reply_states = [t.action for t in turns]
         longest = max((r.shape[0] for r in reply_states if r is not None), default=0)
         if not longest:  # one-token replies: nothing was fed back
-            return self._evaluation(first_logits.float(), values, actions, words)
+            return self._evaluation(first_logits.float(), values, actions, words, tries)
         fed = last.new_zeros((n, longest, last.shape[-1]))
         fed_mask = torch.zeros((n, longest), dtype=mask.dtype, device=mask.device)
         for i, r in enumerate(reply_states):
@@ -288,7 +323,7 @@ class GeneratedActions:
         fed_positions = mask[index].sum(-1, keepdim=True) + torch.arange(longest, device=fed.device)
         out = top(fed, full_mask, fed_positions, cache)
         logits = torch.cat([first_logits, top.logits(out)], 1).float()
-        return self._evaluation(logits, values, actions, words)
+        return self._evaluation(logits, values, actions, words, tries)
 
     def _evaluation(
         self,
@@ -296,6 +331,7 @@ class GeneratedActions:
         values: torch.Tensor,
         actions: Sequence[np.ndarray],
         scores: torch.Tensor | None,
+        tries: list[ActionTrie] | None = None,
     ) -> Evaluation:
         """Per-token log-probs and mean entropy of replies from the LM's logits at the last
         prompt position and at every fed reply token (``(n, >= T, V)``; extra columns are
@@ -303,6 +339,10 @@ class GeneratedActions:
         each reply's decision among the actions, and the same with gradients to the head only."""
         reply, reply_mask = self.runner.pad(actions, left=False)
         with_words = self.with_words(logits, scores)
+        if tries is not None:  # the mask each reply was sampled under, position by position
+            width, vocab = reply.shape[1], with_words.shape[-1]
+            allowed = reply_masks(tries, actions, width, vocab, with_words.device)
+            with_words = masked(with_words[:, :width], allowed)
         lp, valid, entropy = token_evaluation(
             with_words, reply, reply_mask, self.sampling.temperature
         )

@@ -39,11 +39,13 @@ from gym_llm.policy.arguments import (
     Normalization,
     Sampling,
     check_arguments,
+    check_reply_constraint,
     lists_a_choice,
     resolve_mode,
 )
 from gym_llm.policy.choice import CONTENT_FREE_OBSERVATION, ChoiceActions
 from gym_llm.policy.config import PolicyConfig
+from gym_llm.policy.constraints import ReplyConstraint
 from gym_llm.policy.generate import GeneratedActions, decode
 from gym_llm.policy.lm import LMRunner
 from gym_llm.policy.models import MODEL_REGISTRY, float32_logits, load_model
@@ -214,6 +216,7 @@ class LLMPolicy(BasePolicy):
             memoize_choice_scores=config.memoize_choice_scores,
             choice_normalization=config.choice_normalization,
         )
+        check_reply_constraint(config.reply_constraint, self.action_mode)
         if self.action_mode == "choice":
             choice = ChoiceActions(
                 self.runner,
@@ -232,6 +235,12 @@ class LLMPolicy(BasePolicy):
             )
             choice.use_trunk(config.trunk_cache_mb, identity)
             return choice
+        tokenizer = self.prompts.tokenizer
+        constraint = (
+            ReplyConstraint(tokenizer, tokenizer.eos_token_id, self.actions_list, self.per_state)
+            if config.reply_constraint == "action"
+            else None
+        )
         return GeneratedActions(
             self.runner,
             self.actions_list,
@@ -239,6 +248,7 @@ class LLMPolicy(BasePolicy):
             stop_ids=self.prompts.stop_token_ids(self.lm),
             action_head=self.action_head,
             action_words=words,
+            constraint=constraint,
         )
 
     # --- the parts, as users and the learners read them ----------------------------------------

@@ -26,6 +26,9 @@ class PolicyStep:
     states: list[TurnStates] | None = None
     #: Choice mode: each env's whole action distribution ``(n, K)`` (for diagnostics).
     action_probs: np.ndarray | None = None
+    #: Generate mode with ``reply_constraint="action"``: ``(n,)`` the probability the unmasked
+    #: policy gave the tokens that can start a valid action (how ready the model is unaided).
+    valid_mass: np.ndarray | None = None
 
 
 @dataclass

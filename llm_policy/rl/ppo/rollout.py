@@ -50,12 +50,16 @@ class RolloutMonitor:
         self.seen: list[str] = []
         self.probs: list[np.ndarray] = []
         self.parsed: list[tuple[str, int]] = []
+        #: Constrained replies: the unmasked policy's mass on valid first tokens, per turn.
+        self.valid_mass: list[float] = []
 
     def before_step(self, observations: np.ndarray, step: PolicyStep) -> None:
         """The policy's action distributions, where it scored listed actions."""
         if step.action_probs is not None:
             self.seen.extend(str(o) for o in observations)
             self.probs.append(step.action_probs)
+        if step.valid_mass is not None:
+            self.valid_mass.extend(float(m) for m in step.valid_mass)
 
     def observe(
         self,
@@ -138,6 +142,8 @@ class RolloutMonitor:
             figures = sampled_diagnostics(texts, actions, n_actions)
             self._report(logger, figures, num_timesteps, remedies)
         logger.record("rollout/invalid_action_rate", self.invalid_action_rate)
+        if self.valid_mass:  # how ready the unconstrained model is to write a valid action
+            logger.record("rollout/valid_mass", float(np.mean(self.valid_mass)))
         logger.record("rollout/nonfinite_rewards", nonfinite)
         if self.bonus is not None:  # per env step, in reward units (CountBonusWrapper)
             logger.record("rollout/intrinsic_reward", self.bonus / turns)
