@@ -63,3 +63,26 @@ def learn_and_check_head(model: PPO) -> ActionHead:
     assert float(head.linear.weight.detach().abs().sum()) > 0  # it trained
     assert model.first_ratio_error < 1e-5  # the rollout's log-probs are the update's (invariant 1)
     return head
+
+
+#: The words of :class:`Rooms`' commands, for a tiny model's vocabulary.
+ROOM_WORDS = ["go", "north", "south", "wait", "take", "gold", "sleep"]
+HALL = ["go north", "wait"]
+VAULT = ["take gold", "go south", "sleep"]
+
+
+class Rooms:
+    """A text game with per-state actions: a hall (two commands) and a vault (three); the
+    gold is worth 1."""
+
+    def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        self.room = "hall"
+        return "You are in the hall.", {"valid_actions": HALL}
+
+    def step(self, text: str) -> tuple[str, float, bool, dict[str, Any]]:
+        if self.room == "hall":
+            if text == "go north":
+                self.room = "vault"
+                return "You are in the vault.", 0.0, False, {"valid_actions": VAULT}
+            return "You are in the hall.", 0.0, False, {"valid_actions": HALL}
+        return "The end.", float(text == "take gold"), True, {"valid_actions": []}

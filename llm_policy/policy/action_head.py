@@ -52,6 +52,7 @@ def choice_extras(
     frozen_below: bool = True,
     per_state: bool = False,
     listed: bool = True,
+    constrained: bool = False,
 ) -> tuple[bool, bool, bool]:
     """``(action_head, choice_calibration, centred_critic)`` as the policy uses them.
 
@@ -79,21 +80,26 @@ def choice_extras(
     (False, False, False)
     >>> choice_extras("generate", True, None, None)  # the head on the actions' word tokens
     (True, False, True)
+    >>> choice_extras("generate", True, None, None, constrained=True)  # replies are actions
+    (True, True, True)
     """
     choice = action_mode == "choice"
     fixed = choice and not per_state  # per action index: meaningless when lists change
     head = fixed and frozen_below if action_head is None else bool(action_head)
-    calibration = fixed if choice_calibration is None else bool(choice_calibration)
+    # Constrained replies choose among the listed actions too: calibrated the same way.
+    among_fixed = fixed or (constrained and listed and not per_state)
+    calibration = among_fixed if choice_calibration is None else bool(choice_calibration)
     for name, on in (("action_head", head), ("choice_calibration", calibration)):
         if on and per_state:
             raise ValueError(
                 f"{name} scores a fixed list of actions by index; this env brings its own list "
                 "in every state (TextActions(per_state=True)). Leave it off."
             )
-    if calibration and not choice:
+    if calibration and not choice and not constrained:
         raise ValueError(
-            "choice_calibration needs choice mode (the env must list its actions); in generate "
-            "mode replies are free text, with no fixed set of actions to score."
+            "choice_calibration needs choice mode (the env must list its actions), or generate "
+            "mode with reply_constraint='action'; otherwise replies are free text, with no fixed "
+            "set of actions to score."
         )
     if head and not choice and not listed:
         raise ValueError(

@@ -86,11 +86,18 @@ def scores_listed_actions(action_mode: str) -> bool:
 
 
 def check_mode_settings(
-    action_mode: str, choice_calibration: bool, action_head: bool, action_prior_scale: float
+    action_mode: str,
+    choice_calibration: bool,
+    action_head: bool,
+    action_prior_scale: float,
+    constrained: bool = False,
 ) -> None:
     """The settings that belong to one action mode, refused in the other."""
-    if choice_calibration and not scores_listed_actions(action_mode):
-        raise ValueError("choice_calibration needs mode='choice'.")
+    if choice_calibration and not scores_listed_actions(action_mode) and not constrained:
+        raise ValueError(
+            "choice_calibration needs mode='choice' (or generate mode with "
+            "reply_constraint='action')."
+        )
     check_prior_scale(action_prior_scale, not scores_listed_actions(action_mode) and action_head)
 
 

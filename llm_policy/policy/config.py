@@ -137,5 +137,6 @@ class PolicyConfig:
             bool(self.choice_calibration),
             bool(self.action_head),
             self.action_prior_scale,
+            constrained=self.reply_constraint == "action",
         )
         return self.action_mode

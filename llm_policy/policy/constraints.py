@@ -10,6 +10,12 @@ entropies stay finite.
 
 A reply ends when it spells a whole action no other action continues (no stop token is sampled);
 where one action's spelling is a prefix of another's, the stop token is one of the choices.
+
+Calibrated (``choice_calibration``, on by default for a fixed list), every choice at every node of
+the trie gets a constant logit, minus its masked log-prob after the content-free observation
+(as choice mode subtracts each action's content-free score): an action whose first token is a
+rare fragment (``banned`` is ``b`` + ``anned`` in SmolLM2's vocabulary) starts at even odds
+instead of in a corner PPO cannot leave.
 """
 
 from __future__ import annotations
@@ -42,6 +48,23 @@ class ActionTrie:
         for spelling in self.complete:  # a whole action that others continue: stop may end it
             if spelling in self.next:
                 self.next[spelling].add(stop_id)
+        #: Calibration: a constant added to each choice's logit at each node (none: empty).
+        self.bias: dict[tuple[int, ...], dict[int, float]] = {}
+
+    def replies(self) -> list[tuple[int, ...]]:
+        """Every whole reply the trie allows, as sampled: an action's spelling, closed by the
+        stop token where another action continues it."""
+        return sorted((*s, self.stop_id) if s in self.next else s for s in self.complete)
+
+    def set_bias(
+        self, replies: Sequence[Sequence[int]], log_probs: Sequence[Sequence[float]]
+    ) -> None:
+        """Calibrate: each choice's constant is minus its masked log-prob in ``replies`` (all of
+        :meth:`replies`, scored after a content-free observation)."""
+        self.bias = {}
+        for reply, lps in zip(replies, log_probs, strict=True):
+            for t, token in enumerate(reply):
+                self.bias.setdefault(tuple(reply[:t]), {})[int(token)] = -float(lps[t])
 
     def allowed(self, prefix: Sequence[int]) -> set[int]:
         """The tokens that may follow ``prefix`` (the stop token alone once a reply is done or
@@ -85,6 +108,11 @@ class ReplyConstraint:
             self._tries[actions] = ActionTrie(spell(self.tokenizer, actions), self.stop_id)
         return self._tries[actions]
 
+    @property
+    def calibrated(self) -> bool:
+        """Whether any of its tries carries calibration constants."""
+        return any(trie.bias for trie in self._tries.values())
+
     def tries(self, observations: Sequence[Any]) -> list[ActionTrie]:
         """Each observation's trie."""
         if not self.per_state:
@@ -123,6 +151,34 @@ def reply_masks(
             mask[row, t] = False
             mask[row, t, sorted(trie.allowed(ids[:t]))] = True
     return mask.to(device)
+
+
+def node_bias(
+    tries: Sequence[ActionTrie], prefixes: Sequence[Sequence[int]], vocab: int, device: Any
+) -> torch.Tensor | None:
+    """``(n, vocab)``: each row's calibration constants after its prefix (``None``: none)."""
+    if not any(trie.bias for trie in tries):
+        return None
+    bias = torch.zeros((len(tries), vocab))
+    for row, (trie, prefix) in enumerate(zip(tries, prefixes, strict=True)):
+        for token, value in trie.bias.get(tuple(prefix), {}).items():
+            bias[row, token] = value
+    return bias.to(device)
+
+
+def reply_bias(
+    tries: Sequence[ActionTrie], replies: Sequence[np.ndarray], width: int, vocab: int, device: Any
+) -> torch.Tensor | None:
+    """``(n, width, vocab)``: the calibration constants each stored reply was sampled under."""
+    if not any(trie.bias for trie in tries):
+        return None
+    bias = torch.zeros((len(replies), width, vocab))
+    for row, (trie, reply) in enumerate(zip(tries, replies, strict=True)):
+        ids = [int(t) for t in reply]
+        for t in range(min(width, len(ids))):
+            for token, value in trie.bias.get(tuple(ids[:t]), {}).items():
+                bias[row, t, token] = value
+    return bias.to(device)
 
 
 def masked(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:

@@ -28,6 +28,8 @@ from gym_llm.policy.constraints import (
     ReplyConstraint,
     allowed_mask,
     masked,
+    node_bias,
+    reply_bias,
     reply_masks,
     valid_mass,
 )
@@ -119,6 +121,9 @@ class GeneratedActions:
                     free = torch.log_softmax(next_logits / self.sampling.temperature, dim=-1)
                     mass = valid_mass(free, allowed).cpu().numpy()
                 next_logits = masked(next_logits, allowed)
+                bias = node_bias(active, [tokens[r] for r in rows], vocab, runner.device)
+                if bias is not None:
+                    next_logits = next_logits + bias
             dist = torch.log_softmax(next_logits / self.sampling.temperature, dim=-1)
             token = dist.argmax(-1) if deterministic else sample(dist)
             chosen_lp = dist.gather(-1, token.unsqueeze(-1)).squeeze(-1)
@@ -156,6 +161,32 @@ class GeneratedActions:
             for turn, hidden in zip(states, fed, strict=True):
                 turn.action = torch.cat(hidden) if hidden else None
         return actions, token_lps, values, states, mass
+
+    def calibrate(self, observation: str) -> None:
+        """Constrained replies over a fixed list: set each trie choice's constant from its
+        masked log-prob after ``observation`` (the content-free one), so that there every
+        choice is even."""
+        assert self.constraint is not None and self.actions, "calibration needs a fixed list"
+        trie = self.constraint.trie(self.actions)
+        trie.bias = {}
+        replies = trie.replies()
+        # Log-probs at temperature 1: the constants are logits, divided by the temperature
+        # with the rest (as choice mode's scores), so the content-free odds are even at any.
+        temperature, self.sampling.temperature = self.sampling.temperature, 1.0
+        try:
+            with torch.no_grad():
+                out = self.evaluate(
+                    [observation] * len(replies), [np.asarray(r) for r in replies], None
+                )
+        finally:
+            self.sampling.temperature = temperature
+        lps = [out.token_log_probs[i, : len(r)].tolist() for i, r in enumerate(replies)]
+        trie.set_bias(replies, lps)
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the constrained replies are calibrated."""
+        return self.constraint is not None and self.constraint.calibrated
 
     def word_scores(self, head_input: torch.Tensor) -> torch.Tensor | None:
         """The action head's ``(n, K)`` scores from its input (``None`` without it), added at
@@ -343,6 +374,9 @@ class GeneratedActions:
             width, vocab = reply.shape[1], with_words.shape[-1]
             allowed = reply_masks(tries, actions, width, vocab, with_words.device)
             with_words = masked(with_words[:, :width], allowed)
+            bias = reply_bias(tries, actions, width, vocab, with_words.device)
+            if bias is not None:
+                with_words = with_words + bias
         lp, valid, entropy = token_evaluation(
             with_words, reply, reply_mask, self.sampling.temperature
         )

@@ -130,6 +130,7 @@ class LLMPolicy(BasePolicy):
             frozen_below=bool(self.first_trainable_layer),
             per_state=self.per_state,
             listed=bool(listed),
+            constrained=config.reply_constraint == "action",
         )
         self.action_head = (
             ActionHead(hidden, len(self.actions_list), device=lm.device) if action_head else None
@@ -180,7 +181,10 @@ class LLMPolicy(BasePolicy):
         self.optimizer = self.optimizer_class(  # type: ignore[call-arg]
             self._param_groups(lr_schedule(1)), lr=lr_schedule(1), **self.optimizer_kwargs
         )
-        if choice_calibration:
+        if choice_calibration and isinstance(self.actions, GeneratedActions):
+            self.actions.calibrate(CONTENT_FREE_OBSERVATION)  # constrained replies
+            self.invalidate_prefix_cache()
+        elif choice_calibration:
             self.choice_calibration = self.content_free_scores()
 
     def _load_lm(self, config: PolicyConfig, spec: Any, device: torch.device | str) -> Any:
@@ -404,6 +408,14 @@ class LLMPolicy(BasePolicy):
                 return
             raise ValueError("choice_calibration is choice mode's (scores of listed actions).")
         self.actions.calibration = calibration
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the choice among the listed actions is calibrated (choice mode's constants,
+        or constrained replies' per-token ones, both from the content-free observation)."""
+        if isinstance(self.actions, GeneratedActions):
+            return self.actions.calibrated
+        return self.choice_calibration is not None
 
     @property
     def trunk_cache(self) -> TrunkCache | None:

@@ -12,16 +12,22 @@ import pytest
 import torch
 from stable_baselines3.common.logger import configure
 
-from gym_llm import LLMPolicy, make_text_env
+from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.envs import TextGameEnv
-from gym_llm.policy.constraints import ActionTrie, allowed_mask, masked, reply_masks, valid_mass
+from gym_llm.policy.choice import CONTENT_FREE_OBSERVATION
+from gym_llm.policy.constraints import (
+    ActionTrie,
+    allowed_mask,
+    masked,
+    node_bias,
+    reply_masks,
+    valid_mass,
+)
 from gym_llm.policy.state_actions import MASKED_LOGIT
 from gym_llm.spaces import TextActions, TextObservations
 from gym_llm.wrappers import ValidActionsWrapper
-from tests.builders import small_ppo
+from tests.builders import ROOM_WORDS, Rooms, small_ppo
 from tests.models import tiny_model_fixture
-from tests.policy.test_state_actions import WORDS as ROOM_WORDS
-from tests.policy.test_state_actions import Rooms
 
 model_dir = tiny_model_fixture("model_dir", ["stick", "hit", "go", "north", "south", "wait"])
 rooms_dir = tiny_model_fixture("rooms_dir", ROOM_WORDS, layers=4)
@@ -90,8 +96,9 @@ def test_every_reply_is_an_action_and_the_update_scores_it_under_the_same_mask(
     model_dir: Path, reuse_states: bool
 ) -> None:
     policy = _blackjack_policy(
-        model_dir, reply_constraint="action", reuse_rollout_states=reuse_states
-    )
+        model_dir, reply_constraint="action", reuse_rollout_states=reuse_states,
+        choice_calibration=False,  # the masked policy alone, to compare with the free one
+    )  # fmt: skip
     torch.manual_seed(0)
     with torch.no_grad():
         step = policy.act(OBSERVATIONS * 4)
@@ -186,3 +193,42 @@ def test_numbers_whose_spellings_continue_each_other_end_at_the_stop_token(
     for i, stored in enumerate(step.token_log_probs):
         got = again.token_log_probs[i][again.mask[i]].detach().numpy()
         np.testing.assert_allclose(got, stored, atol=1e-5)
+
+
+def test_calibration_sets_even_odds_after_the_content_free_observation(model_dir: Path) -> None:
+    trie = ActionTrie([[5], [5, 6], [7, 8]], stop_id=0)
+    assert trie.replies() == [(5, 0), (5, 6), (7, 8)]  # "5" is closed by the stop token
+    trie.set_bias([(5, 0), (7, 8)], [[-0.1, -2.0], [-2.3, 0.0]])
+    bias = node_bias([trie], [[]], vocab=9, device="cpu")
+    assert (
+        bias is not None and bias[0, 5] == pytest.approx(0.1) and bias[0, 7] == pytest.approx(2.3)
+    )
+    assert node_bias([ActionTrie([[1]], stop_id=0)], [[]], vocab=2, device="cpu") is None
+
+    policy = _blackjack_policy(model_dir, reply_constraint="action")  # calibrated by default
+    assert policy.calibrated
+    with torch.no_grad():
+        out = policy.evaluate_actions(
+            [CONTENT_FREE_OBSERVATION] * 2,
+            [np.asarray(r) for r in policy.actions.constraint.trie(policy.actions_list).replies()],
+        )
+    totals = (out.token_log_probs * out.mask).sum(-1).exp()
+    assert torch.allclose(totals, torch.full((2,), 0.5), atol=1e-4)  # even odds there
+
+
+def test_a_saved_agent_keeps_its_constrained_and_calibrated_replies(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    policy = {"action_mode": "generate", "reply_constraint": "action", "max_new_tokens": 6}
+    model = small_ppo(model_dir, "Blackjack-v1", policy=policy, n_steps=4, batch_size=8, n_epochs=1)
+    model.learn(8)
+    model.save(tmp_path / "agent")
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    assert loaded.policy.calibrated and loaded.policy.actions.constraint is not None
+    replies = [
+        np.asarray(r) for r in loaded.policy.actions.constraint.trie(("stick", "hit")).replies()
+    ]
+    with torch.no_grad():
+        a = model.policy.evaluate_actions(OBSERVATIONS[:2], replies)
+        b = loaded.policy.evaluate_actions(OBSERVATIONS[:2], replies)
+    torch.testing.assert_close(a.token_log_probs, b.token_log_probs, atol=1e-5, rtol=0)

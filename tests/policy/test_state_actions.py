@@ -18,28 +18,10 @@ from gym_llm.policy.state_actions import MASKED_LOGIT, pad_columns, state_groups
 from gym_llm.rl.common.vec_env import make_text_env
 from gym_llm.spaces import TextActions, TextObservations, TextWithActions, actions_of
 from gym_llm.wrappers import ValidActionsWrapper
+from tests.builders import HALL, ROOM_WORDS, Rooms
 from tests.models import tiny_model_fixture
 
-WORDS = ["go", "north", "south", "wait", "take", "gold", "sleep"]
-HALL = ["go north", "wait"]
-VAULT = ["take gold", "go south", "sleep"]
-
-
-class Rooms:
-    """A hall (two commands) and a vault (three): the gold is worth 1."""
-
-    def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
-        self.room = "hall"
-        return "You are in the hall.", {"valid_actions": HALL}
-
-    def step(self, text: str) -> tuple[str, float, bool, dict[str, Any]]:
-        if self.room == "hall":
-            if text == "go north":
-                self.room = "vault"
-                return "You are in the vault.", 0.0, False, {"valid_actions": VAULT}
-            return "You are in the hall.", 0.0, False, {"valid_actions": HALL}
-        return "The end.", float(text == "take gold"), True, {"valid_actions": []}
-
+WORDS = ROOM_WORDS
 
 model_dir = tiny_model_fixture("model_dir", WORDS, layers=4)
 

@@ -289,7 +289,7 @@ def recorded_policy_kwargs(policy: Any, policy_kwargs: Mapping[str, Any]) -> dic
     recorded["trainable_layers"] = policy.trainable_layers
     recorded["conversation"] = policy.conversation
     recorded["action_head"] = policy.action_head is not None
-    recorded["choice_calibration"] = policy.choice_calibration is not None
+    recorded["choice_calibration"] = policy.calibrated
     if "optimizer_class" in recorded:  # a class: saved as its import path
         cls = recorded["optimizer_class"]
         recorded["optimizer_class"] = f"{cls.__module__}:{cls.__qualname__}"

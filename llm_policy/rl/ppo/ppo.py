@@ -510,7 +510,7 @@ class PPO(OnPolicyAlgorithm):
                 ("action_head", policy.action_head is not None or not policy.actions_list),
                 (
                     "choice_calibration",
-                    policy.choice_calibration is not None or not policy.scores_listed_actions,
+                    policy.calibrated or not policy.scores_listed_actions,
                 ),
             )
             if not on
