@@ -36,11 +36,11 @@ def test_a_table_on_a_tiny_model(
 ) -> None:
     def name_the_first_action(
         self: GeneratedActions, observations: list[str], deterministic: bool
-    ) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor, None]:
+    ) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor, None, None]:
         assert self.action_words is not None  # a tiny LM never names one on its own
         reply = np.array([7, int(self.action_words.ids[0])])
         n = len(observations)
-        return [reply] * n, [np.zeros(2, dtype=np.float32)] * n, torch.zeros(n), None
+        return [reply] * n, [np.zeros(2, dtype=np.float32)] * n, torch.zeros(n), None, None
 
     monkeypatch.setattr(GeneratedActions, "_generate", name_the_first_action)
     out = tmp_path / "odds.json"
