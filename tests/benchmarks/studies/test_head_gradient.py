@@ -49,7 +49,7 @@ def test_a_table_on_a_tiny_model(
 ) -> None:
     def half_name_an_action(
         self: GeneratedActions, observations: list[str], deterministic: bool
-    ) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor, None]:
+    ) -> tuple[list[np.ndarray], list[np.ndarray], torch.Tensor, None, None]:
         assert self.action_words is not None
         words = set(self.action_words.ids.tolist())
         filler = next(t for t in range(3, 100) if t not in words and t not in self.stop_ids)
@@ -58,7 +58,8 @@ def test_a_table_on_a_tiny_model(
         replies = [
             np.array([filler, word, filler] if i % 2 else [filler, filler]) for i in range(n)
         ]
-        return replies, [np.zeros(len(r), dtype=np.float32) for r in replies], torch.zeros(n), None
+        lps = [np.zeros(len(r), dtype=np.float32) for r in replies]
+        return replies, lps, torch.zeros(n), None, None
 
     monkeypatch.setattr(GeneratedActions, "_generate", half_name_an_action)
     out = tmp_path / "grad.json"
