@@ -66,9 +66,11 @@ def choice_extras(
     the plain policy reached it on no task, and the calibration alone takes the policy out of a
     near-certain prior (``benchmarks/RESULTS.md``). When every layer trains, the head would
     read features that move under it: on a tiny fully fine-tuned model that made 5 of 20 seeds
-    fall back after learning, so it stays off there unless asked for. Asking for the
-    calibration in generate mode is an error, as is the head there without listed actions, or
-    a centred critic without the head whose features it reads.
+    fall back after learning, so it stays off there unless asked for. In generate mode with
+    constrained replies (``constrained``) the replies choose among the listed actions too, and
+    the calibration is on by default there (a fixed list). Asking for the calibration in
+    unconstrained generate mode is an error, as is the head there without listed actions, or a
+    centred critic without the head whose features it reads.
 
     >>> choice_extras("choice", None, None, None)
     (True, True, True)
