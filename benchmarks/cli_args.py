@@ -13,12 +13,18 @@ from gym_llm.experiments.specs import parse_settings
 from gym_llm.policy.models import DEFAULT_MODEL
 
 
-def new_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
-    """A parser whose description is the module docstring's first paragraph, defaults shown."""
+def new_parser(
+    prog: str,
+    doc: str | None,
+    formatter_class: type[argparse.HelpFormatter] = argparse.ArgumentDefaultsHelpFormatter,
+) -> argparse.ArgumentParser:
+    """A parser whose description is the module docstring's first paragraph, defaults shown
+    (``gym_llm.cli.arguments._HelpFormatter`` for parsers with ``gym-llm train``'s generated
+    flags, whose help states its defaults itself)."""
     return argparse.ArgumentParser(
         prog=prog,
         description=doc.split("\n\n")[0] if doc else None,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=formatter_class,
     )
 
 

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cli_args import new_parser
 from gym_llm.cli.arguments import (
     _HelpFormatter,
     add_dataclass_flags,
@@ -44,11 +45,7 @@ RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.recipes.learn",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-        formatter_class=_HelpFormatter,
-    )
+    parser = new_parser("python -m benchmarks.recipes.learn", __doc__, _HelpFormatter)
     add = parser.add_argument
     add("--out", type=Path, default=RESULTS_DIR, help="where the JSON and PNG go")
     add("--run-dir", type=Path, default=None, help="logs + agent (default: runs/<name>)")

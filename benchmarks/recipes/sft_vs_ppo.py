@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.cli_args import new_parser
 from gym_llm.cli.arguments import (
     _HelpFormatter,
     add_dataclass_flags,
@@ -56,11 +57,7 @@ BASE = TrainConfig(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.recipes.sft_vs_ppo",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-        formatter_class=_HelpFormatter,
-    )
+    parser = new_parser("python -m benchmarks.recipes.sft_vs_ppo", __doc__, _HelpFormatter)
     add = parser.add_argument
     add("--demos", type=Path, default=None, help="demonstrations JSONL (default: generated)")
     add(
