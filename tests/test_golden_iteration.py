@@ -1,6 +1,6 @@
-"""The golden iterations: two seeded PPO iterations per action mode and one DQN iteration on a tiny
-model, recorded number for number, so that a change meant to keep behaviour (a refactor, a move)
-proves it did.
+"""The golden iterations: two seeded PPO iterations per action mode (generate mode with free and
+with constrained replies) and one DQN iteration on a tiny model, recorded number for number, so
+that a change meant to keep behaviour (a refactor, a move) proves it did.
 
 What is recorded: the rollout's log-probs, values, rewards, advantages and returns (PPO), every
 ``train/*`` figure the learner logs, and each trainable tensor after the update (its sum, its sum
@@ -96,13 +96,15 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-def _ppo_iteration(model_dir: Path, mode: str) -> dict[str, Any]:
-    # In generate mode the untrained model's replies are invalid: a penalty makes rewards differ.
-    penalty = {"invalid_penalty": -1.0} if mode == "generate" else None
+def _ppo_iteration(model_dir: Path, mode: str, constraint: str = "off") -> dict[str, Any]:
+    # Free text from the untrained model is invalid: a penalty makes rewards differ.
+    free_text = mode == "generate" and constraint == "off"
+    penalty = {"invalid_penalty": -1.0} if free_text else None
     env = make_text_env("gym_llm/KeywordBandit-v0", n_envs=4, seed=0, action_kwargs=penalty)
     policy_kwargs = {"model": str(model_dir), "lora": {"r": 4}, "action_mode": mode}
     if mode == "generate":
         policy_kwargs["max_new_tokens"] = 3
+        policy_kwargs["reply_constraint"] = constraint
     model = PPO(
         LLMPolicy, env, n_steps=4, batch_size=8, n_epochs=2, seed=0, device="cpu",
         learning_rate=1e-3, ent_coef=0.01, policy_kwargs=policy_kwargs,
@@ -132,6 +134,7 @@ def _run(model_dir: Path) -> dict[str, Any]:
     return {
         "ppo_choice": _ppo_iteration(model_dir, "choice"),
         "ppo_generate": _ppo_iteration(model_dir, "generate"),
+        "ppo_generate_constrained": _ppo_iteration(model_dir, "generate", "action"),
         "dqn": _dqn_iteration(model_dir),
     }
 

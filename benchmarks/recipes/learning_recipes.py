@@ -70,6 +70,8 @@ def train_keyword_bandit(tmp_path: Path, mode: str, seed: int = 0) -> tuple[floa
             "lora": None,
             "action_mode": mode,
             "max_new_tokens": 1,
+            # The recorded sweeps wrote free text; constrained replies are measured apart.
+            **({"reply_constraint": "off"} if mode == "generate" else {}),
         },
         n_steps=4,
         batch_size=32,

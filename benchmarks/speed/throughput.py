@@ -95,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="reply budget of gym_llm's generate mode and of the naive loop alike",
     )
     add(
+        "--reply-constraint",
+        choices=["off", "action", "auto"],
+        default="off",
+        help="generate mode's replies: free text, as the naive loop writes (off), or decoded "
+        "among the listed actions (action; auto: the library's default)",
+    )
+    add(
         "--micro-batch-size",
         type=int,
         default=None,
@@ -206,6 +213,8 @@ def _make_ppo(args: argparse.Namespace, n_steps: int) -> PPO:
         "dtype": args.dtype,
         "max_new_tokens": args.max_new_tokens,
     }
+    if args.mode == "generate":
+        policy_kwargs["reply_constraint"] = getattr(args, "reply_constraint", "off")
     return PPO(
         "LLMPolicy",
         env,

@@ -82,6 +82,7 @@ def head_policy(task: str, model: str, prior_scale: float = 1.0) -> Any:
 
     env = make_text_env("gym_llm/Family-v0", 1, env_kwargs={"task": task}, seed=0)
     policy_kwargs = {"model": model, "action_mode": "generate", "action_head": True,
+                     "reply_constraint": "off",  # the free-text head this study is about
                      "action_prior_scale": prior_scale}  # fmt: skip
     policy = PPO("LLMPolicy", env, n_steps=8, batch_size=8, seed=0, device="cpu",
                  policy_kwargs=policy_kwargs).policy  # fmt: skip

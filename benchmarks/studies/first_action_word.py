@@ -55,7 +55,9 @@ def measure(task: str, rounds: int, model: str, seed: int) -> dict[str, Any]:
     from gym_llm import PPO, make_text_env
 
     env = make_text_env("gym_llm/Family-v0", 2, env_kwargs={"task": task}, seed=seed)
-    policy_kwargs = {"model": model, "action_mode": "generate", "action_head": True}
+    # The free-text head this study is about.
+    policy_kwargs = {"model": model, "action_mode": "generate", "action_head": True,
+                     "reply_constraint": "off"}  # fmt: skip
     policy = PPO("LLMPolicy", env, n_steps=8, seed=seed, policy_kwargs=policy_kwargs).policy
     texts, parser = state_texts(task)
     words = policy.action_words

@@ -54,7 +54,12 @@ def sample(args: argparse.Namespace) -> None:
             n_steps=8,
             seed=args.seed,
             device="cpu",
-            policy_kwargs={"model": args.model, "action_mode": "generate"},
+            # What the model writes unaided: free text.
+            policy_kwargs={
+                "model": args.model,
+                "action_mode": "generate",
+                "reply_constraint": "off",
+            },
         )
         names = list(_parser_of(vec.envs[0]).action_space.actions)
         obs = vec.reset()

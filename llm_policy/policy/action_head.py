@@ -53,6 +53,7 @@ def choice_extras(
     per_state: bool = False,
     listed: bool = True,
     constrained: bool = False,
+    own_words: bool = True,
 ) -> tuple[bool, bool, bool]:
     """``(action_head, choice_calibration, centred_critic)`` as the policy uses them.
 
@@ -84,12 +85,19 @@ def choice_extras(
     (True, False, True)
     >>> choice_extras("generate", True, None, None, constrained=True)  # replies are actions
     (True, True, True)
+    >>> choice_extras("generate", None, None, None, constrained=True)
+    (True, True, True)
+    >>> choice_extras("generate", None, None, None, constrained=True, own_words=False)
+    (False, True, False)
     """
     choice = action_mode == "choice"
     fixed = choice and not per_state  # per action index: meaningless when lists change
-    head = fixed and frozen_below if action_head is None else bool(action_head)
-    # Constrained replies choose among the listed actions too: calibrated the same way.
+    # Constrained replies choose among the listed actions too: headed and calibrated the same way.
     among_fixed = fixed or (constrained and listed and not per_state)
+    # In generate mode the head raises each action's own word tokens: on by default only where
+    # every action has some (``own_words``; numbers such as 1 and 12 may share all of theirs).
+    by_default = among_fixed and frozen_below and (choice or own_words)
+    head = by_default if action_head is None else bool(action_head)
     calibration = among_fixed if choice_calibration is None else bool(choice_calibration)
     for name, on in (("action_head", head), ("choice_calibration", calibration)):
         if on and per_state:

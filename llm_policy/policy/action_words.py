@@ -131,6 +131,15 @@ def action_words(
     )
 
 
+def has_own_words(tokenizer: Any, actions: Sequence[str]) -> bool:
+    """Whether every action has a word token of its own (what :func:`action_words` needs)."""
+    try:
+        action_words(tokenizer, actions)
+    except ValueError:
+        return False
+    return True
+
+
 def decision_log_probs(
     logits: torch.Tensor,
     reply: torch.Tensor,

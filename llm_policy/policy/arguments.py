@@ -12,8 +12,9 @@ from gym_llm.spaces import NOT_TEXT_HELP
 
 ActionMode = Literal["choice", "generate"]
 Normalization = Literal["sum", "mean"]
-#: Generate mode's replies: any text, or one of the listed actions (:mod:`gym_llm.policy.constraints`).
-ReplyConstraintMode = Literal["off", "action"]
+#: Generate mode's replies: any text, or one of the listed actions (:mod:`gym_llm.policy.constraints`);
+#: ``"auto"``: the listed actions where the env lists them.
+ReplyConstraintMode = Literal["auto", "off", "action"]
 
 
 def check_arguments(
@@ -65,13 +66,34 @@ def resolve_mode(
 
 def check_reply_constraint(constraint: str, action_mode: str | None) -> None:
     """``reply_constraint`` is generate mode's: choice mode's replies are the actions already."""
-    if constraint not in ("off", "action"):
-        raise ValueError(f"reply_constraint must be 'off' or 'action', got {constraint!r}.")
-    if constraint != "off" and scores_listed_actions(action_mode or "choice"):
+    if constraint not in ("auto", "off", "action"):
+        raise ValueError(f"reply_constraint must be 'auto', 'off' or 'action', got {constraint!r}.")
+    if constraint == "action" and scores_listed_actions(action_mode or "choice"):
         raise ValueError(
             f"reply_constraint={constraint!r} shapes generate mode's replies; choice mode scores "
             "the listed actions already: set action_mode='generate' or leave it 'off'."
         )
+
+
+def resolve_reply_constraint(
+    constraint: str, action_mode: str, lists_actions: bool
+) -> Literal["off", "action"]:
+    """The constraint in effect: ``"auto"`` decodes generate mode's replies among the listed
+    actions wherever the env lists them (a fixed or a per-state list), and lets free text be.
+
+    >>> resolve_reply_constraint("auto", "generate", lists_actions=True)
+    'action'
+    >>> resolve_reply_constraint("auto", "generate", lists_actions=False)
+    'off'
+    >>> resolve_reply_constraint("auto", "choice", lists_actions=True)  # replies are actions
+    'off'
+    >>> resolve_reply_constraint("off", "generate", lists_actions=True)
+    'off'
+    """
+    check_reply_constraint(constraint, action_mode)
+    if constraint == "auto":
+        return "action" if action_mode == "generate" and lists_actions else "off"
+    return "action" if constraint == "action" else "off"
 
 
 def check_mode(action_mode: str) -> None:

@@ -68,8 +68,9 @@ class PolicyConfig:
     max_new_tokens: int | None = None
     #: Generate mode: ``"action"`` decodes each reply under a mask of the tokens that continue
     #: one of the listed actions' spellings, so every reply is a valid action (the update
-    #: applies the same mask: PPO's ratios stay exact); ``"off"``: the model writes any text.
-    reply_constraint: ReplyConstraintMode = "off"
+    #: applies the same mask: PPO's ratios stay exact); ``"off"``: the model writes any text;
+    #: ``"auto"``: ``"action"`` where the env lists its actions, else ``"off"``.
+    reply_constraint: ReplyConstraintMode = "auto"
     #: Choice mode: an action's score is the ``"sum"`` of its token log-probs or their ``"mean"``.
     choice_normalization: Normalization = "sum"
     #: Choice mode: subtract each action's score after the content-free observation ``"N/A"``
@@ -77,7 +78,8 @@ class PolicyConfig:
     choice_calibration: bool | None = None
     #: A zero-initialised linear map of the last prompt token's features at the first
     #: trainable layer, added to the action logits (in generate mode at each action's word
-    #: tokens); ``None``: on in choice mode when the layers below the trainable ones are frozen.
+    #: tokens); ``None``: on where the replies choose from one fixed list (choice mode, or
+    #: constrained replies) and the layers below the trainable ones are frozen.
     action_head: bool | None = None
     #: Generate mode with the action head: the share of the LM's own odds among the listed
     #: actions each reply token keeps, in ``[0, 1]`` (0: the head alone picks the action).
@@ -137,6 +139,6 @@ class PolicyConfig:
             bool(self.choice_calibration),
             bool(self.action_head),
             self.action_prior_scale,
-            constrained=self.reply_constraint == "action",
+            constrained=self.reply_constraint != "off",  # "auto": the policy checks its env's
         )
         return self.action_mode

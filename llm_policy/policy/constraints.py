@@ -29,9 +29,6 @@ import torch
 from gym_llm.policy.state_actions import MASKED_LOGIT
 from gym_llm.spaces import actions_of
 
-#: The reply modes of generate mode: ``"off"`` (any text) or ``"action"`` (a listed action).
-REPLY_CONSTRAINTS = ("off", "action")
-
 
 class ActionTrie:
     """The token sequences of a list of replies, as a trie: which tokens may come next."""

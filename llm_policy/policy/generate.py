@@ -119,7 +119,7 @@ class GeneratedActions:
                 allowed = allowed_mask(active, [tokens[r] for r in rows], vocab, runner.device)
                 if step == 0:
                     free = torch.log_softmax(next_logits / self.sampling.temperature, dim=-1)
-                    mass = valid_mass(free, allowed).cpu().numpy()
+                    mass = valid_mass(free, allowed).detach().cpu().numpy()
                 next_logits = masked(next_logits, allowed)
                 bias = node_bias(active, [tokens[r] for r in rows], vocab, runner.device)
                 if bias is not None:

@@ -32,16 +32,16 @@ from torch.distributed.fsdp import FSDPModule
 
 from gym_llm.configs import with_settings
 from gym_llm.policy.action_head import ActionHead, check_prior_scale, choice_extras
-from gym_llm.policy.action_words import action_words
+from gym_llm.policy.action_words import action_words, has_own_words
 from gym_llm.policy.adapters import enable_gradient_checkpointing, make_trainable, name_or_path
 from gym_llm.policy.arguments import (
     ActionMode,
     Normalization,
     Sampling,
     check_arguments,
-    check_reply_constraint,
     lists_a_choice,
     resolve_mode,
+    resolve_reply_constraint,
 )
 from gym_llm.policy.choice import CONTENT_FREE_OBSERVATION, ChoiceActions
 from gym_llm.policy.config import PolicyConfig
@@ -108,6 +108,10 @@ class LLMPolicy(BasePolicy):
         self.per_state = bool(getattr(action_space, "per_state", False))
         choices = bool(listed) or self.per_state
         self.action_mode = resolve_mode(config.action_mode, choices, config.choice_normalization)
+        #: The constraint in effect on generate mode's replies, ``"action"`` or ``"off"``.
+        self.reply_constraint = resolve_reply_constraint(
+            config.reply_constraint, self.action_mode, choices
+        )
         name = model if isinstance(model, str) else name_or_path(model)
         spec = MODEL_REGISTRY.get(name.lower())
         self.model_name = name
@@ -130,7 +134,8 @@ class LLMPolicy(BasePolicy):
             frozen_below=bool(self.first_trainable_layer),
             per_state=self.per_state,
             listed=bool(listed),
-            constrained=config.reply_constraint == "action",
+            constrained=self.reply_constraint == "action",
+            own_words=self._own_words(config, tokenizer),
         )
         self.action_head = (
             ActionHead(hidden, len(self.actions_list), device=lm.device) if action_head else None
@@ -208,6 +213,12 @@ class LLMPolicy(BasePolicy):
             enable_gradient_checkpointing(self.lm, self.uses_lora)
         return tokenizer
 
+    def _own_words(self, config: PolicyConfig, tokenizer: Any) -> bool:
+        """Whether the generate-mode head could be on by default: every listed action has a
+        word token of its own (only asked where the default decides)."""
+        asked = config.action_head is None and self.reply_constraint == "action"
+        return not asked or has_own_words(tokenizer, self.actions_list)
+
     def _strategy(
         self, config: PolicyConfig, spec: Any, words: Any
     ) -> ChoiceActions | GeneratedActions:
@@ -220,7 +231,6 @@ class LLMPolicy(BasePolicy):
             memoize_choice_scores=config.memoize_choice_scores,
             choice_normalization=config.choice_normalization,
         )
-        check_reply_constraint(config.reply_constraint, self.action_mode)
         if self.action_mode == "choice":
             choice = ChoiceActions(
                 self.runner,
@@ -242,7 +252,7 @@ class LLMPolicy(BasePolicy):
         tokenizer = self.prompts.tokenizer
         constraint = (
             ReplyConstraint(tokenizer, tokenizer.eos_token_id, self.actions_list, self.per_state)
-            if config.reply_constraint == "action"
+            if self.reply_constraint == "action"
             else None
         )
         return GeneratedActions(

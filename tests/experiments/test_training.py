@@ -80,7 +80,12 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
         small_run_config(tiny_model_dir, {"ppo.advantage_estimator": "ppo"})
     with pytest.raises(ValueError, match="choice_calibration"):
         small_run_config(
-            tiny_model_dir, {"policy.action_mode": "generate", "policy.choice_calibration": True}
+            tiny_model_dir,
+            {
+                "policy.action_mode": "generate",
+                "policy.reply_constraint": "off",
+                "policy.choice_calibration": True,
+            },
         )
     # generate mode takes the action head (on the actions' word tokens)
     generate_head = small_run_config(
@@ -215,6 +220,7 @@ def test_invalid_penalty_reaches_the_training_reward_only(
         tiny_model_dir,
         {
             "policy.action_mode": "generate",
+            "policy.reply_constraint": "off",  # free text: replies can be invalid
             "policy.max_new_tokens": 4,
             "invalid_penalty": -100.0,
             "timesteps": 32,

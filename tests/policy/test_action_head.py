@@ -95,9 +95,10 @@ def test_the_head_and_its_calibration_are_saved(model_dir: Path, tmp_path: Path)
         plain.policy.load_trainable_state_dict(model.policy.trainable_state_dict())
 
 
-def test_generate_mode_has_no_calibration(model_dir: Path) -> None:
+def test_free_text_has_no_calibration(model_dir: Path) -> None:
     with pytest.raises(ValueError, match="choice_calibration needs choice mode"):
-        _ppo(model_dir, True, action_mode="generate", choice_calibration=True)
+        _ppo(model_dir, True, action_mode="generate", choice_calibration=True,
+             reply_constraint="off")  # fmt: skip
 
 
 def test_on_by_default_in_choice_mode_only() -> None:

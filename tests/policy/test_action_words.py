@@ -33,7 +33,9 @@ model_dir = tiny_model_fixture("model_dir", WORDS)
 
 
 def _ppo(model_dir: Path, head: bool | None, **policy: object) -> PPO:
-    policy = {"action_mode": "generate", "max_new_tokens": 4, "action_head": head, **policy}
+    """Generate mode writing free text (the head's words are what it raises there)."""
+    policy = {"action_mode": "generate", "max_new_tokens": 4, "action_head": head,
+              "reply_constraint": "off", **policy}  # fmt: skip
     return small_ppo(
         model_dir, "gym_llm/HighLow-v0", policy=policy, n_steps=8, batch_size=16, n_epochs=2,
         learning_rate=1e-2,
@@ -121,9 +123,15 @@ def test_the_head_needs_a_fixed_list_of_actions(model_dir: Path) -> None:
         _ppo(model_dir, None, choice_calibration=True)
 
 
-def test_generate_mode_keeps_the_head_off_unless_asked(model_dir: Path) -> None:
+def test_free_text_keeps_the_head_off_unless_asked(model_dir: Path) -> None:
     model = _ppo(model_dir, None)
     assert model.policy.action_head is None and model.policy.action_words is None
+
+
+def test_constrained_replies_have_the_head_by_default(model_dir: Path) -> None:
+    model = _ppo(model_dir, None, reply_constraint="auto")
+    assert model.policy.reply_constraint == "action"
+    assert model.policy.action_head is not None and model.policy.action_words is not None
 
 
 def test_a_fresh_head_samples_what_the_lm_samples(model_dir: Path) -> None:

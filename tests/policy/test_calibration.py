@@ -19,8 +19,8 @@ WORDS = ["apple", "banana", "cherry"]
 model_dir = tiny_model_fixture("model_dir", WORDS)
 
 
-def _ppo(model_dir: Path, calibration: bool, mode: str = "choice") -> PPO:
-    policy = {"action_mode": mode, "choice_calibration": calibration}
+def _ppo(model_dir: Path, calibration: bool, mode: str = "choice", **more: object) -> PPO:
+    policy = {"action_mode": mode, "choice_calibration": calibration, **more}
     return small_ppo(
         model_dir, n_envs=4, policy=policy, n_steps=4, batch_size=8, n_epochs=1, learning_rate=1e-3
     )
@@ -57,9 +57,10 @@ def test_calibration_keeps_invariant_one_and_survives_save_load(
     np.testing.assert_allclose(_logits(model, obs).numpy(), _logits(loaded, obs).numpy(), atol=1e-5)
 
 
-def test_calibration_needs_choice_mode(model_dir: Path) -> None:
+def test_calibration_needs_choice_mode_or_constrained_replies(model_dir: Path) -> None:
     with pytest.raises(ValueError, match="choice mode"):
-        _ppo(model_dir, True, mode="generate")
+        _ppo(model_dir, True, mode="generate", reply_constraint="off")
+    assert _ppo(model_dir, True, mode="generate").policy.calibrated  # replies among the list
 
 
 def test_rollouts_log_exploration_and_input_dependence(model_dir: Path) -> None:

@@ -97,7 +97,8 @@ def test_every_reply_is_an_action_and_the_update_scores_it_under_the_same_mask(
 ) -> None:
     policy = _blackjack_policy(
         model_dir, reply_constraint="action", reuse_rollout_states=reuse_states,
-        choice_calibration=False,  # the masked policy alone, to compare with the free one
+        # The masked policy alone (no calibration, no head), to compare with the free one.
+        choice_calibration=False, action_head=False,
     )  # fmt: skip
     torch.manual_seed(0)
     with torch.no_grad():
@@ -112,7 +113,7 @@ def test_every_reply_is_an_action_and_the_update_scores_it_under_the_same_mask(
         got = again.token_log_probs[i][again.mask[i]].detach().numpy()
         np.testing.assert_allclose(got, stored, atol=1e-5)
     assert torch.isfinite(again.entropy).all()
-    free = _blackjack_policy(model_dir, reuse_rollout_states=reuse_states)
+    free = _blackjack_policy(model_dir, reuse_rollout_states=reuse_states, reply_constraint="off")
     free.load_state_dict(policy.state_dict())
     with torch.no_grad():
         unmasked = free.evaluate_actions(OBSERVATIONS * 4, step.actions, None)
@@ -232,3 +233,25 @@ def test_a_saved_agent_keeps_its_constrained_and_calibrated_replies(
         a = model.policy.evaluate_actions(OBSERVATIONS[:2], replies)
         b = loaded.policy.evaluate_actions(OBSERVATIONS[:2], replies)
     torch.testing.assert_close(a.token_log_probs, b.token_log_probs, atol=1e-5, rtol=0)
+
+
+# --- the default ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("asked", "in_effect"), [("auto", "action"), ("off", "off")])
+def test_generate_mode_constrains_listed_actions_by_default_and_saves_it(
+    model_dir: Path, tmp_path: Path, asked: str, in_effect: str
+) -> None:
+    policy = {"action_mode": "generate", "max_new_tokens": 4, "reply_constraint": asked}
+    model = small_ppo(model_dir, "Blackjack-v1", policy=policy, n_steps=4, batch_size=8)
+    assert model.policy.reply_constraint == in_effect
+    # over a fixed list, constrained replies are calibrated and headed as choice mode is
+    assert (model.policy.action_head is not None) == (in_effect == "action")
+    assert model.policy.calibrated == (in_effect == "action")
+    model.learn(8)
+    model.save(tmp_path / "agent")
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    assert loaded.policy.reply_constraint == in_effect
+    step = loaded.policy.act(OBSERVATIONS, deterministic=True)
+    if in_effect == "action":
+        assert {str(r) for r in step.replies} <= {"stick", "hit"}

@@ -231,7 +231,12 @@ def test_rows_leave_the_decode_batch_at_their_stop_token(tmp_path: Path) -> None
     words = ["apple", "banana", "cherry", "grape"]
     model_dir = save_tiny_model(tmp_path / "m", words=words, alphabet="abcdefghijklmnopqrstuvwxyz")
     policy = _policy(
-        model_dir, lora={"r": 4}, action_mode="generate", max_new_tokens=40, temperature=5.0
+        model_dir,
+        lora={"r": 4},
+        action_mode="generate",
+        max_new_tokens=40,
+        temperature=5.0,
+        reply_constraint="off",  # free text, so replies run to different lengths
     )
     obs = [f"options {w}" for w in words] * 4
     torch.manual_seed(0)

@@ -165,10 +165,12 @@ def _twins(model_dir: Path, **kwargs) -> tuple[LLMPolicy, LLMPolicy]:
         ("choice", "deep", True, None),
         ("choice", "bytes", True, None),  # multi-token candidates
         ("choice", "deep", False, None),
-        ("generate", "deep", True, None),
+        ("generate", "deep", True, None),  # free text
         ("generate", "bytes", False, None),
         ("generate", "deep", True, True),  # the head on the action words' tokens
         ("generate", "bytes", False, True),
+        ("constrained", "deep", True, None),  # replies among the listed actions, the default
+        ("constrained", "bytes", False, False),
     ],
 )
 def test_update_from_states_equals_the_whole_model(
@@ -182,10 +184,11 @@ def test_update_from_states_equals_the_whole_model(
 ) -> None:
     model_dir = deep_model_dir if model == "deep" else bytes_model_dir
     fast, slow = _twins(
-        model_dir, lora={"r": 2}, action_mode=mode, max_new_tokens=4, share_prefix=share_prefix,
-        action_head=head,
+        model_dir, lora={"r": 2}, action_mode="choice" if mode == "choice" else "generate",
+        max_new_tokens=4, share_prefix=share_prefix, action_head=head,
+        reply_constraint="action" if mode == "constrained" else "off",
     )  # fmt: skip
-    assert (fast.action_head is not None) == (mode == "choice" or bool(head))
+    assert (fast.action_head is not None) == (head if head is not None else mode != "generate")
     observations = [*OBS, OBS[0], OBS[0]]  # repeated observations share one row in choice mode
     torch.manual_seed(0)
     with torch.inference_mode():

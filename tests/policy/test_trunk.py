@@ -142,10 +142,13 @@ def test_the_cached_trunk_gives_the_whole_models_numbers_and_gradients(
     _assert_same_gradients(_grads(cached, ev), _grads(plain, whole))
 
 
+@pytest.mark.parametrize("constraint", ["off", "action"])
 def test_repeated_prompts_share_one_pass_in_generate_mode_with_the_same_gradients(
-    bytes_dir: Path, one_torch_thread: None
+    bytes_dir: Path, one_torch_thread: None, constraint: str
 ) -> None:
-    policy = _policy(bytes_dir, action_mode="generate", max_new_tokens=4)
+    policy = _policy(
+        bytes_dir, action_mode="generate", max_new_tokens=4, reply_constraint=constraint
+    )
     _shape_with_the_adapter(policy)
     observations = [OBS[0], OBS[1], OBS[0], OBS[0], OBS[2]]
     torch.manual_seed(1)
@@ -156,16 +159,18 @@ def test_repeated_prompts_share_one_pass_in_generate_mode_with_the_same_gradient
     policy.set_training_mode(True)
     shared = policy.evaluate_actions(observations, step.actions, step.states)
     size = policy.runner.split_prefix([policy.prompt_ids(o) for o in observations])
-    rows = policy.actions._replies_from_states(step.states, step.actions, size)  # one row per turn
     whole = policy.evaluate_actions(observations, step.actions)  # all layers, no states
+    others = [whole]
+    if constraint == "off":  # the unmasked pass itself, one row per turn
+        others.append(policy.actions._replies_from_states(step.states, step.actions, size))
     for i, stored in enumerate(step.token_log_probs):  # invariant 1
         got = shared.token_log_probs[i][shared.mask[i]].detach().numpy()
         np.testing.assert_allclose(got, stored, atol=1e-5)
-    for other in (rows, whole):
+    for other in others:
         torch.testing.assert_close(shared.token_log_probs, other.token_log_probs, atol=1e-5, rtol=0)
         torch.testing.assert_close(shared.values, other.values, atol=1e-5, rtol=0)
         torch.testing.assert_close(shared.entropy, other.entropy, atol=1e-5, rtol=0)
-    _assert_same_gradients(_grads(policy, shared), _grads(policy, rows))
+    _assert_same_gradients(_grads(policy, shared), _grads(policy, others[-1]))
 
 
 def test_policies_on_one_model_share_the_trunk_and_a_changed_trunk_is_recomputed(

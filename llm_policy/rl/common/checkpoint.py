@@ -231,8 +231,14 @@ class SavedConfig:
     def load_policy_kwargs(self) -> dict[str, Any]:
         """``policy_kwargs`` that rebuild the saved policy."""
         # Agents saved before trainable_layers existed trained every layer; before the action
-        # head and the calibration were on by default, a policy saved without them had neither.
-        old = {"trainable_layers": None, "action_head": False, "choice_calibration": False}
+        # head and the calibration were on by default, a policy saved without them had neither;
+        # before replies were constrained by default, generate mode wrote free text.
+        old = {
+            "trainable_layers": None,
+            "action_head": False,
+            "choice_calibration": False,
+            "reply_constraint": "off",
+        }
         kwargs = {**old, **self.policy_kwargs}
         kwargs["model"] = resolve_model(kwargs.get("model"), self.directory)
         if isinstance(kwargs.get("optimizer_class"), str):
@@ -290,6 +296,7 @@ def recorded_policy_kwargs(policy: Any, policy_kwargs: Mapping[str, Any]) -> dic
     recorded["conversation"] = policy.conversation
     recorded["action_head"] = policy.action_head is not None
     recorded["choice_calibration"] = policy.calibrated
+    recorded["reply_constraint"] = policy.reply_constraint
     if "optimizer_class" in recorded:  # a class: saved as its import path
         cls = recorded["optimizer_class"]
         recorded["optimizer_class"] = f"{cls.__module__}:{cls.__qualname__}"

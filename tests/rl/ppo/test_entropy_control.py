@@ -110,8 +110,9 @@ def test_auto_follows_the_rule_after_every_optimizer_step(model_dir: Path, tmp_p
 
 
 def test_auto_needs_a_choice_among_listed_actions(model_dir: Path) -> None:
+    free_text = {"action_mode": "generate", "reply_constraint": "off"}
     with pytest.raises(ValueError, match="action_head=True"):
-        _ppo(model_dir, ent_coef="auto", policy={"action_mode": "generate"})
+        _ppo(model_dir, ent_coef="auto", policy=free_text)
     with pytest.raises(ValueError, match="target_entropy"):
         _ppo(model_dir, ent_coef="auto", target_entropy=0.0)
 
@@ -217,7 +218,10 @@ def test_the_floor_is_checked_and_saved(model_dir: Path, tmp_path: Path) -> None
         with pytest.raises(ValueError, match=r"min_action_prob must be in \[0, 0.5\)"):
             _ppo(model_dir, min_action_prob=bad)
     with pytest.raises(ValueError, match="action_head=True"):
-        _ppo(model_dir, min_action_prob=0.05, policy={"action_mode": "generate"})
+        _ppo(
+            model_dir, min_action_prob=0.05,
+            policy={"action_mode": "generate", "reply_constraint": "off"},
+        )  # fmt: skip
     three = SimpleNamespace(
         scores_listed_actions=True, chooses_among_listed=True, actions_list=["a", "b", "c"]
     )

@@ -270,10 +270,14 @@ def test_callbacks_logging_and_evaluate_policy(model_dir: Path, tmp_path: Path) 
 
 
 def test_invalid_actions_are_logged(model_dir: Path) -> None:
-    model = _ppo(model_dir, "generate")
+    model = _ppo(model_dir, "generate", policy_kwargs={"reply_constraint": "off"})
     model.learn(16)
-    # an untrained tiny model mostly babbles in generate mode: most replies cannot be parsed
+    # an untrained tiny model mostly babbles in free text: most replies cannot be parsed
     assert model.invalid_action_rate > 0.5
+    constrained = _ppo(model_dir, "generate")  # the default where the env lists its actions
+    constrained.learn(16)
+    assert constrained.policy.reply_constraint == "action"
+    assert constrained.invalid_action_rate == 0.0
 
 
 def test_target_kl_stops_early(model_dir: Path) -> None:
