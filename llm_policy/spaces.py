@@ -96,7 +96,9 @@ class TextActions(spaces.Text):
     A policy in ``choice`` mode scores exactly these strings. ``per_state=True`` (with
     ``actions=None``) says each observation brings its own list (:class:`TextWithActions`).
     ``description`` tells the model how to reply (the prompt shows it); ``sampler`` draws a valid
-    reply for an open set, so ``sample()`` always gives one the parser accepts. ``max_length``,
+    reply for an open set, so ``sample()`` always gives one the parser accepts; ``pattern``, a
+    regular expression a valid reply matches in full, lets generate mode decode only such replies
+    (:mod:`gym_llm.policy.grammar`). ``max_length``,
     ``charset`` and ``seed`` are ``gymnasium.spaces.Text``'s (for the replies ``sample()`` draws).
     """
 
@@ -110,6 +112,7 @@ class TextActions(spaces.Text):
         description: str | None = None,
         seed: int | np.random.Generator | None = None,
         per_state: bool = False,
+        pattern: str | None = None,
     ) -> None:
         if per_state and actions is not None:
             raise ValueError("TextActions(per_state=True) takes no fixed actions list.")
@@ -130,6 +133,12 @@ class TextActions(spaces.Text):
         self.sampler = sampler
         #: What to reply, in words, for the prompt ("Reply with one of: stick, hit.").
         self.description = description
+        if pattern is not None:
+            from gym_llm.policy.grammar import CharAutomaton
+
+            CharAutomaton(pattern)  # a pattern a token mask cannot follow fails here, clearly
+        #: A regular expression every valid reply matches in full (open action spaces).
+        self.pattern = pattern
         super().__init__(max_length, min_length=0, charset=charset, seed=seed)
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:

@@ -12,9 +12,10 @@ from gym_llm.spaces import NOT_TEXT_HELP
 
 ActionMode = Literal["choice", "generate"]
 Normalization = Literal["sum", "mean"]
-#: Generate mode's replies: any text, or one of the listed actions (:mod:`gym_llm.policy.constraints`);
-#: ``"auto"``: the listed actions where the env lists them.
-ReplyConstraintMode = Literal["auto", "off", "action"]
+#: Generate mode's replies: any text, one of the listed actions (:mod:`gym_llm.policy.constraints`),
+#: or a match of a pattern (:mod:`gym_llm.policy.grammar`); ``"auto"``: the list where the env
+#: lists its actions, else the pattern where there is one.
+ReplyConstraintMode = Literal["auto", "off", "action", "pattern"]
 
 
 def check_arguments(
@@ -66,9 +67,11 @@ def resolve_mode(
 
 def check_reply_constraint(constraint: str, action_mode: str | None) -> None:
     """``reply_constraint`` is generate mode's: choice mode's replies are the actions already."""
-    if constraint not in ("auto", "off", "action"):
-        raise ValueError(f"reply_constraint must be 'auto', 'off' or 'action', got {constraint!r}.")
-    if constraint == "action" and scores_listed_actions(action_mode or "choice"):
+    if constraint not in ("auto", "off", "action", "pattern"):
+        raise ValueError(
+            f"reply_constraint must be 'auto', 'off', 'action' or 'pattern', got {constraint!r}."
+        )
+    if constraint in ("action", "pattern") and scores_listed_actions(action_mode or "choice"):
         raise ValueError(
             f"reply_constraint={constraint!r} shapes generate mode's replies; choice mode scores "
             "the listed actions already: set action_mode='generate' or leave it 'off'."
@@ -76,24 +79,35 @@ def check_reply_constraint(constraint: str, action_mode: str | None) -> None:
 
 
 def resolve_reply_constraint(
-    constraint: str, action_mode: str, lists_actions: bool
-) -> Literal["off", "action"]:
+    constraint: str, action_mode: str, lists_actions: bool, pattern: str | None = None
+) -> Literal["off", "action", "pattern"]:
     """The constraint in effect: ``"auto"`` decodes generate mode's replies among the listed
-    actions wherever the env lists them (a fixed or a per-state list), and lets free text be.
+    actions wherever the env lists them (a fixed or a per-state list), else as matches of the
+    reply pattern where there is one, and lets free text be.
 
     >>> resolve_reply_constraint("auto", "generate", lists_actions=True)
     'action'
     >>> resolve_reply_constraint("auto", "generate", lists_actions=False)
     'off'
+    >>> resolve_reply_constraint("auto", "generate", lists_actions=False, pattern="[a-z]{5}")
+    'pattern'
     >>> resolve_reply_constraint("auto", "choice", lists_actions=True)  # replies are actions
     'off'
     >>> resolve_reply_constraint("off", "generate", lists_actions=True)
     'off'
     """
     check_reply_constraint(constraint, action_mode)
+    if constraint == "pattern" and pattern is None:
+        raise ValueError(
+            "reply_constraint='pattern' needs a pattern: pass reply_pattern=r'...' (a regular "
+            "expression every reply must match in full) or use an env whose TextActions "
+            "declares one (TextActions(pattern=...))."
+        )
     if constraint == "auto":
-        return "action" if action_mode == "generate" and lists_actions else "off"
-    return "action" if constraint == "action" else "off"
+        if action_mode != "generate":
+            return "off"
+        return "action" if lists_actions else "pattern" if pattern is not None else "off"
+    return "action" if constraint == "action" else "pattern" if constraint == "pattern" else "off"
 
 
 def check_mode(action_mode: str) -> None:

@@ -69,8 +69,13 @@ class PolicyConfig:
     #: Generate mode: ``"action"`` decodes each reply under a mask of the tokens that continue
     #: one of the listed actions' spellings, so every reply is a valid action (the update
     #: applies the same mask: PPO's ratios stay exact); ``"off"``: the model writes any text;
-    #: ``"auto"``: ``"action"`` where the env lists its actions, else ``"off"``.
+    #: ``"pattern"``: each reply matches ``reply_pattern``; ``"auto"``: ``"action"`` where the
+    #: env lists its actions, else ``"pattern"`` where there is a pattern, else ``"off"``.
     reply_constraint: ReplyConstraintMode = "auto"
+    #: Generate mode: a regular expression every reply must match in full (a number in a range,
+    #: a word of five letters: :mod:`gym_llm.policy.grammar`); ``None``: the env's own, if its
+    #: ``TextActions`` declares one.
+    reply_pattern: str | None = None
     #: Choice mode: an action's score is the ``"sum"`` of its token log-probs or their ``"mean"``.
     choice_normalization: Normalization = "sum"
     #: Choice mode: subtract each action's score after the content-free observation ``"N/A"``

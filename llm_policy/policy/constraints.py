@@ -21,13 +21,26 @@ instead of in a corner PPO cannot leave.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from gym_llm.policy.grammar import PatternAutomaton, token_texts
 from gym_llm.policy.state_actions import MASKED_LOGIT
 from gym_llm.spaces import actions_of
+
+
+class ReplyAutomaton(Protocol):
+    """What decoding under a constraint asks of it: the tokens allowed after a prefix, whether
+    a reply is done, and calibration constants per prefix (:class:`ActionTrie`, or a pattern's
+    :class:`~gym_llm.policy.grammar.PatternAutomaton`)."""
+
+    bias: dict[tuple[int, ...], dict[int, float]]
+
+    def allowed(self, prefix: Sequence[int]) -> set[int]: ...
+
+    def finished(self, prefix: Sequence[int]) -> bool: ...
 
 
 class ActionTrie:
@@ -83,12 +96,22 @@ def spell(tokenizer: Any, actions: Sequence[str]) -> list[list[int]]:
 
 class ReplyConstraint:
     """The tries of a policy's replies: one for a fixed list of actions, or one per distinct
-    list where each observation brings its own (:class:`gym_llm.spaces.TextWithActions`)."""
+    list where each observation brings its own (:class:`gym_llm.spaces.TextWithActions`); or,
+    given a ``pattern``, the pattern's automaton (:mod:`gym_llm.policy.grammar`) for every reply."""
 
     def __init__(
-        self, tokenizer: Any, stop_id: int, actions: tuple[str, ...], per_state: bool
+        self,
+        tokenizer: Any,
+        stop_id: int,
+        actions: tuple[str, ...],
+        per_state: bool,
+        pattern: str | None = None,
     ) -> None:
-        if not actions and not per_state:
+        #: Replies that match a pattern instead of a list (``None``: a list).
+        self.pattern = (
+            PatternAutomaton(pattern, token_texts(tokenizer), stop_id) if pattern else None
+        )
+        if not actions and not per_state and self.pattern is None:
             raise ValueError(
                 "reply_constraint='action' needs an env that lists its actions (a Discrete "
                 "space through ActionParserWrapper, or per-state lists); this one takes free "
@@ -110,11 +133,13 @@ class ReplyConstraint:
         """Whether any of its tries carries calibration constants."""
         return any(trie.bias for trie in self._tries.values())
 
-    def tries(self, observations: Sequence[Any]) -> list[ActionTrie]:
-        """Each observation's trie."""
+    def tries(self, observations: Sequence[Any]) -> list[ReplyAutomaton]:
+        """Each observation's trie (or the pattern's automaton, which answers the same)."""
+        if self.pattern is not None:
+            return [self.pattern] * len(observations)
         if not self.per_state:
             return [self.trie(self.actions)] * len(observations)
-        tries = []
+        tries: list[ReplyAutomaton] = []
         for observation in observations:
             actions = actions_of(observation) or self.actions
             if not actions:
@@ -127,7 +152,7 @@ class ReplyConstraint:
 
 
 def allowed_mask(
-    tries: Sequence[ActionTrie], prefixes: Sequence[Sequence[int]], vocab: int, device: Any
+    tries: Sequence[ReplyAutomaton], prefixes: Sequence[Sequence[int]], vocab: int, device: Any
 ) -> torch.Tensor:
     """``(n, vocab)``: which next tokens each row may take after its prefix."""
     mask = torch.zeros((len(tries), vocab), dtype=torch.bool)
@@ -137,7 +162,11 @@ def allowed_mask(
 
 
 def reply_masks(
-    tries: Sequence[ActionTrie], replies: Sequence[np.ndarray], width: int, vocab: int, device: Any
+    tries: Sequence[ReplyAutomaton],
+    replies: Sequence[np.ndarray],
+    width: int,
+    vocab: int,
+    device: Any,
 ) -> torch.Tensor:
     """``(n, width, vocab)``: the mask each stored reply was sampled under, position by position
     (positions past a reply's end allow everything: they are not scored)."""
@@ -151,7 +180,7 @@ def reply_masks(
 
 
 def node_bias(
-    tries: Sequence[ActionTrie], prefixes: Sequence[Sequence[int]], vocab: int, device: Any
+    tries: Sequence[ReplyAutomaton], prefixes: Sequence[Sequence[int]], vocab: int, device: Any
 ) -> torch.Tensor | None:
     """``(n, vocab)``: each row's calibration constants after its prefix (``None``: none)."""
     if not any(trie.bias for trie in tries):
@@ -164,7 +193,11 @@ def node_bias(
 
 
 def reply_bias(
-    tries: Sequence[ActionTrie], replies: Sequence[np.ndarray], width: int, vocab: int, device: Any
+    tries: Sequence[ReplyAutomaton],
+    replies: Sequence[np.ndarray],
+    width: int,
+    vocab: int,
+    device: Any,
 ) -> torch.Tensor | None:
     """``(n, width, vocab)``: the calibration constants each stored reply was sampled under."""
     if not any(trie.bias for trie in tries):

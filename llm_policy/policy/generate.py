@@ -24,7 +24,7 @@ from gym_llm.policy.action_head import ActionHead
 from gym_llm.policy.action_words import ActionWords, decisions
 from gym_llm.policy.arguments import Sampling
 from gym_llm.policy.constraints import (
-    ActionTrie,
+    ReplyAutomaton,
     ReplyConstraint,
     allowed_mask,
     masked,
@@ -274,7 +274,7 @@ class GeneratedActions:
         observations: Sequence[str],
         actions: Sequence[np.ndarray],
         states: list[TurnStates],
-        tries: list[ActionTrie] | None,
+        tries: list[ReplyAutomaton] | None,
     ) -> Evaluation:
         """:meth:`evaluate` running only the trainable layers on the stored states."""
         runner = self.runner
@@ -292,7 +292,7 @@ class GeneratedActions:
         states: Sequence[TurnStates],
         actions: Sequence[np.ndarray],
         size: int,
-        tries: list[ActionTrie] | None = None,
+        tries: list[ReplyAutomaton] | None = None,
     ) -> Evaluation:
         """One row per turn: its prompt and its reply's fed-back tokens."""
         runner = self.runner
@@ -319,7 +319,7 @@ class GeneratedActions:
         index: torch.Tensor,
         actions: Sequence[np.ndarray],
         size: int,
-        tries: list[ActionTrie] | None,
+        tries: list[ReplyAutomaton] | None,
     ) -> Evaluation:
         """Repeated prompts: each distinct prompt once (its keys and values kept), then every
         turn's reply tokens on its prompt's row of that cache."""
@@ -362,7 +362,7 @@ class GeneratedActions:
         values: torch.Tensor,
         actions: Sequence[np.ndarray],
         scores: torch.Tensor | None,
-        tries: list[ActionTrie] | None = None,
+        tries: list[ReplyAutomaton] | None = None,
     ) -> Evaluation:
         """Per-token log-probs and mean entropy of replies from the LM's logits at the last
         prompt position and at every fed reply token (``(n, >= T, V)``; extra columns are

@@ -109,8 +109,10 @@ class LLMPolicy(BasePolicy):
         choices = bool(listed) or self.per_state
         self.action_mode = resolve_mode(config.action_mode, choices, config.choice_normalization)
         #: The constraint in effect on generate mode's replies, ``"action"`` or ``"off"``.
+        #: The pattern generate mode's replies match (``reply_constraint == "pattern"``).
+        self.reply_pattern = config.reply_pattern or getattr(action_space, "pattern", None)
         self.reply_constraint = resolve_reply_constraint(
-            config.reply_constraint, self.action_mode, choices
+            config.reply_constraint, self.action_mode, choices, self.reply_pattern
         )
         name = model if isinstance(model, str) else name_or_path(model)
         spec = MODEL_REGISTRY.get(name.lower())
@@ -251,8 +253,14 @@ class LLMPolicy(BasePolicy):
             return choice
         tokenizer = self.prompts.tokenizer
         constraint = (
-            ReplyConstraint(tokenizer, tokenizer.eos_token_id, self.actions_list, self.per_state)
-            if self.reply_constraint == "action"
+            ReplyConstraint(
+                tokenizer,
+                tokenizer.eos_token_id,
+                self.actions_list,
+                self.per_state,
+                self.reply_pattern if self.reply_constraint == "pattern" else None,
+            )
+            if self.reply_constraint != "off"
             else None
         )
         return GeneratedActions(

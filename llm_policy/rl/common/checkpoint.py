@@ -255,6 +255,7 @@ class SavedConfig:
                 description=act["description"],
                 max_length=act["max_length"],
                 per_state=bool(act.get("per_state", False)),
+                pattern=act.get("pattern"),
             ),
         )
 
@@ -272,6 +273,7 @@ def space_records(obs_space: Any, act_space: Any) -> tuple[dict[str, Any], dict[
             "per_state": bool(getattr(act_space, "per_state", False)),
             "description": getattr(act_space, "description", None),
             "max_length": getattr(act_space, "max_length", None),
+            "pattern": getattr(act_space, "pattern", None),
         },
     )
 
