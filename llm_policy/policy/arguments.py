@@ -79,17 +79,24 @@ def check_reply_constraint(constraint: str, action_mode: str | None) -> None:
 
 
 def resolve_reply_constraint(
-    constraint: str, action_mode: str, lists_actions: bool, pattern: str | None = None
+    constraint: str,
+    action_mode: str,
+    lists_actions: bool,
+    pattern: str | None = None,
+    user_pattern: bool = False,
 ) -> Literal["off", "action", "pattern"]:
-    """The constraint in effect: ``"auto"`` decodes generate mode's replies among the listed
-    actions wherever the env lists them (a fixed or a per-state list), else as matches of the
-    reply pattern where there is one, and lets free text be.
+    """The constraint in effect: ``"auto"`` decodes generate mode's replies as matches of the
+    pattern a user gave (``user_pattern``), else among the listed actions wherever the env lists
+    them (a fixed or a per-state list), else as matches of the env's pattern, and lets free text
+    be.
 
     >>> resolve_reply_constraint("auto", "generate", lists_actions=True)
     'action'
     >>> resolve_reply_constraint("auto", "generate", lists_actions=False)
     'off'
     >>> resolve_reply_constraint("auto", "generate", lists_actions=False, pattern="[a-z]{5}")
+    'pattern'
+    >>> resolve_reply_constraint("auto", "generate", True, "[a-z ]{0,40}. Answer: (hit|stick)", True)
     'pattern'
     >>> resolve_reply_constraint("auto", "choice", lists_actions=True)  # replies are actions
     'off'
@@ -106,7 +113,9 @@ def resolve_reply_constraint(
     if constraint == "auto":
         if action_mode != "generate":
             return "off"
-        return "action" if lists_actions else "pattern" if pattern is not None else "off"
+        if pattern is not None and (user_pattern or not lists_actions):
+            return "pattern"
+        return "action" if lists_actions else "off"
     return "action" if constraint == "action" else "pattern" if constraint == "pattern" else "off"
 
 

@@ -69,8 +69,9 @@ class PolicyConfig:
     #: Generate mode: ``"action"`` decodes each reply under a mask of the tokens that continue
     #: one of the listed actions' spellings, so every reply is a valid action (the update
     #: applies the same mask: PPO's ratios stay exact); ``"off"``: the model writes any text;
-    #: ``"pattern"``: each reply matches ``reply_pattern``; ``"auto"``: ``"action"`` where the
-    #: env lists its actions, else ``"pattern"`` where there is a pattern, else ``"off"``.
+    #: ``"pattern"``: each reply matches ``reply_pattern``; ``"auto"``: ``"pattern"`` where
+    #: ``reply_pattern`` is given, else ``"action"`` where the env lists its actions, else
+    #: ``"pattern"`` where the env declares a pattern, else ``"off"``.
     reply_constraint: ReplyConstraintMode = "auto"
     #: Generate mode: a regular expression every reply must match in full (a number in a range,
     #: a word of five letters: :mod:`gym_llm.policy.grammar`); ``None``: the env's own, if its

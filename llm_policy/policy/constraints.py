@@ -106,10 +106,12 @@ class ReplyConstraint:
         actions: tuple[str, ...],
         per_state: bool,
         pattern: str | None = None,
+        budget: int | None = None,
     ) -> None:
-        #: Replies that match a pattern instead of a list (``None``: a list).
+        #: Replies that match a pattern instead of a list (``None``: a list), within ``budget``
+        #: tokens.
         self.pattern = (
-            PatternAutomaton(pattern, token_texts(tokenizer), stop_id) if pattern else None
+            PatternAutomaton(pattern, token_texts(tokenizer), stop_id, budget) if pattern else None
         )
         if not actions and not per_state and self.pattern is None:
             raise ValueError(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 import re._constants as sre_constants  # Python 3.11+: the parser behind ``re``
 import re._parser as sre_parse
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -80,6 +81,8 @@ class CharAutomaton:
         start = self._new()
         self.accept = self._build(list(parsed), start)
         self.start = self.closure({start})
+        #: Per state: the fewest characters that lead from it to a full match.
+        self.distance = self._distances()
 
     def _new(self) -> int:
         self.edges.append([])
@@ -145,6 +148,29 @@ class CharAutomaton:
             "(literals, classes, alternation, groups and repetition are)."
         )
 
+    def _distances(self) -> list[float]:
+        """Fewest characters from each state to the accepting one (0-1 BFS, edges reversed)."""
+        into: list[list[tuple[int, int]]] = [[] for _ in self.edges]
+        for state, (chars, empties) in enumerate(zip(self.edges, self.empty, strict=True)):
+            for _test, nxt in chars:
+                into[nxt].append((state, 1))
+            for nxt in empties:
+                into[nxt].append((state, 0))
+        distance = [float("inf")] * len(self.edges)
+        distance[self.accept] = 0
+        queue = deque([self.accept])
+        while queue:
+            state = queue.popleft()
+            for before, cost in into[state]:
+                if distance[state] + cost < distance[before]:
+                    distance[before] = distance[state] + cost
+                    (queue.appendleft if cost == 0 else queue.append)(before)
+        return distance
+
+    def shortest(self, states: frozenset[int]) -> float:
+        """The fewest characters that complete a match from ``states`` (inf: none can)."""
+        return min((self.distance[s] for s in states), default=float("inf"))
+
     def closure(self, states: set[int]) -> frozenset[int]:
         """``states`` and every state their empty edges reach."""
         todo, seen = list(states), set(states)
@@ -195,17 +221,29 @@ class PatternAutomaton:
 
     ``token_texts[i]`` is token ``i``'s text (``None`` or ``""``: never allowed, e.g. special
     tokens and byte pieces that are no whole character). The allowed set of each automaton state
-    is computed once (a pass over the vocabulary) and kept.
+    is computed once (a pass over the vocabulary) and kept. With a ``budget`` (the reply's most
+    tokens), a token is allowed only if a match can still be completed in the tokens left (one
+    character per token at worst), so a reply never runs out of room half-way.
     """
 
-    def __init__(self, pattern: str, token_texts: Sequence[str | None], stop_id: int) -> None:
+    def __init__(
+        self,
+        pattern: str,
+        token_texts: Sequence[str | None],
+        stop_id: int,
+        budget: int | None = None,
+    ) -> None:
         self.chars = CharAutomaton(pattern)
         self.pattern = pattern
         self.stop_id = stop_id
         self.texts = [t if t and "\ufffd" not in t else None for t in token_texts]
         self._steps: dict[tuple[frozenset[int], str], frozenset[int]] = {}
         self._states: dict[tuple[int, ...], frozenset[int]] = {(): self.chars.start}
-        self._allowed: dict[frozenset[int], set[int]] = {}
+        self._allowed: dict[tuple[frozenset[int], int | None], set[int]] = {}
+        self.budget = budget
+        finite = [d for d in self.chars.distance if d != float("inf")]
+        #: Beyond this many tokens left, the budget cannot bind: one mask per state serves.
+        self._horizon = int(max(finite, default=0)) + 1
         #: Calibration constants: none for patterns (the interface of :class:`.ActionTrie`).
         self.bias: dict[tuple[int, ...], dict[int, float]] = {}
         if not self.allowed([]) - {stop_id} and self.chars.accept not in self.chars.start:
@@ -241,16 +279,23 @@ class PatternAutomaton:
         states = self.state(prefix)
         if not states:
             return {self.stop_id}
-        if states not in self._allowed:
-            ok = {
-                i
-                for i, text in enumerate(self.texts)
-                if text is not None and i != self.stop_id and self._walk(states, text)
-            }
+        left = None if self.budget is None else self.budget - len(prefix)
+        if left is not None and left > self._horizon:
+            left = None
+        key = (states, left)
+        if key not in self._allowed:
+            room = float("inf") if left is None else left - 1  # tokens after this one
+            ok = set()
+            for i, text in enumerate(self.texts):
+                if text is None or i == self.stop_id:
+                    continue
+                after = self._walk(states, text)
+                if after and self.chars.shortest(after) <= room:
+                    ok.add(i)
             if self.chars.accept in states:
                 ok.add(self.stop_id)
-            self._allowed[states] = ok
-        return self._allowed[states]
+            self._allowed[key] = ok
+        return self._allowed[key]
 
     def finished(self, prefix: Sequence[int]) -> bool:
         """Whether the reply is done: it matches in full and nothing can continue it, or it

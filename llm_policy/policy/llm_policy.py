@@ -112,7 +112,11 @@ class LLMPolicy(BasePolicy):
         #: The pattern generate mode's replies match (``reply_constraint == "pattern"``).
         self.reply_pattern = config.reply_pattern or getattr(action_space, "pattern", None)
         self.reply_constraint = resolve_reply_constraint(
-            config.reply_constraint, self.action_mode, choices, self.reply_pattern
+            config.reply_constraint,
+            self.action_mode,
+            choices,
+            self.reply_pattern,
+            user_pattern=config.reply_pattern is not None,
         )
         name = model if isinstance(model, str) else name_or_path(model)
         spec = MODEL_REGISTRY.get(name.lower())
@@ -259,6 +263,7 @@ class LLMPolicy(BasePolicy):
                 self.actions_list,
                 self.per_state,
                 self.reply_pattern if self.reply_constraint == "pattern" else None,
+                budget=self.sampling.max_new_tokens,
             )
             if self.reply_constraint != "off"
             else None

@@ -88,6 +88,16 @@ def test_token_masks_keep_every_prefix_on_the_pattern() -> None:
             assert re.fullmatch(r"[1-9]\d?|100", text), text
 
 
+def test_a_budget_keeps_room_to_finish_the_match() -> None:
+    texts = ["a", "b", "aa", "</s>"]
+    free = PatternAutomaton("a{0,10}b", texts, stop_id=3)
+    tight = PatternAutomaton("a{0,10}b", texts, stop_id=3, budget=3)
+    assert free.allowed([0, 0]) == {0, 1, 2}
+    assert tight.allowed([]) == {0, 1, 2} and tight.allowed([0]) == {0, 1, 2}
+    assert tight.allowed([0, 0]) == {1}  # one token left: only "b" completes the match
+    assert CharAutomaton("a{0,10}b").shortest(CharAutomaton("a{0,10}b").start) == 1
+
+
 def _policy(model_dir: Path, space: TextActions, **kwargs: object) -> LLMPolicy:
     return LLMPolicy(
         TextObservations(64),
@@ -138,3 +148,13 @@ def test_free_text_stays_free_without_a_pattern(model_dir: Path) -> None:
     assert _policy(model_dir, TextActions()).reply_constraint == "off"
     with pytest.raises(ValueError, match="needs a pattern"):
         _policy(model_dir, TextActions(), reply_constraint="pattern")
+
+
+def test_a_pattern_the_user_gives_wins_over_the_env_list(model_dir: Path) -> None:
+    listed = TextActions(["north", "south"])
+    assert _policy(model_dir, listed).reply_constraint == "action"
+    think = _policy(model_dir, listed, reply_pattern="(east |west )?(north|south)")
+    assert think.reply_constraint == "pattern" and think.action_head is None
+    with torch.no_grad():
+        step = think.act(["Where now?"] * 4)
+    assert all(re.fullmatch("(east |west )?(north|south)", str(r)) for r in step.replies)
