@@ -14,6 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from gymnasium import spaces
 
+from gym_llm.grammar import CharAutomaton
+
 #: Characters the built-in formatters may emit. ``gymnasium.spaces.Text`` defaults to alphanumerics
 #: only, which would reject spaces, newlines and punctuation that every readable observation has.
 TEXT_CHARSET: str = string.printable + "°±·→←↑↓×…–—’“”é"
@@ -98,7 +100,7 @@ class TextActions(spaces.Text):
     ``description`` tells the model how to reply (the prompt shows it); ``sampler`` draws a valid
     reply for an open set, so ``sample()`` always gives one the parser accepts; ``pattern``, a
     regular expression a valid reply matches in full, lets generate mode decode only such replies
-    (:mod:`gym_llm.policy.grammar`). ``max_length``,
+    (:mod:`gym_llm.grammar`). ``max_length``,
     ``charset`` and ``seed`` are ``gymnasium.spaces.Text``'s (for the replies ``sample()`` draws).
     """
 
@@ -134,8 +136,6 @@ class TextActions(spaces.Text):
         #: What to reply, in words, for the prompt ("Reply with one of: stick, hit.").
         self.description = description
         if pattern is not None:
-            from gym_llm.policy.grammar import CharAutomaton
-
             CharAutomaton(pattern)  # a pattern a token mask cannot follow fails here, clearly
         #: A regular expression every valid reply matches in full (open action spaces).
         self.pattern = pattern

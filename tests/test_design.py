@@ -23,7 +23,7 @@ from tests.paths import ROOT
 FOLDERS = {"gym_llm": ROOT / "llm_policy", "wrappers": ROOT / "wrappers", "envs": ROOT / "envs"}
 #: The package order (rule 1): a module may import its own level or a lower one, never a higher.
 LEVEL = {
-    "spaces": 0, "text": 0, "replies": 0, "testing": 0, "configs": 0,
+    "spaces": 0, "text": 0, "replies": 0, "testing": 0, "configs": 0, "grammar": 0,
     "wrappers": 1, "envs": 2, "policy": 3, "rl": 4,
     "evaluation": 5, "experiments": 6, "cli": 7,
 }  # fmt: skip

@@ -13,7 +13,7 @@ from gym_llm.spaces import NOT_TEXT_HELP
 ActionMode = Literal["choice", "generate"]
 Normalization = Literal["sum", "mean"]
 #: Generate mode's replies: any text, one of the listed actions (:mod:`gym_llm.policy.constraints`),
-#: or a match of a pattern (:mod:`gym_llm.policy.grammar`); ``"auto"``: the list where the env
+#: or a match of a pattern (:mod:`gym_llm.grammar`); ``"auto"``: the list where the env
 #: lists its actions, else the pattern where there is one.
 ReplyConstraintMode = Literal["auto", "off", "action", "pattern"]
 

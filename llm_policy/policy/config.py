@@ -74,7 +74,7 @@ class PolicyConfig:
     #: ``"pattern"`` where the env declares a pattern, else ``"off"``.
     reply_constraint: ReplyConstraintMode = "auto"
     #: Generate mode: a regular expression every reply must match in full (a number in a range,
-    #: a word of five letters: :mod:`gym_llm.policy.grammar`); ``None``: the env's own, if its
+    #: a word of five letters: :mod:`gym_llm.grammar`); ``None``: the env's own, if its
     #: ``TextActions`` declares one.
     reply_pattern: str | None = None
     #: Choice mode: an action's score is the ``"sum"`` of its token log-probs or their ``"mean"``.

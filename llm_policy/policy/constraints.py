@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from gym_llm.policy.grammar import PatternAutomaton, token_texts
+from gym_llm.grammar import PatternAutomaton, token_texts
 from gym_llm.policy.state_actions import MASKED_LOGIT
 from gym_llm.spaces import actions_of
 
@@ -34,7 +34,7 @@ from gym_llm.spaces import actions_of
 class ReplyAutomaton(Protocol):
     """What decoding under a constraint asks of it: the tokens allowed after a prefix, whether
     a reply is done, and calibration constants per prefix (:class:`ActionTrie`, or a pattern's
-    :class:`~gym_llm.policy.grammar.PatternAutomaton`)."""
+    :class:`~gym_llm.grammar.PatternAutomaton`)."""
 
     bias: dict[tuple[int, ...], dict[int, float]]
 
@@ -97,7 +97,7 @@ def spell(tokenizer: Any, actions: Sequence[str]) -> list[list[int]]:
 class ReplyConstraint:
     """The tries of a policy's replies: one for a fixed list of actions, or one per distinct
     list where each observation brings its own (:class:`gym_llm.spaces.TextWithActions`); or,
-    given a ``pattern``, the pattern's automaton (:mod:`gym_llm.policy.grammar`) for every reply."""
+    given a ``pattern``, the pattern's automaton (:mod:`gym_llm.grammar`) for every reply."""
 
     def __init__(
         self,

@@ -4,6 +4,7 @@ have their own tries, and the valid mass is logged."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from tests.models import tiny_model_fixture
 
 model_dir = tiny_model_fixture("model_dir", ["stick", "hit", "go", "north", "south", "wait"])
 rooms_dir = tiny_model_fixture("rooms_dir", ROOM_WORDS, layers=4)
+compass_dir = tiny_model_fixture("compass_dir", ["north", "south", "east", "west"])
 
 
 # --- the trie and the masks, without a model -----------------------------------------------
@@ -255,3 +257,68 @@ def test_generate_mode_constrains_listed_actions_by_default_and_saves_it(
     step = loaded.policy.act(OBSERVATIONS, deterministic=True)
     if in_effect == "action":
         assert {str(r) for r in step.replies} <= {"stick", "hit"}
+
+
+# --- replies that match a pattern (gym_llm.grammar) ---------------------------------------
+
+
+def _pattern_policy(compass_dir: Path, space: TextActions, **kwargs: object) -> LLMPolicy:
+    return LLMPolicy(
+        TextObservations(64),
+        space,
+        lambda _: 1e-3,
+        model=str(compass_dir),
+        device="cpu",
+        action_mode="generate",
+        lora={"r": 4},
+        max_new_tokens=6,
+        temperature=3.0,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize(
+    ("declared", "pattern"),
+    [
+        ("env", "(north|south) (east|west)"),
+        ("user", "(north|south) (east|west)"),
+        ("env", "[a-z]{5}"),  # a Wordle-like guess: any word of five letters
+        ("user", "[1-9][0-9]?|100"),  # a number in 1-100, GuessNumber-like
+    ],
+)
+def test_a_policy_writes_only_matches_and_the_update_applies_the_same_mask(
+    compass_dir: Path, declared: str, pattern: str
+) -> None:
+    if declared == "env":
+        policy = _pattern_policy(compass_dir, TextActions(pattern=pattern))
+    else:
+        policy = _pattern_policy(compass_dir, TextActions(), reply_pattern=pattern)
+    assert policy.reply_constraint == "pattern"
+    observations = ["Where now?", "The door is north.", "Where now?"] * 3
+    torch.manual_seed(0)
+    with torch.no_grad():
+        step = policy.act(observations)
+        greedy = policy.act(observations, deterministic=True)
+    for reply in [*step.replies, *greedy.replies]:
+        assert re.fullmatch(pattern, str(reply)), reply
+    policy.set_training_mode(True)
+    again = policy.evaluate_actions(observations, step.actions, step.states)
+    for i, stored in enumerate(step.token_log_probs):  # invariant 1 under the pattern's mask
+        got = again.token_log_probs[i][again.mask[i]].detach().numpy()
+        np.testing.assert_allclose(got, stored, atol=1e-5)
+
+
+def test_free_text_stays_free_without_a_pattern(compass_dir: Path) -> None:
+    assert _pattern_policy(compass_dir, TextActions()).reply_constraint == "off"
+    with pytest.raises(ValueError, match="needs a pattern"):
+        _pattern_policy(compass_dir, TextActions(), reply_constraint="pattern")
+
+
+def test_a_pattern_the_user_gives_wins_over_the_env_list(compass_dir: Path) -> None:
+    listed = TextActions(["north", "south"])
+    assert _pattern_policy(compass_dir, listed).reply_constraint == "action"
+    think = _pattern_policy(compass_dir, listed, reply_pattern="(east |west )?(north|south)")
+    assert think.reply_constraint == "pattern" and think.action_head is None
+    with torch.no_grad():
+        step = think.act(["Where now?"] * 4)
+    assert all(re.fullmatch("(east |west )?(north|south)", str(r)) for r in step.replies)
