@@ -4,8 +4,8 @@ Where an action space is open (a number in a range, a word of five letters, ``\\
 list of actions can be written down, but a regular expression can. The pattern is compiled to
 a nondeterministic automaton over characters; the tokens allowed after a reply's prefix are
 those whose text keeps the automaton alive, and the stop token is allowed once the prefix
-matches in full. The masks serve the rollout and the update alike (:mod:`.constraints`), so
-PPO's ratio stays exact.
+matches in full. The masks serve the rollout and the update alike
+(:mod:`gym_llm.policy.constraints`), so PPO's ratio stays exact.
 
 Supported: literals, ``.``, character classes (ranges, ``\\d \\w \\s`` and their negations,
 negated classes), alternation, groups, and repetition (``* + ? {m,n}``, lazy or greedy, which
