@@ -6,7 +6,8 @@ robust each assertion is. Each recipe returns the success before training and at
 each ``check_*`` is the assertion the test makes.
 
 * KeywordBandit from scratch (:func:`train_keyword_bandit`): a randomly initialised tiny model,
-  every layer trained, in choice or generate mode.
+  every layer trained, in choice mode, generate mode writing free text, or generate mode with
+  its default replies among the listed actions (``"constrained"``).
 * HighLow with the action head (:func:`train_high_low`): a rule over the input, which LoRA alone
   does not learn.
 * HighLow out of the softmax corner (:func:`train_corner`): the better arm starts at p ~ 0.003.
@@ -33,6 +34,7 @@ WORDS = ["apple", "banana", "cherry"]
 SETTINGS = {
     "choice": {"steps": 2000, "lr": 5e-4, "ent_coef": 0.0, "points": 4},
     "generate": {"steps": 6000, "lr": 5e-4, "ent_coef": 0.05, "points": 4},
+    "constrained": {"steps": 2000, "lr": 5e-4, "ent_coef": 0.0, "points": 4},
 }
 
 
@@ -57,7 +59,8 @@ def train_keyword_bandit(tmp_path: Path, mode: str, seed: int = 0) -> tuple[floa
     """Success before training and at evenly spaced points of it (the last at the end), for
     a model, envs and sampling all seeded with ``seed``."""
     settings = SETTINGS[mode]
-    alphabet = _prompt_alphabet() if mode == "generate" else None
+    writes = mode in ("generate", "constrained")
+    alphabet = _prompt_alphabet() if writes else None
     model_dir = save_tiny_model(
         tmp_path / "model", words=WORDS, hidden_size=64, alphabet=alphabet, seed=seed
     )
@@ -68,9 +71,9 @@ def train_keyword_bandit(tmp_path: Path, mode: str, seed: int = 0) -> tuple[floa
         policy_kwargs={
             "model": str(model_dir),
             "lora": None,
-            "action_mode": mode,
+            "action_mode": "generate" if writes else "choice",
             "max_new_tokens": 1,
-            # The recorded sweeps wrote free text; constrained replies are measured apart.
+            # "generate": free text, as its recorded sweeps; "constrained": the default.
             **({"reply_constraint": "off"} if mode == "generate" else {}),
         },
         n_steps=4,

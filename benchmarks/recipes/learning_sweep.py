@@ -43,8 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--modes",
         nargs="+",
         default=["choice", "generate"],
-        choices=["choice", "generate", "head", "no-head", *CORNER_MODES],
-        help="KeywordBandit's two modes; HighLow with and without the action head "
+        choices=["choice", "generate", "constrained", "head", "no-head", *CORNER_MODES],
+        help="KeywordBandit's modes (generate: free text; constrained: generate mode's default "
+        "replies among the listed actions); HighLow with and without the action head "
         "(tests/rl/ppo/test_learning_head); HighLow from a prior of 0.3 %% for the better arm "
         "(tests/rl/ppo/test_learning_corner: the defaults, neither head nor calibration, the head alone, "
         "neither with policy_update='target')",
