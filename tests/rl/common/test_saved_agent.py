@@ -48,3 +48,14 @@ def test_old_agent_loads_and_acts_as_it_did(tmp_path: Path, one_torch_thread: No
     assert untrained.action_probs is not None
     assert np.abs(untrained.action_probs - np.asarray(expected["action_probs"])).max() > 1e-4
     assert np.abs(untrained.values.numpy() - np.asarray(expected["values"])).max() > 1e-3
+
+
+def test_a_reply_pattern_the_env_declares_is_saved_with_the_spaces() -> None:
+    from gym_llm.rl.common.checkpoint import SavedConfig, space_records
+    from gym_llm.spaces import TextActions, TextObservations
+
+    obs, act = space_records(TextObservations(64), TextActions(pattern="[a-z]{5}"))
+    saved = SavedConfig({}, {}, 0, 0, obs, act)
+    assert saved.spaces()[1].pattern == "[a-z]{5}"
+    old = SavedConfig({}, {}, 0, 0, obs, {k: v for k, v in act.items() if k != "pattern"})
+    assert old.spaces()[1].pattern is None  # saved before patterns existed
