@@ -159,7 +159,7 @@ def allowed_mask(
     """``(n, vocab)``: which next tokens each row may take after its prefix."""
     mask = torch.zeros((len(tries), vocab), dtype=torch.bool)
     for row, (trie, prefix) in enumerate(zip(tries, prefixes, strict=True)):
-        mask[row, sorted(trie.allowed(prefix))] = True
+        mask[row, list(trie.allowed(prefix))] = True  # order is irrelevant: no sort per step
     return mask.to(device)
 
 
@@ -177,7 +177,7 @@ def reply_masks(
         ids = [int(t) for t in reply]
         for t in range(min(width, len(ids))):
             mask[row, t] = False
-            mask[row, t, sorted(trie.allowed(ids[:t]))] = True
+            mask[row, t, list(trie.allowed(ids[:t]))] = True
     return mask.to(device)
 
 
