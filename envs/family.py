@@ -58,7 +58,16 @@ HELD_OUT: tuple[str, ...] = (
     "walk-p3-s101",
     "grid-p2-s100",
 )
-SPLITS: dict[str, tuple[str, ...]] = {"tuning": TUNING, "held-out": HELD_OUT}
+#: The noisy kinds' tuning split (chance rewards, slippery moves, random draws), chosen as above.
+NOISY_TUNING: tuple[str, ...] = ("weather-p0-s0", "ice-p1-s0", "dice-p0-s1")
+#: The noisy kinds' held-out split.
+NOISY_HELD_OUT: tuple[str, ...] = ("weather-p2-s100", "ice-p3-s101", "dice-p2-s100")
+SPLITS: dict[str, tuple[str, ...]] = {
+    "tuning": TUNING,
+    "held-out": HELD_OUT,
+    "noisy-tuning": NOISY_TUNING,
+    "noisy-held-out": NOISY_HELD_OUT,
+}
 
 _NAME = re.compile(r"(?P<kind>[a-z]+)-p(?P<phrasing>\d+)-s(?P<seed>\d+)")
 
@@ -91,8 +100,9 @@ class FamilyEnv(gym.Env[np.int64, np.int64]):
 
     Observation: ``Discrete(n_states)``, the state's index (its text is :meth:`describe`);
     action: ``Discrete(n_actions)`` over :attr:`action_names`. The one-step kinds end after the
-    reply (1 for the right word, else 0); the walking kinds pay −0.05 a move and 1 at the goal,
-    and are truncated after :attr:`horizon` moves.
+    reply (1 for the right word, else 0; the noisy ``weather`` pays by chance); the walking kinds
+    pay −0.05 a move and 1 at the goal, and are truncated after :attr:`horizon` moves. The
+    noisy kinds draw their outcomes from the env's ``np_random``.
 
     Args:
         task: ``KIND-pPHRASING-sSEED`` (:func:`make_task`); default the first tuning task.
@@ -119,15 +129,16 @@ class FamilyEnv(gym.Env[np.int64, np.int64]):
 
     @cached_property
     def P(self) -> dict[int, dict[int, list[tuple[float, int, float, bool]]]]:
-        """Toy-text transitions ``P[s][a] = [(1.0, next, reward, terminated)]`` (a terminal
-        move points back at ``s``)."""
+        """Toy-text transitions ``P[s][a] = [(prob, next, reward, terminated), ...]`` (a
+        terminal move points back at ``s``)."""
         return {
             s: {
-                a: [(1.0, s if nxt is None else nxt, reward, nxt is None)]
-                for a, (nxt, reward) in enumerate(row)
+                a: [(prob, s if nxt is None else nxt, reward, nxt is None)
+                    for prob, nxt, reward in outcomes]
+                for a, outcomes in enumerate(row)
             }
             for s, row in enumerate(self.task.moves)
-        }
+        }  # fmt: skip
 
     @cached_property
     def _model(self) -> TabularModel:
@@ -157,7 +168,14 @@ class FamilyEnv(gym.Env[np.int64, np.int64]):
                 f"action must be an int in 0..{self.n_actions - 1} "
                 f"({', '.join(self.action_names)}), got {action!r}."
             )
-        nxt, reward = self.task.moves[self._state][int(action)]
+        outcomes = self.task.moves[self._state][int(action)]
+        # a sure move draws nothing, so the deterministic kinds replay as they always have
+        pick = 0
+        if len(outcomes) > 1:
+            draw = self.np_random.random()
+            cumulative = np.cumsum([prob for prob, _, _ in outcomes])
+            pick = min(int(np.searchsorted(cumulative, draw, side="right")), len(outcomes) - 1)
+        _, nxt, reward = outcomes[pick]
         self._moves += 1
         terminated = nxt is None
         truncated = not terminated and self._moves >= self.horizon

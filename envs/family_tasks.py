@@ -18,6 +18,15 @@ Kinds:
 - ``walk``: walk to an exit on a line; your cell and the exit's cell are in the observation and
   the exit moves every episode (6-7 cells, 30-42 states; −0.05 a move, +1 at the exit).
 - ``grid``: walk to a goal on a 3×3 grid, your cell and the goal's in the text (72 states).
+
+Noisy kinds, where one reward says little and a greedy learner is easily misled (as in Blackjack
+and slippery FrozenLake):
+
+- ``weather``: ``threshold`` with a chance reward: the right word pays 1 on 70-80 % of days,
+  the other word on the rest (10 states; the optimum is that chance, random 0.5).
+- ``ice``: ``walk`` on an icy path: a move slides the other way 20-30 % of the time.
+- ``dice``: push your luck: ``roll`` adds a die (1-6) to your total, ``stop`` is paid the total
+  over the limit, a total past the limit pays 0 (one state per total; random draws decide).
 """
 
 from __future__ import annotations
@@ -27,8 +36,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: ``[state][action] -> (next state or None when the episode ends, reward)``.
-Moves = tuple[tuple[tuple[int | None, float], ...], ...]
+#: One result of a move: ``(probability, next state or None when the episode ends, reward)``.
+Outcome = tuple[float, int | None, float]
+#: ``[state][action] -> outcomes`` (probabilities summing to 1; one outcome: a sure move).
+Moves = tuple[tuple[tuple[Outcome, ...], ...], ...]
 
 #: Reward per move of the walking kinds, and for reaching the goal.
 MOVE_COST, GOAL_REWARD = -0.05, 1.0
@@ -38,8 +49,8 @@ MOVE_COST, GOAL_REWARD = -0.05, 1.0
 class Task:
     """One task of the family, as data (the env in :mod:`gym_llm.envs.family` plays it).
 
-    ``moves[s][a]`` is where action ``a`` leads from state ``s`` and what it pays; episodes start
-    uniformly in ``starts`` and are cut after ``horizon`` moves.
+    ``moves[s][a]`` lists where action ``a`` may lead from state ``s``, how likely and what it
+    pays; episodes start uniformly in ``starts`` and are cut after ``horizon`` moves.
     """
 
     name: str
@@ -52,12 +63,23 @@ class Task:
 
 
 def _one_step(
-    name: str, instruction: str, actions: tuple[str, ...], cases: list[tuple[str, int]]
+    name: str,
+    instruction: str,
+    actions: tuple[str, ...],
+    cases: list[tuple[str, int]],
+    chance: float = 1.0,
 ) -> Task:
     """A one-step task: each case is (observation text, index of the right action); the right
-    action pays 1, any other 0, and every reply ends the episode."""
+    action pays 1 with probability ``chance`` (else 0), any other action 1 with probability
+    ``1 - chance``, and every reply ends the episode."""
+
+    def pays(p: float) -> tuple[Outcome, ...]:
+        return ((1.0, None, 1.0),) if p == 1 else ((1.0, None, 0.0),) if p == 0 else (
+            (p, None, 1.0), (1.0 - p, None, 0.0))  # fmt: skip
+
     moves = tuple(
-        tuple((None, 1.0 if a == right else 0.0) for a in range(len(actions))) for _, right in cases
+        tuple(pays(chance if a == right else 1.0 - chance) for a in range(len(actions)))
+        for _, right in cases
     )
     texts = tuple(text for text, _ in cases)
     return Task(name, instruction, actions, texts, moves, tuple(range(len(cases))), 1)
@@ -177,17 +199,26 @@ def membership(name: str, rng: np.random.Generator, phrasing: int) -> Task:
 
 def _walking(
     name: str, instruction: str, actions: tuple[str, ...], cells: list[tuple[str, int, int]],
-    step: Callable[[int, int], int], horizon: int,
+    step: Callable[[int, int], int], horizon: int, slip: float = 0.0,
 ) -> Task:  # fmt: skip
     """A walk: each state is (text, your cell, goal cell) with your cell ≠ the goal's; ``step``
-    moves a cell (staying put off the edge); reaching the goal pays 1 and ends the episode."""
+    moves a cell (staying put off the edge); reaching the goal pays 1 and ends the episode. With
+    ``slip``, a move goes the other way (two actions: left and right) that often."""
     index = {(cell, goal): s for s, (_, cell, goal) in enumerate(cells)}
+
+    def result(cell: int, goal: int, action: int) -> tuple[int | None, float]:
+        nxt = step(cell, action)
+        return (None, GOAL_REWARD) if nxt == goal else (index[nxt, goal], MOVE_COST)
+
     moves = []
     for _, cell, goal in cells:
-        row = []
+        row: list[tuple[Outcome, ...]] = []
         for action in range(len(actions)):
-            nxt = step(cell, action)
-            row.append((None, GOAL_REWARD) if nxt == goal else (index[nxt, goal], MOVE_COST))
+            sure = result(cell, goal, action)
+            if slip == 0:
+                row.append(((1.0, *sure),))
+            else:
+                row.append(((1.0 - slip, *sure), (slip, *result(cell, goal, 1 - action))))
         moves.append(tuple(row))
     texts = tuple(text for text, _, _ in cells)
     return Task(name, instruction, actions, texts, tuple(moves), tuple(range(len(cells))), horizon)
@@ -226,6 +257,83 @@ def grid(name: str, rng: np.random.Generator, phrasing: int) -> Task:
     return _walking(name, instruction, actions, cells, step, horizon=12)
 
 
+# The noisy kinds. WEATHER: (instruction, observation, (action when below the set-point, at or
+# above it)); the action named for a side pays 1 on {pct} % of its days.
+WEATHER = (
+    ("When the barometer reads {t} or more, the day stays dry {pct} % of the time; below {t} it "
+     "rains {pct} % of the time. Reply 'umbrella' or 'sunglasses': the one that suits the day's "
+     "weather pays 1.", "The barometer reads {n}.", ("umbrella", "sunglasses")),
+    ("Fish bite on {pct} % of mornings when the lake is {t} degrees or warmer, and on {rest} % "
+     "of colder mornings. Reply 'fish' or 'sleep': fishing when they bite or sleeping when they "
+     "do not pays 1.", "The lake is {n} degrees.", ("sleep", "fish")),
+    ("A street market is crowded on {pct} % of days after {t} or more flyers go out, and on "
+     "{rest} % of days after fewer. Reply 'open' or 'close' for your stall: opening on a crowded "
+     "day or closing on a quiet one pays 1.", "{n} flyers went out.", ("close", "open")),
+    ("The bus runs late on {pct} % of days with {t} or more centimetres of snow, and on {rest} % "
+     "of days with less. Reply 'wait' or 'walk': walking when it runs late or waiting when it "
+     "is on time pays 1.", "Snow today: {n} centimetres.", ("wait", "walk")),
+)  # fmt: skip
+#: The sentence an icy walk adds to :data:`WALK`'s instruction.
+ICE = " The way is icy: {pct} % of moves slide one step the other way instead."
+# DICE: (instruction, observation, (add, stop)).
+DICE = (
+    ("Push your luck: reply 'roll' to roll a die (1 to 6) and add it to your total, or 'stop' to "
+     "be paid your total divided by {limit}. A total over {limit} pays 0 and ends the game.",
+     "Your total is {n}.", ("roll", "stop")),
+    ("Cards show 1 to 6, each as likely. Reply 'draw' to add a card to your hand or 'hold' to be "
+     "paid the hand's sum divided by {limit}; a sum over {limit} is bust and pays 0.",
+     "Your hand sums to {n}.", ("draw", "hold")),
+    ("Each pump blows 1 to 6 litres of air into a balloon, at random. Reply 'pump' or 'cash': "
+     "cashing pays the litres in it divided by {limit}; past {limit} litres it bursts and pays "
+     "0.", "The balloon holds {n} litres.", ("pump", "cash")),
+    ("Each dig finds 1 to 6 coins, at random. Reply 'dig' or 'leave': leaving pays your coins "
+     "divided by {limit}; more than {limit} coins tear your bag and you lose them all.",
+     "You carry {n} coins.", ("dig", "leave")),
+)  # fmt: skip
+
+
+def weather(name: str, rng: np.random.Generator, phrasing: int) -> Task:
+    instruction, observation, actions = WEATHER[phrasing]
+    low = int(rng.integers(0, 60))
+    t = low + int(rng.integers(3, 8))
+    chance = float(rng.choice([0.7, 0.75, 0.8]))
+    pct = round(100 * chance)
+    cases = [(observation.format(n=n), int(n >= t)) for n in range(low, low + 10)]
+    text = instruction.format(t=t, pct=pct, rest=100 - pct)
+    return _one_step(name, text, actions, cases, chance)
+
+
+def ice(name: str, rng: np.random.Generator, phrasing: int) -> Task:
+    instruction, observation, actions = WALK[phrasing]
+    length = int(rng.integers(6, 8))
+    slip = float(rng.choice([0.2, 0.25, 0.3]))
+    cells = [
+        (observation.format(p=p, e=e), p, e) for p in range(length) for e in range(length) if p != e
+    ]
+
+    def step(cell: int, action: int) -> int:
+        return min(max(cell + (1 if action == 1 else -1), 0), length - 1)
+
+    text = instruction.format(L=length, last=length - 1) + ICE.format(pct=round(100 * slip))
+    return _walking(name, text, actions, cells, step, horizon=3 * length, slip=slip)
+
+
+def dice(name: str, rng: np.random.Generator, phrasing: int) -> Task:
+    instruction, observation, actions = DICE[phrasing]
+    limit = int(rng.integers(15, 22))
+    totals = list(range(1, limit + 1))  # a game starts at one die's total, 1-6
+    index = {n: s for s, n in enumerate(totals)}
+    moves = []
+    for n in totals:
+        roll = tuple(
+            (1 / 6, None, 0.0) if n + d > limit else (1 / 6, index[n + d], 0.0) for d in range(1, 7)
+        )
+        moves.append((roll, ((1.0, None, n / limit),)))
+    texts = tuple(observation.format(n=n) for n in totals)
+    starts = tuple(index[d] for d in range(1, 7))
+    return Task(name, instruction.format(limit=limit), actions, texts, tuple(moves), starts, limit)
+
+
 #: Kind name → generator ``(task name, rng, phrasing) -> Task``.
 KINDS: dict[str, Callable[[str, np.random.Generator, int], Task]] = {
     "threshold": threshold,
@@ -234,6 +342,11 @@ KINDS: dict[str, Callable[[str, np.random.Generator, int], Task]] = {
     "membership": membership,
     "walk": walk,
     "grid": grid,
+    "weather": weather,
+    "ice": ice,
+    "dice": dice,
 }
+#: The kinds whose rewards or moves are left to chance.
+NOISY_KINDS = ("weather", "ice", "dice")
 #: Phrasings per kind (0..PHRASINGS-1).
 PHRASINGS = 4

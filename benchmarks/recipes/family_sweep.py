@@ -39,7 +39,8 @@ from gym_llm.policy.models import DEFAULT_MODEL
 
 ENV_ID = "gym_llm/Family-v0"
 #: Env steps per run: one-step tasks, and the walking kinds (longer episodes, more states).
-STEPS = {"threshold": 1024, "range": 1024, "compare": 1024, "membership": 1024}
+STEPS = {"threshold": 1024, "range": 1024, "compare": 1024, "membership": 1024, "weather": 2048,
+         "dice": 4096}  # fmt: skip
 WALK_STEPS = 2048
 DIAGNOSTICS = (
     "state_entropy",
@@ -59,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="train and evaluate; append rows to --jsonl")
     add = run.add_argument
-    add("--split", choices=["tuning", "held-out"], default="tuning", help="the family's split")
+    add("--split", choices=["tuning", "held-out", "noisy-tuning", "noisy-held-out"],
+        default="tuning", help="the family's split")  # fmt: skip
     add("--tasks", nargs="*", default=None, help="these tasks instead of a split's")
     add("--seeds", type=seed_list, default=list(range(10)), help="e.g. 0-9 or 0,3,7")
     add(

@@ -67,8 +67,9 @@ def build_parser(
         nargs="+",
         default=["suite"],
         metavar="ENV",
-        help=f"'suite' ({suite}; registered ones), 'family-tuning' or 'family-held-out' (the "
-        "task family's splits, gym_llm/Family-v0) and/or ID or ID:key=value,... items",
+        help=f"'suite' ({suite}; registered ones), 'family-tuning', 'family-held-out', "
+        "'family-noisy-tuning' or 'family-noisy-held-out' (the task family's splits, "
+        "gym_llm/Family-v0) and/or ID or ID:key=value,... items",
     )
     add(
         "--agents",

@@ -179,19 +179,21 @@ def parse_env_spec(text: str) -> EnvSpec:
 
 
 def family_specs(split: str) -> list[EnvSpec]:
-    """The task family's ``tuning`` or ``held-out`` split as specs of ``gym_llm/Family-v0``."""
+    """A split of the task family (``tuning``, ``held-out``, ``noisy-tuning``,
+    ``noisy-held-out``) as specs of ``gym_llm/Family-v0``."""
     from gym_llm.envs.family import ENV_ID, SPLITS
 
     return [EnvSpec(ENV_ID, {"task": task}) for task in SPLITS[split]]
 
 
-#: ``--envs`` groups besides ``suite``: the task family's two splits.
-GROUPS = ("family-tuning", "family-held-out")
+#: ``--envs`` groups besides ``suite``: the task family's splits.
+GROUPS = ("family-tuning", "family-held-out", "family-noisy-tuning", "family-noisy-held-out")
 
 
 def parse_envs(items: Sequence[str]) -> list[EnvSpec]:
     """``--envs`` items: ``suite`` (every env of :data:`SUITE` that is registered),
-    ``family-tuning`` / ``family-held-out`` (the task family's splits) or specs."""
+    ``family-tuning`` / ``family-held-out`` / ``family-noisy-tuning`` / ``family-noisy-held-out``
+    (the task family's splits) or specs."""
     specs: list[EnvSpec] = []
     for item in items:
         if item == "suite":
