@@ -101,10 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("--set", dest="set", nargs="*", default=[], metavar="SETTING=VALUE",
         help="more settings, dotted names of `gym-llm train`'s, e.g. "
         "policy.value_normalization=true or ppo.ent_coef=auto (recorded in each row; over a "
-        "flag's value). With --algo dqn, DQN's (dqn.beta=1 dqn.gradient_steps=8); unset ones "
-        "are SB3 DQN's as gym-llm bench scales them to --timesteps "
-        "(gym_llm.evaluation.baselines.build_sb3), with gradient_steps = --n-envs so each env "
-        "step is replayed as often as SB3's one-env DQN replays it")  # fmt: skip
+        "flag's value). With --algo dqn, DQN's (dqn.beta=1 dqn.gradient_steps=8), over the "
+        "base that --dqn-base names")  # fmt: skip
+    add("--dqn-base", choices=["scaled", "library"], default="scaled",
+        help="with --algo dqn, the settings --set changes: 'scaled' (SB3 DQN's as gym-llm bench "
+        "scales them to --timesteps, gym_llm.evaluation.baselines.build_sb3, with "
+        "gradient_steps = --n-envs so each env step is replayed as often as SB3's one-env DQN "
+        "replays it, and --batch-size) or 'library' (gym_llm.DQN's defaults, as a user's "
+        "DQN(LLMPolicy, env) gets them)")  # fmt: skip
     add("--jsonl", type=Path, required=True, help="append the points here")
     add("--run-dir", type=Path, required=True, help="the run's directory (agent, TensorBoard)")
     summarize = commands.add_parser("summarize", help="a markdown table from JSONL files")
@@ -136,9 +140,11 @@ def dqn_settings(args: argparse.Namespace) -> dict[str, Any]:
     often as SB3's one-env DQN replays each step, then ``--set`` on top."""
     from gym_llm.evaluation.baselines import dqn_budget_settings
 
-    budgeted = dqn_budget_settings(args.timesteps, args.n_envs)
-    settings = {f"dqn.{name}": value for name, value in budgeted.items()}
-    settings["dqn.batch_size"] = args.batch_size
+    settings: dict[str, Any] = {}
+    if args.dqn_base == "scaled":
+        budgeted = dqn_budget_settings(args.timesteps, args.n_envs)
+        settings = {f"dqn.{name}": value for name, value in budgeted.items()}
+        settings["dqn.batch_size"] = args.batch_size
     if args.lr is not None:
         settings["dqn.learning_rate"] = args.lr
     settings.update(parse_settings(args.set, "--set"))
@@ -148,10 +154,13 @@ def dqn_settings(args: argparse.Namespace) -> dict[str, Any]:
 def run_seed(args: argparse.Namespace) -> dict[str, Any]:
     from gym_llm.experiments.run import TrainConfig
     from gym_llm.experiments.run import run as train
+    from gym_llm.rl.dqn.config import DQNConfig
 
-    dqn = dqn_settings(args) if args.algo == "dqn" else {}
-    extra = {} if dqn else parse_settings(args.set, "--set")
-    rollout = args.n_envs * (dqn["dqn.train_freq"] if dqn else args.n_steps)
+    is_dqn = args.algo == "dqn"
+    dqn = dqn_settings(args) if is_dqn else {}
+    extra = {} if is_dqn else parse_settings(args.set, "--set")
+    train_freq = dqn.get("dqn.train_freq", DQNConfig.train_freq)
+    rollout = args.n_envs * (train_freq if is_dqn else args.n_steps)
     iterations = max(1, -(-args.timesteps // rollout))
     every_rollouts = max(1, -(-args.every // rollout))
     flags: dict[str, Any] = {
@@ -185,8 +194,8 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "n_steps": args.n_steps,
     }
-    if dqn:
-        base.update(algo="dqn", dqn=dqn)
+    if is_dqn:
+        base.update(algo="dqn", dqn=dqn, dqn_base=args.dqn_base)
     if extra:
         base["set"] = extra
     if args.count_bonus:

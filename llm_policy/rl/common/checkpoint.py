@@ -100,6 +100,7 @@ DQN_HYPERPARAMETERS = (
     "gradient_steps",
     "n_steps",
     "target_update_interval",
+    "average_tau",
     "exploration_fraction",
     "exploration_initial_eps",
     "exploration_final_eps",

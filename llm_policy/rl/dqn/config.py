@@ -38,6 +38,10 @@ class DQNConfig:
     n_steps: int = 1
     #: Env steps between target-network refreshes.
     target_update_interval: int = 10_000
+    #: Polyak coefficient, per TD step, of the averaged Q head that greedy ``predict``,
+    #: evaluation and the saved agent act with (so a policy reached is not lost to the next
+    #: noisy updates); 1: the online head itself, as SB3.
+    average_tau: float = 1.0
     #: Share of the run over which ε decays from its initial to its final value.
     exploration_fraction: float = 0.1
     #: ε at the start.
@@ -71,6 +75,8 @@ class DQNConfig:
         for name in ("n_steps", "batch_size", "q_width"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if not 0 < self.average_tau <= 1:
+            raise ValueError(f"average_tau must be in (0, 1], got {self.average_tau}.")
         if not self.alpha > 0:
             raise ValueError(f"alpha (the posterior's temperature) must be > 0, got {self.alpha}.")
         if self.beta < 0:

@@ -79,6 +79,7 @@ class DQN(OffPolicyAlgorithm):
     gradient_steps: ConfigField[int] = ConfigField()
     n_steps: ConfigField[int] = ConfigField()
     target_update_interval: ConfigField[int] = ConfigField()
+    average_tau: ConfigField[float] = ConfigField()
     exploration_fraction: ConfigField[float] = ConfigField()
     exploration_initial_eps: ConfigField[float] = ConfigField()
     exploration_final_eps: ConfigField[float] = ConfigField()
@@ -165,6 +166,8 @@ class DQN(OffPolicyAlgorithm):
         hidden = int(self.policy.lm.config.get_text_config().hidden_size)
         self.q_net = QHead(hidden, n_actions, width=self.q_width, device=self.device)
         self.q_net_target = copy.deepcopy(self.q_net).requires_grad_(False)
+        #: The averaged values greedy actions read (``average_tau``; the online head at 1).
+        self.q_net_average = copy.deepcopy(self.q_net).requires_grad_(False)
         self.q_optimizer = torch.optim.Adam(self.q_net.parameters(), lr=self.lr_schedule(1.0))
         for group in self.policy.optimizer.param_groups:  # the LM's, for distillation only
             group["lr"] = self.distill_learning_rate * group.get("lr_scale", 1.0)
@@ -192,11 +195,13 @@ class DQN(OffPolicyAlgorithm):
         rows = [self._features[k] for k in keys]
         return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
 
-    def action_logits(self, observations: Sequence[str]) -> torch.Tensor:
-        """``(n, K)`` logits of the posterior ``beta · log p_LM + Q / alpha``."""
+    def action_logits(self, observations: Sequence[str], averaged: bool = False) -> torch.Tensor:
+        """``(n, K)`` logits of the posterior ``beta · log p_LM + Q / alpha``, from the online
+        values or, with ``averaged``, the averaged ones (``average_tau``)."""
         log_prior, features = self.prior_and_features(observations)
+        head = self.q_net_average if averaged and self.average_tau < 1 else self.q_net
         with torch.no_grad():
-            q = self.q_net(features)
+            q = head(features)
         return posterior_logits(q, log_prior, self.alpha, self.beta)
 
     def behaviour_probs(self, observations: Sequence[str]) -> np.ndarray:
@@ -220,10 +225,10 @@ class DQN(OffPolicyAlgorithm):
         episode_start: np.ndarray | None = None,
         deterministic: bool = False,
     ) -> tuple[Any, tuple[np.ndarray, ...] | None]:
-        """Replies (action names) for one observation string or a batch: the posterior's greedy
-        action with ``deterministic``, else a sample from the posterior."""
+        """Replies (action names) for one observation string or a batch: the averaged values'
+        greedy action with ``deterministic``, else a sample from the online posterior."""
         batch, single = as_text_batch(observation)
-        logits = self.action_logits(batch)
+        logits = self.action_logits(batch, averaged=deterministic)
         if deterministic:
             chosen = logits.argmax(-1).cpu().numpy()
         else:
@@ -283,6 +288,7 @@ class DQN(OffPolicyAlgorithm):
         distinct = list(dict.fromkeys(str(o) for o in held.ravel()))
         self.q_net.calibrate(self.prior_and_features(distinct)[1])
         self.q_net_target.load_state_dict(self.q_net.state_dict())
+        self.q_net_average.load_state_dict(self.q_net.state_dict())
 
     def train(self, gradient_steps: int, batch_size: int = 32) -> None:
         if len(self.replay_buffer) < self.learning_starts:  # a loaded agent refilling its replay
@@ -312,6 +318,10 @@ class DQN(OffPolicyAlgorithm):
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.q_net.parameters(), self.max_grad_norm)
             self.q_optimizer.step()
+            if self.average_tau < 1:
+                polyak_update(
+                    self.q_net.parameters(), self.q_net_average.parameters(), self.average_tau
+                )
             losses.append(loss.item())
             q_means.append(q.mean().item())
         self._n_updates += gradient_steps
@@ -343,7 +353,7 @@ class DQN(OffPolicyAlgorithm):
         )  # fmt: skip
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
-        return ["q_net", "q_net_target", "q_optimizer"], []
+        return ["q_net", "q_net_target", "q_net_average", "q_optimizer"], []
 
     # --- save / load (format gym_llm.DQN/1; the replay buffer is not saved) ---------------------
 
@@ -373,6 +383,7 @@ class DQN(OffPolicyAlgorithm):
         tensors: dict[str, Any] = {
             "q_net": self.q_net.state_dict(),
             "q_net_target": self.q_net_target.state_dict(),
+            "q_net_average": self.q_net_average.state_dict(),
             "q_optimizer": self.q_optimizer.state_dict(),
             "trainable": self.policy.trainable_state_dict(),
             "optimizer": self.policy.optimizer.state_dict(),
@@ -425,6 +436,8 @@ class DQN(OffPolicyAlgorithm):
         try:
             self.q_net.load_state_dict(state["q_net"])
             self.q_net_target.load_state_dict(state["q_net_target"])
+            # agents saved before the averaged head acted with the online one
+            self.q_net_average.load_state_dict(state.get("q_net_average", state["q_net"]))
             self.q_optimizer.load_state_dict(state["q_optimizer"])
             self.policy.load_trainable_state_dict(state["trainable"])
             self.policy.optimizer.load_state_dict(state["optimizer"])

@@ -161,3 +161,53 @@ def test_learn_ends_with_a_distillation_round_on_the_final_values(
     assert calls == []
     with pytest.raises(ValueError, match="distill_final_steps"):
         _dqn(model_dir, distill_final_steps=-1)
+
+
+def test_the_averaged_head_follows_the_online_one_and_greedy_actions_read_it(
+    model_dir: Path,
+) -> None:
+    model = _dqn(model_dir, average_tau=0.25)
+    model.learn(128)  # calibrated, a few TD steps in
+    before = [p.detach().clone() for p in model.q_net_average.parameters()]
+    model.train(gradient_steps=1, batch_size=16)
+    for old, online, averaged in zip(
+        before, model.q_net.parameters(), model.q_net_average.parameters(), strict=True
+    ):
+        torch.testing.assert_close(averaged, 0.75 * old + 0.25 * online.detach())
+    observations, _ = _states()
+    _, features = model.prior_and_features(observations)
+    with torch.no_grad():
+        averaged_q, online_q = model.q_net_average(features), model.q_net(features)
+    assert not torch.allclose(averaged_q, online_q)  # two heads, not one
+    torch.testing.assert_close(model.action_logits(observations, averaged=True), averaged_q / 0.01)
+    greedy, _ = model.predict(observations, deterministic=True)
+    assert list(greedy) == [model.action_names[int(i)] for i in averaged_q.argmax(-1)]
+
+
+def test_the_averaged_head_is_saved_and_an_older_agent_acts_with_its_online_head(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    model = _dqn(model_dir, average_tau=0.1)
+    model.learn(192)
+    observations, _ = _states()
+    model.save(tmp_path / "agent")
+    loaded = DQN.load(tmp_path / "agent")
+    assert loaded.average_tau == 0.1
+    torch.testing.assert_close(
+        loaded.action_logits(observations, averaged=True),
+        model.action_logits(observations, averaged=True),
+    )
+    # an agent saved before the averaged head existed: its greedy actions are its online head's
+    file = tmp_path / "agent" / "policy.pt"
+    state = torch.load(file, weights_only=True)
+    del state["q_net_average"]
+    torch.save(state, file)
+    older = DQN.load(tmp_path / "agent")
+    torch.testing.assert_close(
+        older.action_logits(observations, averaged=True), model.action_logits(observations)
+    )
+
+
+def test_average_tau_outside_zero_to_one_is_refused(model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="average_tau must be in"):
+        _dqn(model_dir, average_tau=0.0)
