@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from benchmarks.recipes.streamed_runs import first_reaching, main, seed_series, value_at
+from gym_llm.rl.dqn.config import DQNConfig
 
 
 def test_run_streams_points_then_summarize_plots_and_diagnostics(
@@ -115,3 +116,45 @@ def test_the_mean_curve_ends_where_every_seed_got() -> None:
     assert mean.label == "gae: mean of 3 seeds (to 1024, where every seed got)"
     assert list(seed_series("gae", [(0, points(3))] * 3)[0].means) == [0.0, 1.0, 2.0]
     assert [s.label for s in seed_series("gae", [(4, points(2))])] == ["gae seed 4"]
+
+
+def test_a_family_task_is_held_when_at_its_target_at_the_budget_and_at_twice_it(
+    tmp_path: Path,
+) -> None:
+    # weather-p0-s0: random 0.5, optimum 0.8, so 90 % of the gap is 0.77; its budget is 2,048
+    base = {"env": "gym_llm/Family-v0", "env_kwargs": "task=weather-p0-s0", "estimator": "gae",
+            "mode": "choice", "n_steps": 8, "algo": "dqn", "dqn": {}}  # fmt: skip
+    curves = {0: (0.5, 0.8, 0.8), 1: (0.5, 0.8, 0.5), 2: (0.5, 0.6, 0.8)}
+    lines = [
+        json.dumps(base | {"seed": seed, "env_steps": steps, "value": value, "train_s": 1.0})
+        for seed, values in curves.items()
+        for steps, value in zip((0, 2048, 4096), values, strict=True)
+    ]
+    jsonl = tmp_path / "family.jsonl"
+    jsonl.write_text("\n".join(lines) + "\n")
+    row = next(line for line in main(["summarize", str(jsonl)]).splitlines() if "weather" in line)
+    cells = [cell.strip() for cell in row.split("|")]
+    assert cells[4] == "+0.770 @ 2048"
+    assert cells[5] == "2 of 3"  # seeds 0 and 1 reached it within the budget
+    assert cells[6] == "1 of 3"  # only seed 0 is there at 2,048 and at 4,096
+
+
+def test_dqn_runs_can_take_the_library_defaults(
+    tiny_model_dir: Path, tmp_path: Path, one_torch_thread: None
+) -> None:
+    jsonl = tmp_path / "dqn.jsonl"
+    main(
+        [
+            "run", "--algo", "dqn", "--dqn-base", "library", "--set", "dqn.average_tau=0.5",
+            "--model", str(tiny_model_dir), "--env", "FrozenLake-v1", "--env-kwargs",
+            "is_slippery=False", "--timesteps", "32", "--every", "32", "--n-envs", "2",
+            "--device", "cpu", "--jsonl", str(jsonl), "--run-dir", str(tmp_path / "run"),
+        ]
+    )  # fmt: skip
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert rows[0]["dqn"] == {"dqn.average_tau": 0.5} and rows[0]["dqn_base"] == "library"
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())["dqn"]
+    defaults = DQNConfig()  # everything not set is the library's default
+    assert saved["average_tau"] == 0.5
+    assert saved["target_update_interval"] == defaults.target_update_interval
+    assert saved["gradient_steps"] == defaults.gradient_steps
