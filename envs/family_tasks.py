@@ -74,8 +74,9 @@ def _one_step(
     ``1 - chance``, and every reply ends the episode."""
 
     def pays(p: float) -> tuple[Outcome, ...]:
-        return ((1.0, None, 1.0),) if p == 1 else ((1.0, None, 0.0),) if p == 0 else (
-            (p, None, 1.0), (1.0 - p, None, 0.0))  # fmt: skip
+        if p in (0.0, 1.0):  # a sure reward: one outcome, so the env draws nothing
+            return ((1.0, None, p),)
+        return ((p, None, 1.0), (1.0 - p, None, 0.0))
 
     moves = tuple(
         tuple(pays(chance if a == right else 1.0 - chance) for a in range(len(actions)))
