@@ -1,17 +1,28 @@
 """``DQNConfig``: every setting of :class:`gym_llm.DQN`, one documented field each, checked once.
 
 ``DQN(LLMPolicy, env, alpha=0.05)`` and ``DQN(LLMPolicy, env, DQNConfig(alpha=0.05))`` are the
-same agent: keyword arguments replace fields. SB3's DQN arguments keep their meaning and
-defaults.
+same agent: keyword arguments replace fields. SB3's DQN arguments keep their meaning; three
+defaults differ, for budgets of 10³–10⁴ env steps: the target network every 100 env steps (SB3:
+10,000), ε over the first 20 % (SB3: 10 %), and one TD step per env per phase (SB3: one).
+:data:`SB3_DEFAULTS` gives SB3's back.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from stable_baselines3.common.type_aliases import Schedule
 
 from gym_llm.rl.ppo.config import LORA_LEARNING_RATE
+
+#: SB3 DQN's own values of the settings whose defaults differ here:
+#: ``DQN(LLMPolicy, env, **SB3_DEFAULTS)``.
+SB3_DEFAULTS: dict[str, Any] = {
+    "target_update_interval": 10_000,
+    "exploration_fraction": 0.1,
+    "gradient_steps": 1,
+}
 
 
 @dataclass
@@ -32,18 +43,21 @@ class DQNConfig:
     gamma: float = 0.99
     #: Env steps (or ``(n, "episode")``) between TD phases.
     train_freq: int | tuple[int, str] = 4
-    #: TD steps per phase.
-    gradient_steps: int = 1
+    #: TD steps per phase; ``None``: one per env, so each env step is replayed as often
+    #: (``batch_size / train_freq`` times) whatever the number of envs, as SB3's one-env DQN
+    #: replays it; -1: one per env step collected (SB3's meaning).
+    gradient_steps: int | None = None
     #: n-step returns.
     n_steps: int = 1
-    #: Env steps between target-network refreshes.
-    target_update_interval: int = 10_000
+    #: Env steps between target-network refreshes (SB3's 10,000 is more than most LLM budgets:
+    #: a target never refreshed never learns a multi-step task).
+    target_update_interval: int = 100
     #: Polyak coefficient, per TD step, of the averaged Q head that greedy ``predict``,
     #: evaluation and the saved agent act with (so a policy reached is not lost to the next
     #: noisy updates); 1: the online head itself, as SB3.
     average_tau: float = 1.0
     #: Share of the run over which ε decays from its initial to its final value.
-    exploration_fraction: float = 0.1
+    exploration_fraction: float = 0.2
     #: ε at the start.
     exploration_initial_eps: float = 1.0
     #: ε after ``exploration_fraction`` of the run.
@@ -72,6 +86,8 @@ class DQNConfig:
     distill_learning_rate: float = LORA_LEARNING_RATE
 
     def __post_init__(self) -> None:
+        if self.gradient_steps is not None and self.gradient_steps < -1:
+            raise ValueError(f"gradient_steps must be None, -1 or >= 0, got {self.gradient_steps}.")
         for name in ("n_steps", "batch_size", "q_width"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")

@@ -110,6 +110,8 @@ class DQN(OffPolicyAlgorithm):
     ) -> None:
         #: Every setting, as ``save`` records it (``model.alpha`` is ``model.config.alpha``).
         self.config = config = with_settings(DQNConfig, config, settings, "DQN")
+        if config.gradient_steps is None:  # one TD step per env and phase (DQNConfig)
+            config.gradient_steps = env.num_envs if isinstance(env, VecEnv) else 1
         super().__init__(
             policy,
             env,  # type: ignore[arg-type]

@@ -211,3 +211,14 @@ def test_the_averaged_head_is_saved_and_an_older_agent_acts_with_its_online_head
 def test_average_tau_outside_zero_to_one_is_refused(model_dir: Path) -> None:
     with pytest.raises(ValueError, match="average_tau must be in"):
         _dqn(model_dir, average_tau=0.0)
+
+
+def test_by_default_each_env_gets_one_td_step_per_phase(model_dir: Path) -> None:
+    from gym_llm.rl.dqn.config import DQNConfig
+
+    config = DQNConfig()
+    model = _dqn(model_dir, config=config)  # 4 envs
+    assert model.gradient_steps == 4 and config.gradient_steps is None  # the caller's is kept
+    assert _dqn(model_dir, gradient_steps=1).gradient_steps == 1
+    with pytest.raises(ValueError, match="gradient_steps must be None, -1 or >= 0"):
+        DQNConfig(gradient_steps=-2)
