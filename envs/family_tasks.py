@@ -225,9 +225,9 @@ def _walking(
     return Task(name, instruction, actions, texts, tuple(moves), tuple(range(len(cells))), horizon)
 
 
-def walk(name: str, rng: np.random.Generator, phrasing: int) -> Task:
+def _line_walk(name: str, phrasing: int, length: int, slip: float = 0.0) -> Task:
+    """A walk on a line of ``length`` cells in :data:`WALK`'s words (icy with ``slip``)."""
     instruction, observation, actions = WALK[phrasing]
-    length = int(rng.integers(6, 8))
     cells = [
         (observation.format(p=p, e=e), p, e) for p in range(length) for e in range(length) if p != e
     ]
@@ -236,7 +236,13 @@ def walk(name: str, rng: np.random.Generator, phrasing: int) -> Task:
         return min(max(cell + (1 if action == 1 else -1), 0), length - 1)
 
     text = instruction.format(L=length, last=length - 1)
-    return _walking(name, text, actions, cells, step, horizon=3 * length)
+    if slip:
+        text += ICE.format(pct=round(100 * slip))
+    return _walking(name, text, actions, cells, step, horizon=3 * length, slip=slip)
+
+
+def walk(name: str, rng: np.random.Generator, phrasing: int) -> Task:
+    return _line_walk(name, phrasing, length=int(rng.integers(6, 8)))
 
 
 def grid(name: str, rng: np.random.Generator, phrasing: int) -> Task:
@@ -305,18 +311,8 @@ def weather(name: str, rng: np.random.Generator, phrasing: int) -> Task:
 
 
 def ice(name: str, rng: np.random.Generator, phrasing: int) -> Task:
-    instruction, observation, actions = WALK[phrasing]
     length = int(rng.integers(6, 8))
-    slip = float(rng.choice([0.2, 0.25, 0.3]))
-    cells = [
-        (observation.format(p=p, e=e), p, e) for p in range(length) for e in range(length) if p != e
-    ]
-
-    def step(cell: int, action: int) -> int:
-        return min(max(cell + (1 if action == 1 else -1), 0), length - 1)
-
-    text = instruction.format(L=length, last=length - 1) + ICE.format(pct=round(100 * slip))
-    return _walking(name, text, actions, cells, step, horizon=3 * length, slip=slip)
+    return _line_walk(name, phrasing, length, slip=float(rng.choice([0.2, 0.25, 0.3])))
 
 
 def dice(name: str, rng: np.random.Generator, phrasing: int) -> Task:
