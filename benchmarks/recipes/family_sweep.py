@@ -90,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
         "sampled replies (benchmarks/studies/state_replies.py; the run trains as without them)",
     )
     add(
+        "--noise-figures",
+        action="store_true",
+        help="also write, after every rollout, each state's advantage signal-to-noise against "
+        "the exact on-policy gap, entropy and visits to NAME.noise.jsonl "
+        "(benchmarks/studies/noisy_advantages.py; choice mode)",
+    )
+    add(
         "--jsonl",
         type=Path,
         required=True,
@@ -172,6 +179,13 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
     model.set_logger(logger)
 
     best = best_actions(task) if args.replies else []
+    callback = None
+    if args.noise_figures:
+        from benchmarks.studies.noisy_advantages import NoiseFigures
+
+        noise_path = args.jsonl.with_name(args.jsonl.stem + ".noise.jsonl")
+        run_key = {"task": task, "seed": seed, "arm": name}
+        callback = NoiseFigures(task, noise_path, run_key).callback(model)
 
     def point(seconds: float) -> dict[str, Any]:
         value = exact_policy_value(model, ENV_ID, {"task": task})
@@ -189,7 +203,7 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
     append_point(points_path(args.jsonl), task, seed, name, curve[0])
     while model.num_timesteps < steps:
         start = time.perf_counter()
-        model.learn(args.every, reset_num_timesteps=False)
+        model.learn(args.every, reset_num_timesteps=False, callback=callback)
         train_s += time.perf_counter() - start
         curve.append(point(train_s))
         append_point(points_path(args.jsonl), task, seed, name, curve[-1])

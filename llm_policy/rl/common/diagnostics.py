@@ -10,6 +10,12 @@ often the rollout saw it:
   the action depends on the observation; 0 when every state gets the same distribution.
 - ``greedy_changed``: the share of observations (among those whose first greedy action is
   known) whose greedy action now differs from the one they had when first seen.
+- ``committed_share``: the share of observations where some action has probability below
+  :data:`COMMITTED_PROB`. PPO compares actions only by sampling them, so there the policy has
+  stopped learning whether that action is better; on a noisy task a share near 1 while the
+  return is short of the optimum is premature commitment (try ``min_action_prob``).
+- ``turns_per_observation``: the rollout's turns over its distinct observations: how many
+  samples each state's update rests on.
 
 In generate mode there is no distribution to read, only the actions the parser took from the
 sampled replies: :func:`sampled_diagnostics` estimates the first two figures from those counts
@@ -24,6 +30,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+#: Below this probability an action counts as no longer tried (``committed_share``).
+COMMITTED_PROB = 0.01
 #: At most this many observations keep their first greedy action (greedy_changed's reference).
 MAX_TRACKED = 100_000
 
@@ -110,6 +118,9 @@ def choice_diagnostics(
         "mutual_information": mutual_information(dists, weights),
         "greedy_changed": float(np.mean(changed)) if changed else 0.0,
         "distinct_observations": float(len(texts)),
+        # zeros are the padding of shorter per-state action lists, not actions
+        "committed_share": float(np.mean(np.where(dists > 0, dists, 1.0).min(-1) < COMMITTED_PROB)),
+        "turns_per_observation": len(observations) / len(texts),
     }
 
 

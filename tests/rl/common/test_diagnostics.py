@@ -53,6 +53,14 @@ def test_choice_diagnostics_tracks_greedy_changes_since_first_seen() -> None:
     assert out["state_entropy"] == pytest.approx(expected_h)
 
 
+def test_committed_share_counts_states_that_stopped_trying_an_action() -> None:
+    probs = np.array([[0.995, 0.005, 0.0], [0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
+    # rows 1-2 are two-action states padded to three columns: padding is not a rare action
+    out = choice_diagnostics(["a", "b", "b", "c"], probs, {})
+    assert out["committed_share"] == pytest.approx(1 / 3)  # a; b once, however often seen
+    assert out["turns_per_observation"] == pytest.approx(4 / 3)
+
+
 def test_input_ignored_is_committed_and_uninformed_only() -> None:
     def figures(probs: list[list[float]]) -> dict[str, float]:
         return choice_diagnostics([f"s{i}" for i in range(len(probs))], np.array(probs), {})
