@@ -85,6 +85,7 @@ def operator_figures(events: Any, top: int) -> dict[str, Any]:
             for k, v in sorted(self_us.items(), key=lambda kv: -kv[1])[:top]
             if k.startswith("aten::")
         ],
+        "top_calls": [[k, n] for k, n in sorted(aten.items(), key=lambda kv: -kv[1])[:top]],
     }
 
 
@@ -166,6 +167,7 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
         "update_gflop": flops / 1e9,
         "update_gflop_per_s": flops / 1e9 / wall,
         "top_self_s": figures["top_self_s"],
+        "top_calls": figures["top_calls"],
         "settings": {"n_envs": args.n_envs, **settings, **args.set["policy"]},
     }
 
@@ -174,11 +176,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     row = profile(args)
     for name, value in row.items():
-        if name != "top_self_s":
+        if name not in ("top_self_s", "top_calls"):
             print(f"{name:>22}: {value if not isinstance(value, float) else round(value, 4)}")
     print("top operators by self time (s, calls):")
     for name, seconds, calls in row["top_self_s"]:
         print(f"  {name:<40} {seconds:>8.3f} {calls:>7}")
+    print("top operators by calls:")
+    for name, calls in row["top_calls"]:
+        print(f"  {name:<40} {calls:>7}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(row, indent=1) + "\n")
