@@ -10,8 +10,8 @@ On a task with an exact model (the family's tasks), after every rollout of a PPO
   in a trap (the right action looks worse *because of* how the policy plays later), whatever the
   noise;
 - the **estimated gap**, the mean rollout advantage of ``a*`` minus the others', and its
-  signal-to-noise: the exact gap over the estimate's standard error. Below ~1 a state's update
-  is a coin toss;
+  signal-to-noise: the exact gap over the estimate's standard error. Near 1, one state's update
+  in six points the wrong way;
 - each state's entropy and smallest action probability, the greedy policy's share of right
   states, and the exact value of the sampling policy.
 
