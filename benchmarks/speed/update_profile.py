@@ -133,15 +133,17 @@ def profile(args: argparse.Namespace) -> dict[str, Any]:
     runner.update_work = UpdateWork()
     steps_before = model._n_updates
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
-    with torch_profile(activities=activities) as prof:
-        start = time.perf_counter()
-        model.train()
-        if args.device == "cuda":
-            torch.cuda.synchronize()
-        wall = time.perf_counter() - start
-    policy.evaluate_actions = evaluate
-    for module in (choice, generate):
-        module.pad_states = pad_states
+    try:
+        with torch_profile(activities=activities) as prof:
+            start = time.perf_counter()
+            model.train()
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            wall = time.perf_counter() - start
+    finally:  # the policy and the modules as they were, whatever happened
+        policy.evaluate_actions = evaluate
+        for module in (choice, generate):
+            module.pad_states = pad_states
     steps = model._n_updates - steps_before
     figures = operator_figures(prof.key_averages(), args.top)
     flops = update_flops(policy, runner.update_work)

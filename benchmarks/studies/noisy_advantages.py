@@ -107,9 +107,11 @@ def policy_figures(
 ) -> dict[str, Any]:
     """The policy over every state: entropy, smallest probability, greedy share right, value,
     and each state the greedy policy gets wrong as ``[state, p(a*), exact gap]``."""
-    p = np.clip(policy, 1e-12, 1.0)
-    entropy = -(policy * np.log(p)).sum(-1)
-    wrong = np.flatnonzero(policy.argmax(-1) != best)
+    from gym_llm.rl.common.diagnostics import entropy as entropy_of
+
+    entropy = entropy_of(policy)
+    right = policy.argmax(-1) == best
+    wrong = np.flatnonzero(~right)
     return {
         "wrong_states": [
             [
@@ -122,7 +124,7 @@ def policy_figures(
         "entropy_mean": float(entropy.mean()),
         "entropy_min": float(entropy.min()),
         "min_prob": float(policy.min()),
-        "greedy_right_share": float(np.mean(policy.argmax(-1) == best)),
+        "greedy_right_share": float(np.mean(right)),
         "sampling_value": tabular.value(policy),
     }
 
@@ -133,15 +135,12 @@ class NoiseFigures:
     def __init__(self, task: str, path: Path, run: dict[str, Any]) -> None:
         import gymnasium as gym
 
-        from gym_llm.wrappers import TextObservationWrapper
+        from benchmarks.studies.diagnose_learning import ENV_ID, state_table
 
-        env = TextObservationWrapper(gym.make("gym_llm/Family-v0", task=task))
-        self.texts = [env.format(s) for s in range(len(env.unwrapped.task.texts))]
+        self.texts, self.best = state_table(task)
         self.index = {t: s for s, t in enumerate(self.texts)}
-        self.tabular = TabularModel.of(env)
-        self.best = self.tabular.q_values().argmax(-1)
+        self.tabular = TabularModel.of(gym.make(ENV_ID, task=task))
         self.path, self.run = path, run
-        env.close()
 
     def policy(self, model: Any) -> np.ndarray:
         """Every state's action probabilities (greedy calls: no random draw is spent)."""
