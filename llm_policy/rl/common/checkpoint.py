@@ -91,6 +91,7 @@ DQN_FORMAT = "gym_llm.DQN/1"
 #: Constructor arguments written to ``config.json`` and passed back by ``load``.
 DQN_HYPERPARAMETERS = (
     "learning_rate",
+    "learning_rate_decay",
     "buffer_size",
     "learning_starts",
     "batch_size",

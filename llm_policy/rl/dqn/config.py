@@ -31,6 +31,11 @@ class DQNConfig:
 
     #: The Q head's learning rate (a float or an SB3 schedule).
     learning_rate: float | Schedule = 1e-4
+    #: Env steps by which the Q head's rate has halved: it is multiplied by
+    #: ``1 / (1 + t / learning_rate_decay)`` after ``t`` env steps, so the values average ever
+    #: more replayed returns (noisy returns otherwise flip the greedy action between
+    #: evaluations); it needs no budget and survives ``learn`` called in pieces. 0: constant.
+    learning_rate_decay: int = 0
     #: Transitions the replay buffer holds.
     buffer_size: int = 1_000_000
     #: Env steps collected before the first TD step.
@@ -88,6 +93,11 @@ class DQNConfig:
     def __post_init__(self) -> None:
         if self.gradient_steps is not None and self.gradient_steps < -1:
             raise ValueError(f"gradient_steps must be None, -1 or >= 0, got {self.gradient_steps}.")
+        if self.learning_rate_decay < 0:
+            raise ValueError(
+                f"learning_rate_decay must be >= 0 env steps (0: a constant rate), got "
+                f"{self.learning_rate_decay}."
+            )
         for name in ("n_steps", "batch_size", "q_width"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")

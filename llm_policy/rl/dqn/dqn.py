@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv
-from stable_baselines3.common.utils import LinearSchedule, polyak_update
+from stable_baselines3.common.utils import LinearSchedule, polyak_update, update_learning_rate
 from stable_baselines3.common.vec_env import VecEnv
 
 from gym_llm.configs import ConfigField, with_settings
@@ -43,6 +43,7 @@ from gym_llm.rl.common.vec_env import check_text_env, wrap_text_env
 from gym_llm.rl.dqn.config import DQNConfig
 from gym_llm.rl.dqn.distill import distill_steps
 from gym_llm.rl.dqn.replay import TextReplayBuffer
+from gym_llm.rl.dqn.schedules import harmonic_rate_factor
 from gym_llm.rl.dqn.targets import double_q_target, posterior_logits
 from gym_llm.spaces import as_text_batch
 
@@ -71,6 +72,7 @@ class DQN(OffPolicyAlgorithm):
     replay_buffer: TextReplayBuffer  # type: ignore[assignment]
 
     buffer_size: ConfigField[int] = ConfigField()
+    learning_rate_decay: ConfigField[int] = ConfigField()
     learning_starts: ConfigField[int] = ConfigField()
     batch_size: ConfigField[int] = ConfigField()
     tau: ConfigField[float] = ConfigField()
@@ -283,6 +285,15 @@ class DQN(OffPolicyAlgorithm):
         self.logger.record("rollout/exploration_rate", self.exploration_rate)
 
     # --- learning ------------------------------------------------------------------------------
+
+    def _update_learning_rate(self, optimizers: Any) -> None:
+        """SB3's schedule times the harmonic decay in env steps (``learning_rate_decay``)."""
+        rate = self.lr_schedule(self._current_progress_remaining) * harmonic_rate_factor(
+            self.num_timesteps, self.learning_rate_decay
+        )
+        self.logger.record("train/learning_rate", rate)
+        for optimizer in optimizers if isinstance(optimizers, list) else [optimizers]:
+            update_learning_rate(optimizer, rate)
 
     def _calibrate_q_net(self) -> None:
         """Fix the Q head's input scale from the distinct observations collected so far."""

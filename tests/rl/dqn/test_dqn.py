@@ -222,3 +222,24 @@ def test_by_default_each_env_gets_one_td_step_per_phase(model_dir: Path) -> None
     assert _dqn(model_dir, gradient_steps=1).gradient_steps == 1
     with pytest.raises(ValueError, match="gradient_steps must be None, -1 or >= 0"):
         DQNConfig(gradient_steps=-2)
+
+
+def test_the_rate_decays_with_env_steps_and_learn_in_pieces_reads_the_same(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    whole = _dqn(model_dir, learning_rate_decay=128)
+    whole.learn(256)
+    pieces = _dqn(model_dir, learning_rate_decay=128)
+    for _ in range(4):
+        pieces.learn(64, reset_num_timesteps=False)
+    # the last TD phase ran after the 256th env step: 1e-3 / (1 + 256 / 128) in both
+    expected = 1e-3 / 3
+    for model in (whole, pieces):
+        assert model.q_optimizer.param_groups[0]["lr"] == pytest.approx(expected)
+    constant = _dqn(model_dir)
+    constant.learn(256)
+    assert constant.q_optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
+    whole.save(tmp_path / "agent")
+    assert DQN.load(tmp_path / "agent").learning_rate_decay == 128
+    with pytest.raises(ValueError, match="learning_rate_decay must be >= 0"):
+        _dqn(model_dir, learning_rate_decay=-1)
