@@ -282,6 +282,17 @@ def first_reaching(points: Sequence[dict[str, Any]], level: float) -> dict[str, 
     return next((p for p in points if "done" not in p and p["value"] >= level - 1e-9), None)
 
 
+def wobble(points: Sequence[dict[str, Any]], budget: int, target: float) -> tuple[float, int, int]:
+    """What holding a level costs, from ``budget`` env steps on: the standard deviation of the
+    curve's values there, how many of those points are below ``target``, and how many there are
+    (a run can be at its target at two points and below it between them)."""
+    from statistics import pstdev
+
+    late = [float(p["value"]) for p in points if "done" not in p and p["env_steps"] >= budget]
+    below = sum(v < target - 1e-9 for v in late)
+    return (pstdev(late) if late else float("nan")), below, len(late)
+
+
 def summarize(files: Sequence[Path]) -> str:
     """The markdown table the README and RESULTS.md quote."""
     from statistics import mean, stdev
@@ -294,9 +305,10 @@ def summarize(files: Sequence[Path]) -> str:
     lines = [
         "| env | learner (mode, n_steps) | seeds | target @ budget | met within budget | "
         "held: at the target at the budget and at twice it | "
+        "from the budget on: sd of the value (mean over seeds); points below the target | "
         "value @ budget (per seed) | mean ± std | first met target: env steps (train s) | "
         "90 % of gap at | last point | distilled LM @ end |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (env, kwargs, estimator, mode, n_steps), runs in groups.items():
         target, budget = TARGETS.get((env, kwargs), (float("nan"), 0))
@@ -318,6 +330,14 @@ def summarize(files: Sequence[Path]) -> str:
             for a, b in zip(at_budget, at_twice, strict=True)
         )
         measured_twice = sum(b is not None for b in at_twice)
+        late = [wobble(points, budget, target) for points in runs]
+        late_points = sum(n for _, _, n in late)
+        late_cell = (
+            f"{mean(sd for sd, _, n in late if n):.3f}; "
+            f"{sum(b for _, b, _ in late)} of {late_points}"
+            if late_points
+            else "—"
+        )
         known = [v for v in at_budget if v is not None]
         spread = f"{mean(known):+.3f}" if known else "not reached"
         if len(known) > 1:
@@ -333,7 +353,7 @@ def summarize(files: Sequence[Path]) -> str:
             f"| {env} {kwargs} | {estimator} ({mode}, {n_steps}) | {len(runs)} | {target:+.3f} @ "
             f"{budget} | {within} of {len(runs)} | "
             + (f"{held} of {len(runs)}" if measured_twice else "not run to twice it")
-            + " | "
+            + f" | {late_cell} | "
             f"{' / '.join('—' if v is None else f'{v:+.3f}' for v in at_budget)} | "
             f"{spread} | "
             + " / ".join(

@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.recipes.streamed_runs import first_reaching, main, seed_series, value_at
+import numpy as np
+import pytest
+
+from benchmarks.recipes.streamed_runs import first_reaching, main, seed_series, value_at, wobble
 from gym_llm.rl.dqn.config import DQNConfig
 
 
@@ -137,6 +140,15 @@ def test_a_family_task_is_held_when_at_its_target_at_the_budget_and_at_twice_it(
     assert cells[4] == "+0.770 @ 2048"
     assert cells[5] == "2 of 3"  # seeds 0 and 1 reached it within the budget
     assert cells[6] == "1 of 3"  # only seed 0 is there at 2,048 and at 4,096
+    # points at 2,048 and 4,096: sds 0, 0.15, 0.1; below 0.77: seed 1 at 4,096, seed 2 at 2,048
+    assert cells[7] == "0.083; 2 of 6"
+
+
+def test_wobble_is_the_spread_and_the_dips_from_the_budget_on() -> None:
+    points = [{"env_steps": s, "value": v} for s, v in ((0, 0.0), (4, 1.0), (8, 0.5), (12, 1.0))]
+    sd, below, n = wobble([*points, {"done": True, "env_steps": 12}], 4, 0.9)
+    assert (below, n) == (1, 3) and sd == pytest.approx(np.std([1.0, 0.5, 1.0]))
+    assert wobble(points, 100, 0.9)[1:] == (0, 0)
 
 
 def test_dqn_runs_can_take_the_library_defaults(
