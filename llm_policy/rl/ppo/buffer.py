@@ -46,27 +46,72 @@ class TextBatch:
         )
 
 
-def grouped_passes(keys: Sequence[str], fit: int) -> tuple[list[int], list[slice]]:
+def least_padding_cuts(lengths: Sequence[int], fit: int) -> list[int]:
+    """Sizes of consecutive passes over rows of ascending ``lengths``, as few passes as ``fit``
+    rows each allow, cut where the padded area (each pass's rows times its longest row) is
+    least.
+
+    >>> least_padding_cuts([43] * 30 + [45] * 12 + [54] * 12, fit=42)
+    [42, 12]
+    """
+    n, fit = len(lengths), max(fit, 1)
+    passes = -(-n // fit)
+    if passes <= 1:
+        return [n] if n else []
+    inf = float("inf")
+    # area[p][j]: the least padded area of the first j rows in p passes; back[p][j]: its cut
+    area = [[inf] * (n + 1) for _ in range(passes + 1)]
+    back = [[0] * (n + 1) for _ in range(passes + 1)]
+    area[0][0] = 0.0
+    for p in range(1, passes + 1):
+        for j in range(1, n + 1):
+            for i in range(max(0, j - fit), j):
+                cost = area[p - 1][i] + lengths[j - 1] * (j - i)
+                if cost < area[p][j]:
+                    area[p][j], back[p][j] = cost, i
+    sizes, j = [], n
+    for p in range(passes, 0, -1):
+        i = back[p][j]
+        sizes.append(j - i)
+        j = i
+    return sizes[::-1]
+
+
+def grouped_passes(
+    keys: Sequence[str], fit: int, lengths: Sequence[int] | None = None
+) -> tuple[list[int], list[slice]]:
     """An order of the turns with equal ``keys`` side by side, and the passes over that order
     that each hold at most ``fit`` distinct keys (a key's turns always in one pass), so that
     each distinct observation is one row of one pass.
 
+    With ``lengths`` (each turn's row length) and more than one pass, the keys go shortest
+    first, cut where the passes pad least (:func:`least_padding_cuts`); in one pass the order
+    is the keys' first appearance either way (the padding is the same).
+
     >>> grouped_passes(["a", "b", "a", "c", "b"], fit=2)
     ([0, 2, 1, 4, 3], [slice(0, 4, None), slice(4, 5, None)])
+    >>> grouped_passes(["a", "b", "a", "c", "b"], fit=2, lengths=[1, 3, 1, 2, 3])
+    ([0, 2, 3, 1, 4], [slice(0, 2, None), slice(2, 5, None)])
     """
     groups: dict[str, list[int]] = {}
     for i, key in enumerate(keys):
         groups.setdefault(key, []).append(i)
+    members_in_order = list(groups.values())
+    fit = max(fit, 1)
+    sizes = [fit] * (len(members_in_order) // fit)
+    if len(members_in_order) % fit:
+        sizes.append(len(members_in_order) % fit)
+    if lengths is not None and len(members_in_order) > fit:
+        members_in_order.sort(key=lambda members: lengths[members[0]])  # stable: ties keep order
+        sizes = least_padding_cuts([lengths[m[0]] for m in members_in_order], fit)
     order: list[int] = []
     cuts: list[slice] = []
-    start = distinct = 0
-    for members in groups.values():
-        if distinct == max(fit, 1):
-            cuts.append(slice(start, len(order)))
-            start, distinct = len(order), 0
-        order.extend(members)
-        distinct += 1
-    cuts.append(slice(start, len(order)))
+    for size in sizes:
+        start = len(order)
+        for members in members_in_order[:size]:
+            order.extend(members)
+        members_in_order = members_in_order[size:]
+        cuts.append(slice(start, len(order)))
     return order, cuts
 
 

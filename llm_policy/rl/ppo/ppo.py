@@ -639,7 +639,9 @@ class PPO(OnPolicyAlgorithm):
         if self._rows_are_shared(batch, lockstep):
             # One row per distinct observation: each observation's turns in one pass, as many
             # observations per pass as fit (the loss is a sum over turns).
-            order, passes = grouped_passes(batch.observations, rows)
+            assert batch.states is not None  # _rows_are_shared
+            lengths = [turn.offset + turn.prompt.shape[0] for turn in batch.states]
+            order, passes = grouped_passes(batch.observations, rows, lengths)
             batch, advantages = batch.take(order), advantages[order]
         stats["rows_per_pass"].append(n / len(passes))
         for part in passes:

@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gym_llm.rl.ppo.buffer import TextBatch, TextRolloutBuffer, grouped_passes
+from gym_llm.rl.ppo.buffer import (
+    TextBatch,
+    TextRolloutBuffer,
+    grouped_passes,
+    least_padding_cuts,
+)
 
 
 def reference_gae(rewards, values, starts, last_values, last_dones, gamma, lam):
@@ -103,3 +108,27 @@ def test_a_batch_taken_in_another_order_keeps_each_turn_whole() -> None:
     assert taken.advantages.tolist() == [30.0, 10.0] and taken.returns.tolist() == [6.0, 4.0]
     assert taken.old_values.tolist() == [3.0, 1.0]
     assert [float(lp[0]) for lp in taken.old_token_log_probs] == [-0.3, -0.1]
+
+
+def test_grouped_passes_with_lengths_put_rows_of_similar_length_together() -> None:
+    keys = ["a", "b", "c", "d", "a", "e", "f"]
+    lengths = [5, 20, 6, 21, 5, 19, 4]
+    order, passes = grouped_passes(keys, fit=3, lengths=lengths)
+    widths = [[lengths[i] for i in order[part]] for part in passes]
+    assert widths == [[4, 5, 5, 6], [19, 20, 21]]  # padding 4 + 3 positions; 44 + 19 unsorted
+    rows = [[keys[i] for i in order[part]] for part in passes]
+    assert rows[0].count("a") == 2  # an observation's turns stay in one pass
+    # one pass: the order of first appearance, as without lengths
+    assert grouped_passes(keys, fit=9, lengths=lengths) == grouped_passes(keys, fit=9)
+
+
+def test_least_padding_cuts_put_the_short_pass_where_it_saves_most() -> None:
+    # Blackjack's rows: most prompts 43-46 tokens, a few 53-54; 42 rows fit a pass
+    lengths = sorted([45] * 25 + [46] * 9 + [53] * 5 + [54] * 3 + [43] + [44] * 10 + [45])
+    sizes = least_padding_cuts(lengths, fit=42)
+    assert sizes == [42, 12] and sum(sizes) == len(lengths)
+    assert least_padding_cuts([1, 1, 9, 9], fit=2) == [2, 2]
+    assert least_padding_cuts([1, 2, 3], fit=1) == [1, 1, 1]
+    assert least_padding_cuts([], fit=4) == [] and least_padding_cuts([3, 4], fit=8) == [2]
+    # as few passes as the fit allows, each within it, even when more would pad less
+    assert least_padding_cuts([1, 1, 1, 9, 9], fit=3) == [3, 2]

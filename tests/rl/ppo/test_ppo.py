@@ -317,16 +317,16 @@ def test_load_into_a_raw_env_gives_the_wrapping_advice(model_dir: Path, tmp_path
         PPO.load(tmp_path / "agent", env=gym.make("FrozenLake-v1"), device="cpu")
 
 
+@pytest.mark.parametrize("rows", [1, 3])
 def test_passes_split_by_memory_give_the_one_pass_update(
-    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch, rows: int
 ) -> None:
-    """Turns grouped by observation into passes of a few rows each step the weights as one
-    pass over the whole minibatch does (the loss is a sum over turns)."""
-    import gym_llm.rl.ppo.ppo
-
+    """Turns grouped by observation into passes of a few rows each (ordered by length and cut
+    where they pad least) step the weights as one pass over the whole minibatch does (the loss
+    is a sum over turns)."""
     whole = _ppo(model_dir, batch_size=16, n_epochs=2)
     whole.learn(16)
-    monkeypatch.setattr(gym_llm.rl.ppo.ppo, "UPDATE_MEMORY_BUDGET_MB", 1e-6)  # one row per pass
+    monkeypatch.setattr(PPO, "_rows_per_pass", lambda self, observations, actions: rows)
     split = _ppo(model_dir, batch_size=16, n_epochs=2)
     split.learn(16)
     assert whole.turns_per_pass == 16 and split.turns_per_pass < 16
