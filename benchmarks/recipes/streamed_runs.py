@@ -248,7 +248,9 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
 def read_runs(files: Sequence[Path]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
     """Points grouped by run (env, kwargs, learner, mode, n_steps, seed), in file order, ``done``
     line last. The learner: PPO's advantage estimator or ``dqn beta=B`` (gym_llm's DQN), then
-    ``+ count bonus C``, ``, n_epochs E`` and each ``--set`` setting where the run had them."""
+    ``+ count bonus C``, ``, n_epochs E`` and each ``--set`` setting where the run had them (on
+    ``--dqn-base library``, each DQN setting it changed, so two arms on one seed are two
+    runs)."""
     runs: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for path in files:
         for line in path.read_text().splitlines():
@@ -263,6 +265,12 @@ def read_runs(files: Sequence[Path]) -> dict[tuple[Any, ...], list[dict[str, Any
                     learner += f" + count bonus {row['count_bonus']}"
                 learner += "".join(f", {k} {row[k]}" for k in RECORDED if k in row)
                 learner += "".join(f", {k} {v}" for k, v in row.get("set", {}).items())
+                if row.get("dqn_base") == "library":  # its dqn settings are the arm's own
+                    learner += "".join(
+                        f", {k.removeprefix('dqn.')} {v}"
+                        for k, v in row["dqn"].items()
+                        if k not in ("dqn.beta", "dqn_beta")
+                    )
                 key = (row["env"], row["env_kwargs"], learner, row["mode"], row["n_steps"])
                 runs[(*key, row["seed"])].append(row)
     return runs

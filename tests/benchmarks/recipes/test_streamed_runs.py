@@ -170,3 +170,5 @@ def test_dqn_runs_can_take_the_library_defaults(
     assert saved["average_tau"] == 0.5
     assert saved["target_update_interval"] == defaults.target_update_interval
     assert saved["gradient_steps"] == defaults.gradient_steps
+    # an arm on the library's defaults is told apart by the settings it changed
+    assert "| dqn beta=0, average_tau 0.5 (choice, 8) |" in main(["summarize", str(jsonl)])
