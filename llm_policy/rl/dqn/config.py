@@ -1,10 +1,10 @@
 """``DQNConfig``: every setting of :class:`gym_llm.DQN`, one documented field each, checked once.
 
 ``DQN(LLMPolicy, env, alpha=0.05)`` and ``DQN(LLMPolicy, env, DQNConfig(alpha=0.05))`` are the
-same agent: keyword arguments replace fields. SB3's DQN arguments keep their meaning; three
+same agent: keyword arguments replace fields. SB3's DQN arguments keep their meaning; four
 defaults differ, for budgets of 10³–10⁴ env steps: the target network every 100 env steps (SB3:
-10,000), ε over the first 20 % (SB3: 10 %), and one TD step per env per phase (SB3: one).
-:data:`SB3_DEFAULTS` gives SB3's back.
+10,000), ε over the first 20 % (SB3: 10 %), one TD step per env per phase (SB3: one), and a
+rate that halves by 1,024 env steps (SB3: constant). :data:`SB3_DEFAULTS` gives SB3's back.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from gym_llm.rl.ppo.config import LORA_LEARNING_RATE
 #: SB3 DQN's own values of the settings whose defaults differ here:
 #: ``DQN(LLMPolicy, env, **SB3_DEFAULTS)``.
 SB3_DEFAULTS: dict[str, Any] = {
+    "learning_rate_decay": 0,
     "target_update_interval": 10_000,
     "exploration_fraction": 0.1,
     "gradient_steps": 1,
@@ -34,8 +35,9 @@ class DQNConfig:
     #: Env steps by which the Q head's rate has halved: it is multiplied by
     #: ``1 / (1 + t / learning_rate_decay)`` after ``t`` env steps, so the values average ever
     #: more replayed returns (noisy returns otherwise flip the greedy action between
-    #: evaluations); it needs no budget and survives ``learn`` called in pieces. 0: constant.
-    learning_rate_decay: int = 0
+    #: evaluations); it needs no budget and survives ``learn`` called in pieces. 0: constant
+    #: (SB3).
+    learning_rate_decay: int = 1024
     #: Transitions the replay buffer holds.
     buffer_size: int = 1_000_000
     #: Env steps collected before the first TD step.

@@ -236,7 +236,7 @@ def test_the_rate_decays_with_env_steps_and_learn_in_pieces_reads_the_same(
     expected = 1e-3 / 3
     for model in (whole, pieces):
         assert model.q_optimizer.param_groups[0]["lr"] == pytest.approx(expected)
-    constant = _dqn(model_dir)
+    constant = _dqn(model_dir, learning_rate_decay=0)
     constant.learn(256)
     assert constant.q_optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
     whole.save(tmp_path / "agent")
