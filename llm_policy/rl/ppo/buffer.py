@@ -58,20 +58,24 @@ def least_padding_cuts(lengths: Sequence[int], fit: int) -> list[int]:
     passes = -(-n // fit)
     if passes <= 1:
         return [n] if n else []
-    inf = float("inf")
-    # area[p][j]: the least padded area of the first j rows in p passes; back[p][j]: its cut
-    area = [[inf] * (n + 1) for _ in range(passes + 1)]
-    back = [[0] * (n + 1) for _ in range(passes + 1)]
-    area[0][0] = 0.0
+    longest = np.asarray(lengths, dtype=np.float64)
+    # area[j]: the least padded area of the first j rows in the passes so far; back[p][j]: the
+    # start of pass p's rows. After p passes only j in [n - (passes - p) * fit, p * fit] can
+    # still end in ``passes`` passes, which keeps the search small.
+    area = np.full(n + 1, np.inf)
+    area[0] = 0.0
+    back = np.zeros((passes + 1, n + 1), dtype=np.int64)
     for p in range(1, passes + 1):
-        for j in range(1, n + 1):
-            for i in range(max(0, j - fit), j):
-                cost = area[p - 1][i] + lengths[j - 1] * (j - i)
-                if cost < area[p][j]:
-                    area[p][j], back[p][j] = cost, i
+        nxt = np.full(n + 1, np.inf)
+        for j in range(max(1, n - (passes - p) * fit), min(n, p * fit) + 1):
+            starts = np.arange(max(0, j - fit), j)
+            costs = area[starts] + longest[j - 1] * (j - starts)
+            best = int(np.argmin(costs))
+            nxt[j], back[p, j] = costs[best], starts[best]
+        area = nxt
     sizes, j = [], n
     for p in range(passes, 0, -1):
-        i = back[p][j]
+        i = int(back[p, j])
         sizes.append(j - i)
         j = i
     return sizes[::-1]

@@ -132,3 +132,27 @@ def test_least_padding_cuts_put_the_short_pass_where_it_saves_most() -> None:
     assert least_padding_cuts([], fit=4) == [] and least_padding_cuts([3, 4], fit=8) == [2]
     # as few passes as the fit allows, each within it, even when more would pad less
     assert least_padding_cuts([1, 1, 1, 9, 9], fit=3) == [3, 2]
+
+
+def test_least_padding_cuts_match_every_cut_tried_by_hand() -> None:
+    import itertools
+    import random
+
+    def area(lengths: list[int], sizes: list[int]) -> int:
+        ends = np.cumsum(sizes)
+        return sum(lengths[end - 1] * size for end, size in zip(ends, sizes, strict=True))
+
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.randint(2, 9)
+        fit = rng.randint(1, n)
+        lengths = sorted(rng.randint(1, 20) for _ in range(n))
+        passes = -(-n // fit)
+        every = [
+            [b - a for a, b in zip((0, *cuts), (*cuts, n), strict=True)]
+            for cuts in itertools.combinations(range(1, n), passes - 1)
+        ]
+        least = min(area(lengths, s) for s in every if max(s) <= fit)
+        sizes = least_padding_cuts(lengths, fit)
+        assert len(sizes) == passes and max(sizes) <= fit and sum(sizes) == n
+        assert area(lengths, sizes) == least
