@@ -86,8 +86,8 @@ class PPOConfig:
     #: Weight of the KL penalty to the reference model (the adapter disabled); 0: off.
     kl_coef: float = 0.0
     #: Turns per forward/backward pass (gradients accumulate over the minibatch); ``None``: as
-    #: many as fit the update's memory budget (``UPDATE_MEMORY_BUDGET_MB`` on the CPU, a quarter
-    #: of the free memory on a GPU).
+    #: many as fit the update's memory budget (``UPDATE_MEMORY_BUDGET_MB`` of
+    #: :mod:`gym_llm.rl.ppo.passes` on the CPU, a quarter of the free memory on a GPU).
     micro_batch_size: int | None = None
     #: (prompt, reply, reward) examples written to TensorBoard per rollout.
     n_logged_samples: int = 4

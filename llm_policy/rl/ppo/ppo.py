@@ -8,7 +8,8 @@ gradients are accumulated over micro-batches, and an optional KL penalty pulls t
 reference model (the same weights with the LoRA adapter disabled; no second copy in memory).
 
 Laid out as SB3's ``PPO``: ``collect_rollouts`` and ``train`` here; the parts it owns are the
-rollout's counts and diagnostics (:class:`~gym_llm.rl.ppo.rollout.RolloutMonitor`), the NaN
+rollout's counts and diagnostics (:class:`~gym_llm.rl.ppo.rollout.RolloutMonitor`), the
+update's passes over each minibatch (:class:`~gym_llm.rl.ppo.passes.UpdatePasses`), the NaN
 guard (:class:`~gym_llm.rl.ppo.guard.NanGuard`) and data parallelism
 (:class:`~gym_llm.rl.ppo.data_parallel.DataParallel`); the saved format is
 :mod:`gym_llm.rl.common.checkpoint`, the run's random state :mod:`gym_llm.rl.common.run_state`.
@@ -21,7 +22,6 @@ import json
 import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -72,13 +72,12 @@ from gym_llm.rl.common.run_state import (
 from gym_llm.rl.common.sharding import (
     clip_grad_norm,
     is_sharded,
-    lockstep_rows,
     refresh,
     sharded_update,
 )
 from gym_llm.rl.common.vec_env import check_text_env, wrap_text_env
 from gym_llm.rl.ppo.advantages import Estimator, critic_free_advantages, dones_from_starts
-from gym_llm.rl.ppo.buffer import TextBatch, TextRolloutBuffer, grouped_passes
+from gym_llm.rl.ppo.buffer import TextRolloutBuffer
 from gym_llm.rl.ppo.config import PPOConfig, default_learning_rate
 from gym_llm.rl.ppo.data_parallel import DataParallel
 from gym_llm.rl.ppo.entropy_control import (
@@ -88,7 +87,8 @@ from gym_llm.rl.ppo.entropy_control import (
     parse_ent_coef,
 )
 from gym_llm.rl.ppo.guard import NanGuard
-from gym_llm.rl.ppo.loss import LossSettings, ppo_loss
+from gym_llm.rl.ppo.loss import LossSettings
+from gym_llm.rl.ppo.passes import UpdatePasses
 from gym_llm.rl.ppo.rollout import RolloutMonitor
 from gym_llm.rl.ppo.target_update import rollout_targets
 from gym_llm.spaces import TextActions, TextObservations
@@ -106,37 +106,11 @@ MEAN_FIGURES = (
     ("kl_ref", "kl_ref"),
 )
 
-#: Memory (MB) the update's activations may take on the CPU when ``micro_batch_size=None``.
-UPDATE_MEMORY_BUDGET_MB = 1536
-
-
-def _pad(arrays: list[np.ndarray], width: int, device: torch.device) -> torch.Tensor:
-    out = torch.zeros((len(arrays), width), dtype=torch.float32)
-    for i, a in enumerate(arrays):
-        out[i, : len(a)] = torch.as_tensor(a, dtype=torch.float32)
-    return out.to(device)
-
 
 def _finite_mean(values: list[float]) -> float:
     """The mean of the finite values (a skipped step's infinite norm would hide the rest)."""
     finite = [v for v in values if np.isfinite(v)]
     return float(np.mean(finite)) if finite else float("nan")
-
-
-@dataclass
-class _Gradients:
-    """What one minibatch's passes leave besides the gradients themselves."""
-
-    #: Each pass's approximate KL to the rollout policy (target-KL early stopping).
-    kl: list[float] = field(default_factory=list)
-    #: Each pass's entropy weighted by its share of the minibatch (``ent_coef="auto"``).
-    entropy: list[float] = field(default_factory=list)
-    #: ``target_entropy_of="marginal"``: each pass's probabilities of the listed actions.
-    probs: list[torch.Tensor] = field(default_factory=list)
-    #: A non-finite value or loss in a pass (the NaN guard skips the step).
-    bad_cause: str | None = None
-    #: max |ratio - 1| over the passes.
-    max_ratio_error: float = 0.0
 
 
 class PPO(OnPolicyAlgorithm):
@@ -349,6 +323,8 @@ class PPO(OnPolicyAlgorithm):
             self.min_action_prob,
         )
         self.parallel.start_equal(self.policy)
+        #: The update's forward/backward passes over each minibatch.
+        self.passes = UpdatePasses(self.policy, self.config, self.device)
         self.rollout_buffer = TextRolloutBuffer(
             self.n_steps,
             self.n_envs,
@@ -569,9 +545,10 @@ class PPO(OnPolicyAlgorithm):
         for epoch in range(self.n_epochs):
             for batch in buffer.minibatches(self.batch_size, self._shuffle_rng):
                 policy.optimizer.zero_grad(set_to_none=True)
-                grads = self._accumulate(
-                    batch, (batch.advantages - centre) / scale, clip, value_scale, targets, stats
-                )
+                grads = self.passes.accumulate(
+                    batch, (batch.advantages - centre) / scale, self._loss_settings(clip),
+                    value_scale, targets, stats,
+                )  # fmt: skip
                 if first:
                     self.first_ratio_error, first = grads.max_ratio_error, False
                 kl = global_mean(float(np.mean(grads.kl))) if self.target_kl is not None else 0.0
@@ -614,75 +591,6 @@ class PPO(OnPolicyAlgorithm):
                 break
         policy.set_training_mode(False)
         self._log_update(stats, clip, warmup, continue_training, epoch)
-
-    def _accumulate(
-        self,
-        batch: TextBatch,
-        advantages: torch.Tensor,
-        clip: float,
-        value_scale: float,
-        targets: dict[str, torch.Tensor] | None,
-        stats: dict[str, list[float]],
-    ) -> _Gradients:
-        """One minibatch's gradients, accumulated over passes of as many turns as fit (turns
-        that share an observation share a row where the policy scores listed actions from
-        stored states); each pass's loss weighted by its share of the minibatch."""
-        policy = self.policy
-        lockstep = is_sharded(policy.lm)
-        n = len(batch.observations)
-        settings = self._loss_settings(clip)
-        grads = _Gradients()
-        rows = self._rows_per_pass(batch.observations, batch.actions)
-        if lockstep:  # FSDP: as many passes in every process
-            rows = lockstep_rows(n, rows)
-        passes = [slice(start, start + rows) for start in range(0, n, rows)]
-        if self._rows_are_shared(batch, lockstep):
-            # One row per distinct observation: each observation's turns in one pass, as many
-            # observations per pass as fit (the loss is a sum over turns).
-            assert batch.states is not None  # _rows_are_shared
-            lengths = [turn.offset + turn.prompt.shape[0] for turn in batch.states]
-            order, passes = grouped_passes(batch.observations, rows, lengths)
-            batch, advantages = batch.take(order), advantages[order]
-        stats["rows_per_pass"].append(n / len(passes))
-        for part in passes:
-            observations, actions = batch.observations[part], batch.actions[part]
-            states = batch.states[part] if batch.states is not None else None
-            ev = policy.evaluate_actions(observations, actions, states)
-            old = _pad(batch.old_token_log_probs[part], ev.token_log_probs.shape[1], self.device)
-            wanted = (
-                torch.stack([targets[str(o)] for o in observations])
-                if targets is not None and ev.choice_log_probs is not None
-                else None
-            )
-            ref = (
-                policy.reference_log_probs(observations, actions, states)
-                if self.kl_coef > 0
-                else None
-            )
-            terms = ppo_loss(
-                ev, old, advantages[part], batch.returns[part], batch.old_values[part],
-                settings, value_scale=value_scale, targets=wanted, ref_log_probs=ref,
-            )  # fmt: skip
-            if terms.floor is not None:
-                stats["floor"].append(terms.floor.item())
-            if terms.kl_ref is not None:
-                stats["kl_ref"].append(terms.kl_ref.item())
-            if grads.bad_cause is None and not torch.isfinite(ev.values.detach()).all():
-                grads.bad_cause = "value"
-            elif grads.bad_cause is None and not torch.isfinite(terms.loss.detach()):
-                grads.bad_cause = "loss"
-            (terms.loss * (len(observations) / n)).backward()
-            grads.max_ratio_error = max(grads.max_ratio_error, terms.surrogate.max_ratio_error)
-            grads.kl.append(terms.surrogate.approx_kl)
-            stats["pg"].append(terms.policy.item())
-            stats["value"].append(terms.value.item())
-            stats["entropy"].append(terms.entropy.item())
-            grads.entropy.append(-terms.entropy.item() * len(observations) / n)
-            if self.target_entropy_of == "marginal" and terms.listed is not None:
-                grads.probs.append(terms.listed.detach().exp())
-            stats["approx_kl"].append(terms.surrogate.approx_kl)
-            stats["clip_fraction"].append(terms.surrogate.clip_fraction)
-        return grads
 
     def _adapt_ent_coef(self, entropy: float) -> None:
         """``ent_coef="auto"``: after a step, from its minibatch's ``entropy`` (of states or
@@ -792,29 +700,6 @@ class PPO(OnPolicyAlgorithm):
             returns = self.rollout_buffer.returns
             head.update_statistics(global_moments(returns[np.isfinite(returns)].reshape(-1)))
         return head.std
-
-    def _rows_are_shared(self, batch: TextBatch, lockstep: bool) -> bool:
-        """Whether turns that share an observation share one row of a pass (listed actions
-        scored from stored states, micro-batches sized by memory)."""
-        return (
-            self.micro_batch_size is None
-            and not lockstep
-            and batch.states is not None
-            and self.policy.scores_listed_actions
-            and self.policy.uses_rollout_states
-        )
-
-    def _rows_per_pass(self, observations: Sequence[str], actions: Sequence[np.ndarray]) -> int:
-        """Rows per forward/backward pass: as set, or as many as fit the memory budget."""
-        if self.micro_batch_size is not None:
-            return self.micro_batch_size
-        if self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            budget = free / 4
-        else:
-            budget = UPDATE_MEMORY_BUDGET_MB * 2**20
-        per_turn = self.policy.update_bytes_per_turn(observations, actions)
-        return max(1, min(len(observations), int(budget // max(per_turn, 1))))
 
     # --- save / load ---------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.rl.common.checkpoint import resolve_class
 from gym_llm.rl.common.checkpoint_files import CheckpointError
+from gym_llm.rl.ppo.passes import UpdatePasses
 from gym_llm.testing import save_tiny_model
 from gym_llm.wrappers import ActionParserWrapper, TextObservationWrapper
 from tests.builders import small_ppo
@@ -326,7 +327,7 @@ def test_passes_split_by_memory_give_the_one_pass_update(
     is a sum over turns)."""
     whole = _ppo(model_dir, batch_size=16, n_epochs=2)
     whole.learn(16)
-    monkeypatch.setattr(PPO, "_rows_per_pass", lambda self, observations, actions: rows)
+    monkeypatch.setattr(UpdatePasses, "rows_per_pass", lambda self, observations, actions: rows)
     split = _ppo(model_dir, batch_size=16, n_epochs=2)
     split.learn(16)
     assert whole.turns_per_pass == 16 and split.turns_per_pass < 16
