@@ -103,7 +103,7 @@ def grouped_passes(
     members_in_order = list(groups.values())
     fit = max(fit, 1)
     sizes = [fit] * (len(members_in_order) // fit)
-    if len(members_in_order) % fit:
+    if len(members_in_order) % fit or not sizes:  # no keys: one empty pass, as ever
         sizes.append(len(members_in_order) % fit)
     if lengths is not None and len(members_in_order) > fit:
         members_in_order.sort(key=lambda members: lengths[members[0]])  # stable: ties keep order

@@ -91,6 +91,7 @@ def test_grouped_passes_keep_each_observation_in_one_pass_within_the_fit() -> No
     for key in set(keys):  # every turn of an observation in the same pass
         assert sum(key in r for r in rows) == 1
     assert grouped_passes(["x", "x"], fit=1) == ([0, 1], [slice(0, 2)])
+    assert grouped_passes([], fit=2) == ([], [slice(0, 0)])
 
 
 def test_a_batch_taken_in_another_order_keeps_each_turn_whole() -> None:
