@@ -1,5 +1,6 @@
-"""The seed sweep behind DQN's learning test: every seed of ``tests/rl/dqn/test_dqn.py``'s run
-(tiny model, HighLow, the library's defaults), greedy accuracy before, after 256 and after 512
+"""The seed sweep behind DQN's learning test: every seed of the test's run
+(:func:`benchmarks.recipes.learning_recipes.train_dqn_high_low`: tiny model, HighLow, the
+library's defaults but for the test's settings), exact success before, after 256 and after 512
 env steps, each ``learn`` one call as the test makes it.
 
     python -m benchmarks.recipes.dqn_learning_test_sweep --seeds 10 --json out.json
@@ -20,18 +21,16 @@ from benchmarks.cli_args import new_parser
 
 
 def sweep(seeds: int, model_dir: Path) -> list[dict[str, Any]]:
-    """One row per seed: the accuracy at 0, 256 and 512 env steps."""
-    from tests.rl.dqn.test_dqn import _accuracy, _dqn
+    """One row per seed: the success at 0, 256 and 512 env steps."""
+    from benchmarks.recipes.learning_recipes import DQN_SETTINGS, train_dqn_high_low
+    from gym_llm.rl.dqn.config import DQNConfig
 
     rows = []
     for seed in range(seeds):
-        row: dict[str, Any] = {"seed": seed}
+        decay = DQNConfig().learning_rate_decay  # the library's default, which the run keeps
+        row: dict[str, Any] = {"seed": seed, **DQN_SETTINGS, "learning_rate_decay": decay}
         for steps in (256, 512):
-            model = _dqn(model_dir, seed)
-            row["learning_rate_decay"] = model.learning_rate_decay
-            row["start"] = _accuracy(model)
-            model.learn(steps)
-            row[f"at_{steps}"] = _accuracy(model)
+            row["start"], row[f"at_{steps}"] = train_dqn_high_low(model_dir, seed, steps)
         print(row, flush=True)
         rows.append(row)
     return rows

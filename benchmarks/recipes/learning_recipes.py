@@ -11,6 +11,8 @@ each ``check_*`` is the assertion the test makes.
 * HighLow with the action head (:func:`train_high_low`): a rule over the input, which LoRA alone
   does not learn.
 * HighLow out of the softmax corner (:func:`train_corner`): the better arm starts at p ~ 0.003.
+* ``gym_llm.DQN`` on HighLow (:func:`train_dqn_high_low`): the library's defaults, a rule over
+  the input learned from replayed values (``python -m benchmarks.recipes.dqn_learning_test_sweep``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from stable_baselines3.common.evaluation import evaluate_policy
 
-from gym_llm import PPO, LLMPolicy, TextObservations, make_text_env
+from gym_llm import DQN, PPO, LLMPolicy, TextObservations, make_text_env
 from gym_llm.envs.high_low import exact_success
 from gym_llm.envs.keyword_bandit import KeywordBanditEnv
 from gym_llm.policy.prompts import system_text, user_text
@@ -169,3 +171,45 @@ def train_corner(
     return train_high_low(
         tmp_path, seed, head=head, calibration=arm == "defaults", words=CORNER_WORDS, **ppo
     )
+
+
+# --- gym_llm.DQN on HighLow ------------------------------------------------------------------
+
+#: DQN's settings in its tests (HighLow, 4 envs, LoRA rank 4), sized for a few hundred env steps.
+DQN_SETTINGS: dict[str, Any] = {
+    "learning_starts": 64,
+    "target_update_interval": 64,
+    "exploration_fraction": 0.3,
+    "learning_rate": 1e-3,
+}
+#: The learning test's budget.
+DQN_STEPS = 512
+
+
+def dqn_high_low(
+    model_dir: Path, seed: int = 0, env_id: str = "gym_llm/HighLow-v0", **kwargs: Any
+) -> DQN:
+    """The tests' DQN: :data:`DQN_SETTINGS` with ``kwargs`` on top (``policy_kwargs`` merged)."""
+    env = make_text_env(env_id, n_envs=4, seed=seed)
+    settings: dict[str, Any] = {**DQN_SETTINGS, "seed": seed, **kwargs}
+    policy = {"model": str(model_dir), "lora": {"r": 4}, **settings.pop("policy_kwargs", {})}
+    return DQN("LLMPolicy", env, policy_kwargs=policy, **settings)
+
+
+def dqn_success(model: DQN) -> float:
+    """The share of HighLow's numbers the greedy values answer right."""
+    return exact_success(lambda observations: model.predict(observations, deterministic=True)[0])
+
+
+def train_dqn_high_low(model_dir: Path, seed: int, steps: int = DQN_STEPS) -> tuple[float, float]:
+    """Exact success before and after one ``learn(steps)`` call."""
+    model = dqn_high_low(model_dir, seed)
+    before = dqn_success(model)
+    model.learn(steps)
+    assert model.skipped_steps == 0
+    return before, dqn_success(model)
+
+
+def check_dqn_high_low(before: float, after: float) -> None:
+    assert before <= 0.6  # the untrained agent answers (almost) one word everywhere
+    assert after == 1.0

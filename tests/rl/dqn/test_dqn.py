@@ -12,6 +12,11 @@ import pytest
 import torch
 from stable_baselines3.common.evaluation import evaluate_policy
 
+from benchmarks.recipes.learning_recipes import (
+    check_dqn_high_low,
+    dqn_high_low,
+    train_dqn_high_low,
+)
 from gym_llm import DQN, make_text_env
 from gym_llm.rl.common.checkpoint_files import CheckpointError
 from tests.models import tiny_model_fixture
@@ -23,14 +28,7 @@ model_dir = tiny_model_fixture("model_dir", ["low", "high"])
 
 
 def _dqn(model_dir: Path, seed: int = 0, env_id: str = HIGH_LOW, **kwargs: Any) -> DQN:
-    env = make_text_env(env_id, n_envs=4, seed=seed)
-    settings: dict[str, Any] = dict(
-        learning_starts=64, target_update_interval=64, exploration_fraction=0.3,
-        learning_rate=1e-3, seed=seed,
-    )  # fmt: skip
-    settings.update(kwargs)
-    policy = {"model": str(model_dir), "lora": {"r": 4}, **settings.pop("policy_kwargs", {})}
-    return DQN("LLMPolicy", env, policy_kwargs=policy, **settings)
+    return dqn_high_low(model_dir, seed, env_id, **kwargs)
 
 
 def _states() -> tuple[list[str], list[str]]:
@@ -49,12 +47,7 @@ def _accuracy(model: DQN) -> float:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_dqn_learns_a_rule_over_its_input(model_dir: Path, seed: int) -> None:
     # Recorded sweep (benchmarks/RESULTS.md): seeds 0-9 all at 1.0 after 256 env steps, from 0.5.
-    model = _dqn(model_dir, seed)
-    start = _accuracy(model)
-    assert start <= 0.6  # the untrained agent answers (almost) one word everywhere
-    model.learn(512)
-    assert _accuracy(model) == 1.0
-    assert model._n_updates > 0 and model.skipped_steps == 0
+    check_dqn_high_low(*train_dqn_high_low(model_dir, seed))
 
 
 def test_save_load_gives_identical_values_and_keeps_learning(
