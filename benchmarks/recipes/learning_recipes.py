@@ -206,7 +206,7 @@ def train_dqn_high_low(model_dir: Path, seed: int, steps: int = DQN_STEPS) -> tu
     model = dqn_high_low(model_dir, seed)
     before = dqn_success(model)
     model.learn(steps)
-    assert model.skipped_steps == 0
+    assert model._n_updates > 0 and model.skipped_steps == 0
     return before, dqn_success(model)
 
 

@@ -15,6 +15,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from benchmarks.recipes.learning_recipes import (
     check_dqn_high_low,
     dqn_high_low,
+    dqn_success,
     train_dqn_high_low,
 )
 from gym_llm import DQN, make_text_env
@@ -27,21 +28,11 @@ HIGH_LOW = "gym_llm/HighLow-v0"
 model_dir = tiny_model_fixture("model_dir", ["low", "high"])
 
 
-def _dqn(model_dir: Path, seed: int = 0, env_id: str = HIGH_LOW, **kwargs: Any) -> DQN:
-    return dqn_high_low(model_dir, seed, env_id, **kwargs)
-
-
 def _states() -> tuple[list[str], list[str]]:
     raw: Any = gym.make(HIGH_LOW).unwrapped
     return [raw.observation_for(n) for n in raw.numbers], [
         "high" if n >= 5 else "low" for n in raw.numbers
     ]
-
-
-def _accuracy(model: DQN) -> float:
-    observations, right = _states()
-    replies, _ = model.predict(observations, deterministic=True)
-    return float(np.mean([str(a) == b for a, b in zip(replies, right, strict=True)]))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -53,7 +44,7 @@ def test_dqn_learns_a_rule_over_its_input(model_dir: Path, seed: int) -> None:
 def test_save_load_gives_identical_values_and_keeps_learning(
     model_dir: Path, tmp_path: Path
 ) -> None:
-    model = _dqn(model_dir)
+    model = dqn_high_low(model_dir)
     model.learn(256)
     observations, _ = _states()
     path = tmp_path / "agent"
@@ -71,7 +62,7 @@ def test_save_load_gives_identical_values_and_keeps_learning(
     resumed = DQN.load(path, env=make_text_env(HIGH_LOW, n_envs=4, seed=1))
     updates = resumed._n_updates
     resumed.learn(128, reset_num_timesteps=False)
-    assert resumed._n_updates > updates and _accuracy(resumed) == 1.0
+    assert resumed._n_updates > updates and dqn_success(resumed) == 1.0
     with pytest.raises(CheckpointError, match="not a saved gym_llm PPO agent but a DQN"):
         from gym_llm import PPO
 
@@ -79,7 +70,7 @@ def test_save_load_gives_identical_values_and_keeps_learning(
 
 
 def test_stored_behaviour_probabilities_are_the_ones_sampled_with(model_dir: Path) -> None:
-    model = _dqn(
+    model = dqn_high_low(
         model_dir, learning_starts=0, gradient_steps=0, exploration_initial_eps=0.5,
         exploration_final_eps=0.5, beta=1.0, alpha=0.3,
     )  # fmt: skip
@@ -94,7 +85,7 @@ def test_stored_behaviour_probabilities_are_the_ones_sampled_with(model_dir: Pat
 
 
 def test_a_non_finite_td_error_never_reaches_the_weights(model_dir: Path) -> None:
-    model = _dqn(model_dir, learning_starts=16)
+    model = dqn_high_low(model_dir, learning_starts=16)
     model.learn(32)
     model.replay_buffer.rewards[:] = np.nan
     before = [p.detach().clone() for p in model.q_net.parameters()]
@@ -105,21 +96,21 @@ def test_a_non_finite_td_error_never_reaches_the_weights(model_dir: Path) -> Non
 
 
 def test_sb3_evaluation_and_clear_errors(model_dir: Path) -> None:
-    model = _dqn(model_dir)
+    model = dqn_high_low(model_dir)
     mean, _ = evaluate_policy(model, make_text_env(HIGH_LOW, n_envs=2, seed=3), n_eval_episodes=4)
     assert 0.0 <= mean <= 1.0
     with pytest.raises(ValueError, match="alpha"):
-        _dqn(model_dir, alpha=0.0)
+        dqn_high_low(model_dir, alpha=0.0)
     with pytest.raises(ValueError, match="beta"):
-        _dqn(model_dir, beta=-1.0)
+        dqn_high_low(model_dir, beta=-1.0)
     with pytest.raises(ValueError, match="choice mode"):
-        _dqn(model_dir, policy_kwargs={"action_mode": "generate"})
+        dqn_high_low(model_dir, policy_kwargs={"action_mode": "generate"})
 
 
 def test_distillation_moves_the_lm_towards_the_posterior(model_dir: Path) -> None:
     # Recorded (benchmarks/results/dqn/distill-test-sweep.json, seeds 0-9): the cross-entropy
     # fell from 0.693 to 0.41-0.65 in 60 steps on every seed, and the values stayed at 1.0.
-    model = _dqn(model_dir, seed=1)
+    model = dqn_high_low(model_dir, seed=1)
     model.learn(512)
     observations, _ = _states()
     before = [p.detach().clone() for p in model.policy.parameters() if p.requires_grad]
@@ -129,7 +120,7 @@ def test_distillation_moves_the_lm_towards_the_posterior(model_dir: Path) -> Non
     after = [p for p in model.policy.parameters() if p.requires_grad]
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
     # the values did not move: distillation trains the LM only
-    assert _accuracy(model) == 1.0
+    assert dqn_success(model) == 1.0
     replies, _ = model.policy.predict(observations, deterministic=True)
     assert set(replies) <= {"low", "high"}
 
@@ -146,20 +137,20 @@ def test_learn_ends_with_a_distillation_round_on_the_final_values(
 
     monkeypatch.setattr(DQN, "distill", record)
     # An interval past the budget: no round during learning, only the last one.
-    _dqn(model_dir, distill_interval=10_000, distill_final_steps=7).learn(128)
+    dqn_high_low(model_dir, distill_interval=10_000, distill_final_steps=7).learn(128)
     assert calls == [7]
     calls.clear()
-    _dqn(model_dir, distill_interval=0).learn(128)  # distillation off: no round at all
-    _dqn(model_dir, distill_interval=10_000, distill_final_steps=0).learn(128)
+    dqn_high_low(model_dir, distill_interval=0).learn(128)  # distillation off: no round at all
+    dqn_high_low(model_dir, distill_interval=10_000, distill_final_steps=0).learn(128)
     assert calls == []
     with pytest.raises(ValueError, match="distill_final_steps"):
-        _dqn(model_dir, distill_final_steps=-1)
+        dqn_high_low(model_dir, distill_final_steps=-1)
 
 
 def test_the_averaged_head_follows_the_online_one_and_greedy_actions_read_it(
     model_dir: Path,
 ) -> None:
-    model = _dqn(model_dir, average_tau=0.25)
+    model = dqn_high_low(model_dir, average_tau=0.25)
     model.learn(128)  # calibrated, a few TD steps in
     before = [p.detach().clone() for p in model.q_net_average.parameters()]
     model.train(gradient_steps=1, batch_size=16)
@@ -180,7 +171,7 @@ def test_the_averaged_head_follows_the_online_one_and_greedy_actions_read_it(
 def test_the_averaged_head_is_saved_and_an_older_agent_acts_with_its_online_head(
     model_dir: Path, tmp_path: Path
 ) -> None:
-    model = _dqn(model_dir, average_tau=0.1)
+    model = dqn_high_low(model_dir, average_tau=0.1)
     model.learn(192)
     observations, _ = _states()
     model.save(tmp_path / "agent")
@@ -203,16 +194,16 @@ def test_the_averaged_head_is_saved_and_an_older_agent_acts_with_its_online_head
 
 def test_average_tau_outside_zero_to_one_is_refused(model_dir: Path) -> None:
     with pytest.raises(ValueError, match="average_tau must be in"):
-        _dqn(model_dir, average_tau=0.0)
+        dqn_high_low(model_dir, average_tau=0.0)
 
 
 def test_by_default_each_env_gets_one_td_step_per_phase(model_dir: Path) -> None:
     from gym_llm.rl.dqn.config import DQNConfig
 
     config = DQNConfig()
-    model = _dqn(model_dir, config=config)  # 4 envs
+    model = dqn_high_low(model_dir, config=config)  # 4 envs
     assert model.gradient_steps == 4 and config.gradient_steps is None  # the caller's is kept
-    assert _dqn(model_dir, gradient_steps=1).gradient_steps == 1
+    assert dqn_high_low(model_dir, gradient_steps=1).gradient_steps == 1
     with pytest.raises(ValueError, match="gradient_steps must be None, -1 or >= 0"):
         DQNConfig(gradient_steps=-2)
 
@@ -220,19 +211,19 @@ def test_by_default_each_env_gets_one_td_step_per_phase(model_dir: Path) -> None
 def test_the_rate_decays_with_env_steps_and_learn_in_pieces_reads_the_same(
     model_dir: Path, tmp_path: Path
 ) -> None:
-    whole = _dqn(model_dir, learning_rate_decay=128)
+    whole = dqn_high_low(model_dir, learning_rate_decay=128)
     whole.learn(256)
-    pieces = _dqn(model_dir, learning_rate_decay=128)
+    pieces = dqn_high_low(model_dir, learning_rate_decay=128)
     for _ in range(4):
         pieces.learn(64, reset_num_timesteps=False)
     # the last TD phase ran after the 256th env step: 1e-3 / (1 + 256 / 128) in both
     expected = 1e-3 / 3
     for model in (whole, pieces):
         assert model.q_optimizer.param_groups[0]["lr"] == pytest.approx(expected)
-    constant = _dqn(model_dir, learning_rate_decay=0)
+    constant = dqn_high_low(model_dir, learning_rate_decay=0)
     constant.learn(256)
     assert constant.q_optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
     whole.save(tmp_path / "agent")
     assert DQN.load(tmp_path / "agent").learning_rate_decay == 128
     with pytest.raises(ValueError, match="learning_rate_decay must be >= 0"):
-        _dqn(model_dir, learning_rate_decay=-1)
+        dqn_high_low(model_dir, learning_rate_decay=-1)
