@@ -39,16 +39,15 @@ from gym_llm.rl.common.checkpoint_files import (
     read_tensors,
     write_agent_directory,
 )
+from gym_llm.rl.common.frozen_features import FrozenFeatures
 from gym_llm.rl.common.vec_env import check_text_env, wrap_text_env
 from gym_llm.rl.dqn.config import DQNConfig
 from gym_llm.rl.dqn.distill import distill_steps
 from gym_llm.rl.dqn.replay import TextReplayBuffer
 from gym_llm.rl.dqn.schedules import harmonic_rate_factor
-from gym_llm.rl.dqn.targets import double_q_target, posterior_logits
+from gym_llm.rl.dqn.targets import posterior_logits
+from gym_llm.rl.dqn.td import QHeads, td_step
 from gym_llm.spaces import as_text_batch
-
-#: Distinct observations whose features and prior are kept (~2.5 KB each for SmolLM2-135M).
-FEATURE_CACHE_LIMIT = 200_000
 
 SelfDQN = TypeVar("SelfDQN", bound="DQN")
 
@@ -138,7 +137,6 @@ class DQN(OffPolicyAlgorithm):
         self._next_distill = config.distill_interval
         self.exploration_rate = config.exploration_initial_eps
         self._n_calls = 0
-        self._features: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._behaviour_probs: np.ndarray | None = None
         self._sample_rng = np.random.default_rng(seed)
         #: TD steps whose loss was not finite and so never reached the weights.
@@ -164,6 +162,8 @@ class DQN(OffPolicyAlgorithm):
                 "DQN needs choice mode over one fixed list of actions (its Q head has one output "
                 "per listed action); per-state action lists and generate mode train with PPO."
             )
+        #: Each observation's prior and features, computed once per run.
+        self.features = FrozenFeatures(self.policy)
         #: The listed actions, in the order of the values and the replay's action indices.
         self.action_names: list[str] = list(getattr(self.policy.action_space, "actions", []))
         n_actions = len(self.action_names)
@@ -173,6 +173,8 @@ class DQN(OffPolicyAlgorithm):
         #: The averaged values greedy actions read (``average_tau``; the online head at 1).
         self.q_net_average = copy.deepcopy(self.q_net).requires_grad_(False)
         self.q_optimizer = torch.optim.Adam(self.q_net.parameters(), lr=self.lr_schedule(1.0))
+        #: The heads and optimizer one TD step works on.
+        self.heads = QHeads(self.q_net, self.q_net_target, self.q_net_average, self.q_optimizer)
         for group in self.policy.optimizer.param_groups:  # the LM's, for distillation only
             group["lr"] = self.distill_learning_rate * group.get("lr_scale", 1.0)
         self.replay_buffer = TextReplayBuffer(self.buffer_size, self.n_envs, n_actions)
@@ -186,18 +188,7 @@ class DQN(OffPolicyAlgorithm):
     def prior_and_features(self, observations: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(n, K)`` prior log-probs and ``(n, d)`` features, each distinct observation computed
         once per run (they do not change: the model's adapter is off for both)."""
-        keys = [str(o) for o in observations]
-        todo = list(dict.fromkeys(k for k in keys if k not in self._features))
-        if len(self._features) + len(todo) > FEATURE_CACHE_LIMIT:
-            self._features.clear()
-            todo = list(dict.fromkeys(keys))
-        for start in range(0, len(todo), 32):
-            batch = todo[start : start + 32]
-            log_prior, features = self.policy.prior_choice_scores(batch)
-            for i, key in enumerate(batch):
-                self._features[key] = (log_prior[i], features[i])
-        rows = [self._features[k] for k in keys]
-        return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
+        return self.features(observations)
 
     def action_logits(self, observations: Sequence[str], averaged: bool = False) -> torch.Tensor:
         """``(n, K)`` logits of the posterior ``beta · log p_LM + Q / alpha``, from the online
@@ -263,15 +254,10 @@ class DQN(OffPolicyAlgorithm):
         dones: np.ndarray,
         infos: list[dict[str, Any]],
     ) -> None:
-        next_obs, _ = as_text_batch(new_obs)
-        truncated = np.array([bool(i.get("TimeLimit.truncated", False)) for i in infos])
-        for i, done in enumerate(dones):
-            if done and infos[i].get("terminal_observation") is not None:
-                next_obs[i] = str(infos[i]["terminal_observation"])
         assert self._last_obs is not None and self._behaviour_probs is not None
-        replay_buffer.add(
-            as_text_batch(self._last_obs)[0], next_obs, buffer_action, reward,
-            np.asarray(dones, dtype=bool) & ~truncated, truncated, self._behaviour_probs,
+        replay_buffer.add_step(
+            as_text_batch(self._last_obs)[0], as_text_batch(new_obs)[0], buffer_action, reward,
+            dones, infos, self._behaviour_probs,
         )  # fmt: skip
         self._last_obs = new_obs
 
@@ -314,29 +300,15 @@ class DQN(OffPolicyAlgorithm):
             sample = self.replay_buffer.sample(
                 batch_size, self.n_steps, self.gamma, self._sample_rng
             )
-            _, features = self.prior_and_features(sample.observations)
-            next_prior, next_features = self.prior_and_features(sample.next_observations)
-            with torch.no_grad():
-                target = double_q_target(
-                    sample.returns.to(self.device), sample.discounts.to(self.device),
-                    self.q_net(next_features), self.q_net_target(next_features), next_prior,
-                    self.alpha, self.beta,
-                )  # fmt: skip
-            q = self.q_net(features).gather(-1, sample.actions.to(self.device)[:, None])[:, 0]
-            loss = torch.nn.functional.smooth_l1_loss(q, target)
-            if not torch.isfinite(loss):  # a non-finite reward or value never reaches the weights
+            done = td_step(
+                self.heads, sample, self.features, alpha=self.alpha, beta=self.beta,
+                max_grad_norm=self.max_grad_norm, average_tau=self.average_tau,
+            )  # fmt: skip
+            if done is None:  # a non-finite reward or value never reaches the weights
                 self.skipped_steps += 1
                 continue
-            self.q_optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.q_net.parameters(), self.max_grad_norm)
-            self.q_optimizer.step()
-            if self.average_tau < 1:
-                polyak_update(
-                    self.q_net.parameters(), self.q_net_average.parameters(), self.average_tau
-                )
-            losses.append(loss.item())
-            q_means.append(q.mean().item())
+            losses.append(done[0])
+            q_means.append(done[1])
         self._n_updates += gradient_steps
         if self.distill_interval and self.num_timesteps >= self._next_distill:
             while self._next_distill <= self.num_timesteps:

@@ -85,6 +85,29 @@ class TextReplayBuffer:
         self.pos = (self.pos + 1) % self.rows
         self.full = self.full or self.pos == 0
 
+    def add_step(
+        self,
+        observations: Any,
+        new_observations: Any,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        dones: np.ndarray,
+        infos: list[dict[str, Any]],
+        behaviour_probs: np.ndarray,
+    ) -> None:
+        """One vector step as SB3's ``VecEnv.step`` returns it: where an episode ended, the next
+        observation is its final one (``infos[i]["terminal_observation"]``), and an episode cut
+        by a time limit (``TimeLimit.truncated``) ended without terminating."""
+        next_obs = [str(o) for o in new_observations]
+        truncated = np.array([bool(i.get("TimeLimit.truncated", False)) for i in infos])
+        for i, done in enumerate(dones):
+            if done and infos[i].get("terminal_observation") is not None:
+                next_obs[i] = str(infos[i]["terminal_observation"])
+        self.add(
+            observations, next_obs, actions, rewards,
+            np.asarray(dones, dtype=bool) & ~truncated, truncated, behaviour_probs,
+        )  # fmt: skip
+
     def sample(
         self, batch_size: int, n_steps: int, gamma: float, rng: np.random.Generator
     ) -> ReplaySample:

@@ -13,6 +13,8 @@ the episode of env ``e`` ended at step ``t`` (so the next turn starts a new one)
 - ``"gigpo"``: GRPO's episode term plus a step term: each turn's return-to-go relative to the
   turns of the rollout that saw the *same observation text* (GiGPO's anchor states, Feng et al.
   2025); toy-text envs revisit states constantly, so these groups are large.
+- ``"q"`` (choice mode): ``Q(s, a) - sum_b pi(b | s) Q(s, b)`` from action values learned
+  off-policy on a replay of the run (:mod:`gym_llm.rl.ppo.q_critic`), not from this module.
 
 Critic-free estimators see only what the rollout holds: an episode still running when the
 rollout ends has no return yet, so its turns get advantage 0 in ``grpo``/``rloo``/``gigpo``'s
@@ -28,8 +30,10 @@ from typing import Literal
 
 import numpy as np
 
-Estimator = Literal["gae", "rebn", "grpo", "rloo", "gigpo"]
-ESTIMATORS: tuple[str, ...] = ("gae", "rebn", "grpo", "rloo", "gigpo")
+Estimator = Literal["gae", "rebn", "grpo", "rloo", "gigpo", "q"]
+ESTIMATORS: tuple[str, ...] = ("gae", "rebn", "grpo", "rloo", "gigpo", "q")
+#: Estimators that need no critic: they read the rollout's rewards alone.
+CRITIC_FREE: tuple[str, ...] = ("rebn", "grpo", "rloo", "gigpo")
 #: Added to a std before dividing by it (GRPO's epsilon).
 EPS = 1e-6
 

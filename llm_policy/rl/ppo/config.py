@@ -91,8 +91,10 @@ class PPOConfig:
     micro_batch_size: int | None = None
     #: (prompt, reply, reward) examples written to TensorBoard per rollout.
     n_logged_samples: int = 4
-    #: ``"gae"`` (turn-level GAE with the critic) or a critic-free one: ``"rebn"``, ``"grpo"``,
-    #: ``"rloo"``, ``"gigpo"`` (:mod:`gym_llm.rl.ppo.advantages`); the critic still trains.
+    #: ``"gae"`` (turn-level GAE with the critic), a critic-free one: ``"rebn"``, ``"grpo"``,
+    #: ``"rloo"``, ``"gigpo"`` (:mod:`gym_llm.rl.ppo.advantages`; the critic still trains), or
+    #: ``"q"`` (choice mode over one list: action values learned off-policy on a replay of the
+    #: run, :mod:`gym_llm.rl.ppo.q_critic`; for noisy returns).
     advantage_estimator: str = "gae"
     #: Clip the value loss around the rollout's values (SB3's ``clip_range_vf``); ``None``: off.
     clip_range_vf: float | None = None

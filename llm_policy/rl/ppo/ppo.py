@@ -76,7 +76,12 @@ from gym_llm.rl.common.sharding import (
     sharded_update,
 )
 from gym_llm.rl.common.vec_env import check_text_env, wrap_text_env
-from gym_llm.rl.ppo.advantages import Estimator, critic_free_advantages, dones_from_starts
+from gym_llm.rl.ppo.advantages import (
+    CRITIC_FREE,
+    Estimator,
+    critic_free_advantages,
+    dones_from_starts,
+)
 from gym_llm.rl.ppo.buffer import TextRolloutBuffer
 from gym_llm.rl.ppo.config import PPOConfig, default_learning_rate
 from gym_llm.rl.ppo.data_parallel import DataParallel
@@ -89,8 +94,9 @@ from gym_llm.rl.ppo.entropy_control import (
 from gym_llm.rl.ppo.guard import NanGuard
 from gym_llm.rl.ppo.loss import LossSettings
 from gym_llm.rl.ppo.passes import UpdatePasses
+from gym_llm.rl.ppo.q_critic import QCritic, state_advantages
 from gym_llm.rl.ppo.rollout import RolloutMonitor
-from gym_llm.rl.ppo.target_update import rollout_targets
+from gym_llm.rl.ppo.target_update import rollout_targets, table_targets
 from gym_llm.spaces import TextActions, TextObservations
 
 SelfPPO = TypeVar("SelfPPO", bound="PPO")
@@ -325,6 +331,15 @@ class PPO(OnPolicyAlgorithm):
         self.parallel.start_equal(self.policy)
         #: The update's forward/backward passes over each minibatch.
         self.passes = UpdatePasses(self.policy, self.config, self.device)
+        #: ``advantage_estimator="q"``: the action values the advantages are read from.
+        self.q_critic: QCritic | None = None
+        if self.advantage_estimator == "q":
+            if world_size() > 1:
+                raise ValueError(
+                    "advantage_estimator='q' trains in one process (each process would learn "
+                    "its own action values); use 'gae' with several processes."
+                )
+            self.q_critic = QCritic(self.policy, self.n_envs, self.gamma, seed=self.seed)
         self.rollout_buffer = TextRolloutBuffer(
             self.n_steps,
             self.n_envs,
@@ -414,6 +429,7 @@ class PPO(OnPolicyAlgorithm):
         listed = None if policy.scores_listed_actions else policy.actions_list
         monitor.start(listed, policy.truncated_prompts)
         dones = np.zeros(env.num_envs, dtype=bool)
+        q_critic, turn_probs = self.q_critic, []  # the probabilities each turn was sampled with
         while n_steps < n_rollout_steps:
             observations: np.ndarray = self._last_obs  # type: ignore[assignment]
             with torch.inference_mode():
@@ -430,6 +446,13 @@ class PPO(OnPolicyAlgorithm):
             n_steps += 1
             monitor.observe(observations, step, rewards, infos)
             rewards = rewards.astype(np.float32) * self.reward_scale
+            if q_critic is not None:
+                assert step.action_probs is not None
+                turn_probs.append(step.action_probs)
+                chosen = np.array([int(a[0]) for a in step.actions])
+                q_critic.add_step(
+                    observations, new_obs, chosen, rewards, dones, infos, step.action_probs
+                )
             for idx, done in enumerate(dones):
                 terminal = infos[idx].get("terminal_observation")
                 if done and terminal is not None and infos[idx].get("TimeLimit.truncated", False):
@@ -451,7 +474,9 @@ class PPO(OnPolicyAlgorithm):
         with torch.inference_mode():
             last_values = policy.predict_values(list(self._last_obs))  # type: ignore[arg-type]
         buffer.compute_returns_and_advantage(last_values=last_values.float(), dones=dones)
-        if self.advantage_estimator != "gae":
+        if q_critic is not None:
+            self._q_advantages(q_critic, buffer, turn_probs, n_steps * env.num_envs)
+        elif self.advantage_estimator in CRITIC_FREE:
             buffer.advantages = critic_free_advantages(
                 self.advantage_estimator,
                 buffer.rewards,
@@ -476,6 +501,24 @@ class PPO(OnPolicyAlgorithm):
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
+
+    def _q_advantages(
+        self,
+        q_critic: QCritic,
+        buffer: TextRolloutBuffer,
+        turn_probs: list[np.ndarray],
+        new_steps: int,
+    ) -> None:
+        """``advantage_estimator="q"``: train the action values on the replay (this rollout
+        included), then each turn's advantage from them."""
+        figures = q_critic.train(self.num_timesteps, new_steps)
+        for name, value in figures.items():
+            self.logger.record(f"train/{name}", value)
+        observations = buffer.observations_text.reshape(-1)
+        actions = np.array([int(a[0]) for a in buffer.action_tokens.reshape(-1)])
+        probs = np.concatenate(turn_probs)
+        advantages = q_critic.advantages(list(observations), actions, probs)
+        buffer.advantages = advantages.reshape(buffer.advantages.shape).astype(np.float32)
 
     def _remedies(self) -> str:
         """What to try against an input-independent policy, leaving out what is already on."""
@@ -648,14 +691,24 @@ class PPO(OnPolicyAlgorithm):
         """``policy_update="target"``: each observation's target distribution over the listed
         actions (:func:`~gym_llm.rl.ppo.target_update.rollout_targets`)."""
         buffer, finite = self.rollout_buffer, self.rollout_buffer.finite_turns()
-        targets, eta, lift = rollout_targets(
-            [str(o) for o in buffer.observations_text.reshape(-1)[finite]],
-            [int(a[0]) for a in buffer.action_tokens.reshape(-1)[finite]],
-            (buffer.advantages.reshape(-1)[finite] - centre) / scale,
-            self.rollout_action_probs,
-            len(self.policy.actions_list),
-            self.kl_step,
-        )
+        observations = [str(o) for o in buffer.observations_text.reshape(-1)[finite]]
+        if self.q_critic is not None:  # every action's advantage, played or not
+            states = list(dict.fromkeys(observations))
+            probs = np.stack([self.rollout_action_probs[state] for state in states])
+            table = state_advantages(self.q_critic.values(states), probs) / scale
+            visits = np.array([observations.count(state) for state in states], dtype=np.float64)
+            targets, eta, lift = table_targets(
+                states, table, visits, self.rollout_action_probs, self.kl_step
+            )
+        else:
+            targets, eta, lift = rollout_targets(
+                observations,
+                [int(a[0]) for a in buffer.action_tokens.reshape(-1)[finite]],
+                (buffer.advantages.reshape(-1)[finite] - centre) / scale,
+                self.rollout_action_probs,
+                len(self.policy.actions_list),
+                self.kl_step,
+            )
         if not targets:
             return {}
         self.logger.record("train/target_eta", eta)
@@ -745,6 +798,8 @@ class PPO(OnPolicyAlgorithm):
         }
         if self.policy.choice_calibration is not None:
             tensors["choice_calibration"] = self.policy.choice_calibration.cpu()
+        if self.q_critic is not None:
+            tensors["q_critic"] = self.q_critic.state_dict()
         return tensors
 
     def save(  # type: ignore[override]
@@ -835,6 +890,13 @@ class PPO(OnPolicyAlgorithm):
             ) from None
         if "choice_calibration" in state:  # exactly the constants the agent trained with
             self.policy.choice_calibration = state["choice_calibration"].to(self.device)
+        if self.q_critic is not None:  # its replay starts empty, as DQN's does
+            if "q_critic" not in state:
+                raise CheckpointError(
+                    f"{Path(path) / 'policy.pt'} holds no action values: it was saved by an "
+                    "agent with another advantage_estimator. Load it with the saved settings."
+                )
+            self.q_critic.load_state_dict(state["q_critic"])
         if "advantage_scale" in state:  # agents saved before it existed start a fresh one
             mean, var, count = state["advantage_scale"].tolist()
             self.advantage_scale.mean = np.asarray(mean, dtype=np.float64)

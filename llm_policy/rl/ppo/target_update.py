@@ -110,7 +110,19 @@ def rollout_targets(
     ``advantages``; ``lift`` is how much the target adds to actions the old policy held below
     0.05 (what it lifts out of the softmax corner). No turns: ``({}, nan, 0.0)``."""
     states, adv, visits = state_action_advantages(observations, actions, advantages, n_actions)
-    if not states:
+    return table_targets(states, adv, visits, action_probs, kl_step)
+
+
+def table_targets(
+    states: Sequence[str],
+    adv: np.ndarray,
+    visits: np.ndarray,
+    action_probs: dict[str, np.ndarray],
+    kl_step: float,
+) -> tuple[dict[str, np.ndarray], float, float]:
+    """:func:`rollout_targets` from an ``(S, K)`` advantage of every action in each of
+    ``states``, visited ``visits`` times (action values give every action's, played or not)."""
+    if not len(states):
         return {}, float("nan"), 0.0
     old = np.stack([action_probs[state] for state in states]).astype(np.float64)
     log_old = np.log(np.clip(old, 1e-300, None))

@@ -1,0 +1,52 @@
+"""Each observation's prior and features from the frozen model, computed once per run.
+
+Value learning on the LM's features (``gym_llm.DQN``, and PPO's ``advantage_estimator="q"``)
+reads, per observation, the listed actions' log-probs with the adapter off and the last prompt
+token's hidden state below the trainable layers (:meth:`LLMPolicy.prior_choice_scores`).
+Neither changes while the adapter trains, so they are kept per observation text: every replayed
+step after the first costs a dictionary look-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+#: Distinct observations whose features and prior are kept (~2.5 KB each for SmolLM2-135M).
+FEATURE_CACHE_LIMIT = 200_000
+#: Observations per model call when computing new ones.
+_BATCH = 32
+
+
+class FrozenFeatures:
+    """``features(observations)`` -> ``(n, K)`` prior log-probs and ``(n, d)`` features.
+
+    Args:
+        policy: an :class:`~gym_llm.policy.llm_policy.LLMPolicy` in choice mode with LoRA.
+        limit: distinct observations kept; past it the cache starts over.
+    """
+
+    def __init__(self, policy: Any, limit: int = FEATURE_CACHE_LIMIT) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1 observation, got {limit}.")
+        self.policy, self.limit = policy, limit
+        self._rows: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __call__(self, observations: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        keys = [str(o) for o in observations]
+        todo = list(dict.fromkeys(k for k in keys if k not in self._rows))
+        if len(self._rows) + len(todo) > self.limit:
+            self._rows.clear()
+            todo = list(dict.fromkeys(keys))
+        for start in range(0, len(todo), _BATCH):
+            batch = todo[start : start + _BATCH]
+            log_prior, features = self.policy.prior_choice_scores(batch)
+            for i, key in enumerate(batch):
+                self._rows[key] = (log_prior[i], features[i])
+        rows = [self._rows[k] for k in keys]
+        return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])

@@ -1,0 +1,183 @@
+"""Action values for PPO's advantages in choice mode (``advantage_estimator="q"``).
+
+Sampled returns say little per turn when rewards are noisy (a card draw, a slippery step), and
+an on-policy estimate of ``Q^pi`` can favour the wrong action in a state for as long as the
+policy still plays badly after it (benchmarks/RESULTS.md, "PPO on noisy returns"). This critic
+learns ``Q(s, a)`` of every listed action off-policy instead, as :class:`gym_llm.DQN` does and
+with its defaults: an MLP on the frozen model's features, double Q-learning on a replay of every
+step the run has taken, a target copy, and a rate that decays in env steps. The features do not
+change while the adapter trains, so a step replayed a thousand updates later is still exact.
+
+The advantage of a turn is ``Q(s, a) - sum_b pi_old(b | s) Q(s, b)``, and
+``policy_update="target"`` tilts each state's whole distribution by ``Q(s, .)`` at once, played
+or not.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from gym_llm.policy.q_head import QHead
+from gym_llm.rl.common.frozen_features import FrozenFeatures
+from gym_llm.rl.dqn.config import DQNConfig
+from gym_llm.rl.dqn.replay import TextReplayBuffer
+from gym_llm.rl.dqn.schedules import harmonic_rate_factor
+from gym_llm.rl.dqn.td import QHeads, td_step
+
+#: The Q head's settings: DQN's defaults, chosen on the task family's tuning split.
+Q_DEFAULTS = DQNConfig()
+
+
+class QCritic:
+    """A Q head trained on replayed steps; advantages for a rollout's turns.
+
+    Args:
+        policy: the :class:`~gym_llm.policy.llm_policy.LLMPolicy` (choice mode, one list of
+            actions, LoRA): its frozen features are the head's input.
+        n_envs: envs stepped together (the replay keeps each env's steps in order).
+        gamma: the discount of the TD target.
+        replay_ratio: how many times each env step is replayed on average (DQN's defaults:
+            ``batch_size / train_freq`` = 8).
+        seed: the replay's sampling seed.
+    """
+
+    def __init__(
+        self,
+        policy: Any,
+        n_envs: int,
+        gamma: float,
+        replay_ratio: float = Q_DEFAULTS.batch_size / float(Q_DEFAULTS.train_freq),  # type: ignore[arg-type]
+        seed: int | None = None,
+    ) -> None:
+        if replay_ratio <= 0:
+            raise ValueError(f"replay_ratio must be > 0, got {replay_ratio}.")
+        actions = list(getattr(policy.action_space, "actions", []))
+        if not policy.scores_listed_actions or policy.per_state or not actions:
+            raise ValueError(
+                "advantage_estimator='q' needs choice mode over one fixed list of actions (the Q "
+                "head has one output per listed action); use 'gae' in generate mode or with "
+                "per-state action lists."
+            )
+        if not policy.uses_lora:
+            raise ValueError(
+                "advantage_estimator='q' needs LoRA (the head reads the model's features with the "
+                "adapter off); with lora=None use 'gae'."
+            )
+        self.gamma, self.replay_ratio, self.n_envs = gamma, replay_ratio, n_envs
+        self.features = FrozenFeatures(policy)
+        hidden = int(policy.lm.config.get_text_config().hidden_size)
+        online = QHead(hidden, len(actions), width=Q_DEFAULTS.q_width, device=policy.device)
+        lr = float(Q_DEFAULTS.learning_rate)  # type: ignore[arg-type]
+        self.heads = QHeads(
+            online,
+            copy.deepcopy(online).requires_grad_(False),
+            online,  # greedy actions are PPO's policy's: no averaged head
+            torch.optim.Adam(online.parameters(), lr=lr),
+        )
+        self.base_rate = lr
+        self.replay = TextReplayBuffer(Q_DEFAULTS.buffer_size, n_envs, len(actions))
+        self.rng = np.random.default_rng(seed)
+        #: TD steps taken, and those skipped for a non-finite loss.
+        self.td_steps = self.skipped_steps = 0
+        self._owed = 0.0  # fractional TD steps carried to the next rollout
+
+    @property
+    def q_net(self) -> QHead:
+        return self.heads.online
+
+    def add_step(
+        self,
+        observations: Any,
+        new_observations: Any,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        dones: np.ndarray,
+        infos: list[dict[str, Any]],
+        probs: np.ndarray,
+    ) -> None:
+        """One vector step as the env returned it (:meth:`TextReplayBuffer.add_step`)."""
+        self.replay.add_step(observations, new_observations, actions, rewards, dones, infos, probs)
+
+    def train(self, num_timesteps: int, new_steps: int) -> dict[str, float]:
+        """TD steps for ``new_steps`` env steps collected (``replay_ratio`` replays each), at
+        DQN's rate decayed to ``num_timesteps``; the mean loss and Q. The head's input scale is
+        fixed from the observations seen before its first step."""
+        if not self.q_net.is_calibrated:
+            held = self.replay.observations[: len(self.replay) // self.n_envs]
+            distinct = list(dict.fromkeys(str(o) for o in held.ravel()))
+            self.q_net.calibrate(self.features(distinct)[1])
+            self.heads.target.load_state_dict(self.q_net.state_dict())
+        rate = self.base_rate * harmonic_rate_factor(num_timesteps, Q_DEFAULTS.learning_rate_decay)
+        for group in self.heads.optimizer.param_groups:
+            group["lr"] = rate
+        batch = Q_DEFAULTS.batch_size
+        self._owed += self.replay_ratio * new_steps / batch
+        steps, self._owed = int(self._owed), self._owed - int(self._owed)
+        # the target refreshed as often per replayed step as DQN's (every 100 env steps there)
+        refresh = max(1, round(Q_DEFAULTS.target_update_interval * self.replay_ratio / batch))
+        losses, q_means = [], []
+        for _ in range(steps):
+            sample = self.replay.sample(batch, Q_DEFAULTS.n_steps, self.gamma, self.rng)
+            done = td_step(
+                self.heads, sample, self.features, alpha=1.0, beta=0.0,
+                max_grad_norm=Q_DEFAULTS.max_grad_norm, average_tau=1.0,
+            )  # fmt: skip
+            self.td_steps += 1
+            if done is None:
+                self.skipped_steps += 1
+            else:
+                losses.append(done[0])
+                q_means.append(done[1])
+            if self.td_steps % refresh == 0:
+                self.heads.target.load_state_dict(self.q_net.state_dict())
+        return {
+            "q_loss": float(np.mean(losses)) if losses else math.nan,
+            "q_mean": float(np.mean(q_means)) if q_means else math.nan,
+            "q_td_steps": float(steps),
+        }
+
+    @torch.no_grad()
+    def values(self, observations: Sequence[Any]) -> np.ndarray:
+        """``(n, K)`` action values of each observation."""
+        return self.q_net(self.features(observations)[1]).double().cpu().numpy()  # type: ignore[no-any-return]
+
+    def advantages(
+        self, observations: Sequence[Any], actions: np.ndarray, probs: np.ndarray
+    ) -> np.ndarray:
+        """``(n,)`` ``Q(s, a) - sum_b pi(b | s) Q(s, b)`` of each turn, from the ``(n, K)``
+        probabilities ``probs`` the turn's action was sampled with."""
+        table = state_advantages(self.values(observations), probs)
+        return table[np.arange(len(table)), np.asarray(actions, dtype=np.int64).reshape(-1)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "q_net": self.q_net.state_dict(),
+            "q_target": self.heads.target.state_dict(),
+            "optimizer": self.heads.optimizer.state_dict(),
+            "td_steps": torch.tensor(self.td_steps),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.q_net.load_state_dict(state["q_net"])
+        self.heads.target.load_state_dict(state["q_target"])
+        self.heads.optimizer.load_state_dict(state["optimizer"])
+        self.td_steps = int(state["td_steps"])
+
+
+def state_advantages(q: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """``(n, K)`` advantage of every action, ``Q(s, a) - sum_b pi(b | s) Q(s, b)``: how much
+    better than the policy's own average each action is.
+
+    >>> state_advantages(np.array([[1.0, 0.0]]), np.array([[0.25, 0.75]])).tolist()
+    [[0.75, -0.25]]
+    """
+    q, probs = np.asarray(q, dtype=np.float64), np.asarray(probs, dtype=np.float64)
+    if q.shape != probs.shape:
+        raise ValueError(f"q and probs must have one shape, got {q.shape} and {probs.shape}.")
+    return q - (probs * q).sum(-1, keepdims=True)  # type: ignore[no-any-return]

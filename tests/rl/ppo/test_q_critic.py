@@ -1,0 +1,112 @@
+"""PPO's action-value critic (``advantage_estimator="q"``): the advantage arithmetic, the replay
+it learns from, and its place in a PPO run, save and load (tiny model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from gym_llm import PPO
+from gym_llm.rl.ppo.q_critic import state_advantages
+from tests.builders import small_ppo
+from tests.models import tiny_model_fixture
+
+WORDS = ["apple", "banana", "cherry"]
+
+model_dir = tiny_model_fixture("model_dir", WORDS)
+
+
+def _ppo(model_dir: Path, **kwargs: Any) -> PPO:
+    policy = {"action_mode": "choice", **kwargs.pop("policy_kwargs", {})}
+    settings: dict[str, Any] = {
+        "n_steps": 4, "batch_size": 8, "n_epochs": 1, "learning_rate": 1e-3,
+        "advantage_estimator": "q",
+    }  # fmt: skip
+    return small_ppo(model_dir, n_envs=4, policy=policy, **{**settings, **kwargs})
+
+
+def test_state_advantages_are_centred_under_the_policy() -> None:
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(5, 3))
+    probs = rng.dirichlet(np.ones(3), size=5)
+    adv = state_advantages(q, probs)
+    np.testing.assert_allclose((probs * adv).sum(-1), 0.0, atol=1e-12)
+    np.testing.assert_allclose(adv[:, 0] - adv[:, 1], q[:, 0] - q[:, 1])  # gaps unchanged
+    with pytest.raises(ValueError, match="one shape"):
+        state_advantages(q, probs[:, :2])
+
+
+def test_turn_advantages_come_from_the_trained_action_values(model_dir: Path) -> None:
+    model = _ppo(model_dir)
+    model.learn(16)
+    critic, buffer = model.q_critic, model.rollout_buffer
+    assert critic is not None and critic.q_net.is_calibrated
+    assert len(critic.replay) == 16  # every env step the run took, not only the last rollout
+    assert critic.td_steps == 4  # 16 env steps replayed 8 times each, 32 per TD step
+    observations = [str(o) for o in buffer.observations_text.reshape(-1)]
+    actions = np.array([int(a[0]) for a in buffer.action_tokens.reshape(-1)])
+    probs = np.stack([model.rollout_action_probs[o] for o in observations])
+    q = critic.values(observations)
+    expected = q[np.arange(len(q)), actions] - (probs * q).sum(-1)
+    np.testing.assert_allclose(buffer.advantages.reshape(-1), expected, rtol=1e-5, atol=1e-6)
+    assert np.ptp(buffer.advantages) > 0
+    assert np.isfinite(model.first_ratio_error) and model.first_ratio_error < 1e-5
+
+
+def test_the_replay_holds_each_step_with_what_followed_it(model_dir: Path) -> None:
+    model = _ppo(model_dir)
+    model.learn(16)
+    replay = model.q_critic.replay  # type: ignore[union-attr]
+    buffer = model.rollout_buffer
+    rows = slice(replay.pos - buffer.buffer_size, replay.pos)  # the last rollout's steps
+    assert list(replay.observations[rows].ravel()) == [
+        str(o) for o in buffer.observations_text.ravel()
+    ]
+    np.testing.assert_array_equal(
+        replay.actions[rows].ravel(), [int(a[0]) for a in buffer.action_tokens.ravel()]
+    )
+    np.testing.assert_allclose(replay.rewards[rows], buffer.rewards)
+    assert replay.terminated[rows].all()  # KeywordBandit's episodes end after one reply
+
+
+def test_the_target_update_tilts_every_action_by_its_value(model_dir: Path) -> None:
+    model = _ppo(model_dir, policy_update="target", kl_step=0.05)
+    model.learn(16)
+    critic = model.q_critic
+    assert critic is not None
+    states = list(dict.fromkeys(str(o) for o in model.rollout_buffer.observations_text.ravel()))
+    targets = model._choice_targets(0.0, 1.0)
+    for state in states:
+        q = critic.values([state])[0]
+        shift = np.log(targets[state].numpy()) - np.log(model.rollout_action_probs[state])
+        # log target - log old = Q / eta + a constant: the same order as Q, every action
+        assert np.argsort(shift).tolist() == np.argsort(q).tolist()
+
+
+def test_saved_and_loaded_with_its_values(model_dir: Path, tmp_path: Path) -> None:
+    model = _ppo(model_dir)
+    model.learn(16)
+    model.save(tmp_path / "agent")
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    assert loaded.advantage_estimator == "q" and loaded.q_critic is not None
+    observations = ["apple", "banana"]
+    np.testing.assert_allclose(
+        loaded.q_critic.values(observations), model.q_critic.values(observations), atol=1e-6  # type: ignore[union-attr]
+    )
+    assert loaded.q_critic.td_steps == model.q_critic.td_steps  # type: ignore[union-attr]
+    resumed = PPO.load(tmp_path / "agent", env=model.env, device="cpu")
+    resumed.learn(16, reset_num_timesteps=False)  # its replay starts empty and refills
+    assert len(resumed.q_critic.replay) == 16  # type: ignore[union-attr]
+    plain = _ppo(model_dir, advantage_estimator="gae")
+    plain.save(tmp_path / "plain")
+    with pytest.raises(Exception, match="holds no action values"):
+        PPO.load(tmp_path / "plain", device="cpu", advantage_estimator="q")
+
+
+def test_needs_choice_mode_and_lora(model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="choice mode"):
+        _ppo(model_dir, policy_kwargs={"action_mode": "generate"})
+    with pytest.raises(ValueError, match="LoRA"):
+        _ppo(model_dir, policy_kwargs={"lora": None})
