@@ -146,6 +146,8 @@ def _compare(got: Any, want: Any, where: str) -> list[str]:
             return [
                 f"{where}: keys {sorted(got) if isinstance(got, dict) else got} != {sorted(want)}"
             ]
+        if set(want) == {"sum", "sumsq", "sha256"} and not EXACT:
+            return _compare_tensor(got, want, where)
         return [d for k in want for d in _compare(got[k], want[k], f"{where}.{k}")]
     if isinstance(want, list):
         if not isinstance(got, list) or len(got) != len(want):
@@ -165,6 +167,21 @@ def _compare(got: Any, want: Any, where: str) -> list[str]:
     if got != want and not (isinstance(want, float) and math.isnan(want) and math.isnan(got)):
         return [f"{where}: {got!r} != {want!r}"]
     return []
+
+
+def _compare_tensor(got: dict[str, Any], want: dict[str, Any], where: str) -> list[str]:
+    """A trained tensor's statistics on another CPU: its sum within 1e-4 of the tensor's norm.
+
+    The sum of a tensor whose entries cancel (a value head's weights sum to ~0.02 at a norm of
+    ~0.03) is no scale for a relative tolerance: after Adam's steps, whose size does not depend
+    on the gradient's, float32 rounding of another CPU moved it by 4.5e-5 of the norm.
+    """
+    norm = math.sqrt(want["sumsq"])
+    out = []
+    if not math.isclose(got["sum"], want["sum"], rel_tol=1e-5, abs_tol=max(1e-6, 1e-4 * norm)):
+        out.append(f"{where}.sum: {got['sum']!r} != {want['sum']!r}")
+    out.extend(_compare(got["sumsq"], want["sumsq"], f"{where}.sumsq"))
+    return out
 
 
 def test_one_iteration_of_each_learner_matches_the_record(model_dir: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from stable_baselines3.common.type_aliases import Schedule
 
-from gym_llm.rl.ppo.config import LORA_LEARNING_RATE
+from gym_llm.rl.common.rates import LORA_LEARNING_RATE
 
 #: SB3 DQN's own values of the settings whose defaults differ here:
 #: ``DQN(LLMPolicy, env, **SB3_DEFAULTS)``.

@@ -13,15 +13,9 @@ from typing import Any
 
 from stable_baselines3.common.type_aliases import Schedule
 
+from gym_llm.rl.common.rates import FULL_FINETUNE_LEARNING_RATE, LORA_LEARNING_RATE
 from gym_llm.rl.ppo.advantages import check_estimator
 from gym_llm.rl.ppo.entropy_control import check_entropy_of, check_floor, parse_ent_coef
-
-#: PPO's learning rate with LoRA when none is given. Measured on SmolLM2-135M with the default
-#: LoRA (benchmarks/RESULTS.md, "HighLow"): 1e-4 left a number rule at 0.8-0.9 success after 1,024
-#: env steps in 4 seeds out of 4; 5e-4 reached 1.0 by 768 steps in all 4.
-LORA_LEARNING_RATE = 5e-4
-#: ... and without LoRA (every weight trains; LoRA's rates would wreck a pretrained model).
-FULL_FINETUNE_LEARNING_RATE = 1e-5
 
 #: Passes over each rollout. Four, not two, measured on the task family's tuning split (10 seeds
 #: per task, benchmarks/RESULTS.md, "More learning per env step"): never fewer seeds reaching

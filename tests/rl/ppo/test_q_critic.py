@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from gym_llm import PPO
 from gym_llm.rl.ppo.q_critic import state_advantages
 from tests.builders import small_ppo
@@ -58,7 +59,7 @@ def test_turn_advantages_come_from_the_trained_action_values(model_dir: Path) ->
 def test_the_replay_holds_each_step_with_what_followed_it(model_dir: Path) -> None:
     model = _ppo(model_dir)
     model.learn(16)
-    replay = model.q_critic.replay  # type: ignore[union-attr]
+    replay = model.q_critic.replay
     buffer = model.rollout_buffer
     rows = slice(replay.pos - buffer.buffer_size, replay.pos)  # the last rollout's steps
     assert list(replay.observations[rows].ravel()) == [
@@ -93,12 +94,12 @@ def test_saved_and_loaded_with_its_values(model_dir: Path, tmp_path: Path) -> No
     assert loaded.advantage_estimator == "q" and loaded.q_critic is not None
     observations = ["apple", "banana"]
     np.testing.assert_allclose(
-        loaded.q_critic.values(observations), model.q_critic.values(observations), atol=1e-6  # type: ignore[union-attr]
+        loaded.q_critic.values(observations), model.q_critic.values(observations), atol=1e-6
     )
-    assert loaded.q_critic.td_steps == model.q_critic.td_steps  # type: ignore[union-attr]
+    assert loaded.q_critic.td_steps == model.q_critic.td_steps
     resumed = PPO.load(tmp_path / "agent", env=model.env, device="cpu")
     resumed.learn(16, reset_num_timesteps=False)  # its replay starts empty and refills
-    assert len(resumed.q_critic.replay) == 16  # type: ignore[union-attr]
+    assert len(resumed.q_critic.replay) == 16
     plain = _ppo(model_dir, advantage_estimator="gae")
     plain.save(tmp_path / "plain")
     with pytest.raises(Exception, match="holds no action values"):
