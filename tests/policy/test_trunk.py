@@ -78,11 +78,13 @@ def _observations(conversation: bool) -> list[str]:
 def _assert_same_gradients(fast: dict[str, torch.Tensor], slow: dict[str, torch.Tensor]) -> None:
     """Equal to float32 rounding: the log-softmax runs on differently shaped logits, which
     changes the rounding of each log-prob by ~1e-7 (measured in float64: forward log-probs and
-    entropies equal, gradients within 3e-7 of their largest entry)."""
+    entropies equal, gradients within 3e-7 of their largest entry). In float32 the gap depends
+    on the CPU: up to 1.5e-4 of the largest entry (a key projection's LoRA B) on one, so the
+    bound is 5e-4; a gradient taken on the wrong prompt differs by the entry's own size."""
     assert fast.keys() == slow.keys() and fast
     for name, grad in fast.items():
         scale = float(slow[name].abs().max()) + 1e-6
-        torch.testing.assert_close(grad, slow[name], atol=1e-4 * scale, rtol=0, msg=name)
+        torch.testing.assert_close(grad, slow[name], atol=5e-4 * scale, rtol=0, msg=name)
 
 
 def _grads(policy: LLMPolicy, ev: Evaluation) -> dict[str, torch.Tensor]:

@@ -339,7 +339,9 @@ class PPO(OnPolicyAlgorithm):
                     "advantage_estimator='q' trains in one process (each process would learn "
                     "its own action values); use 'gae' with several processes."
                 )
-            self.q_critic = QCritic(self.policy, self.n_envs, self.gamma, seed=self.seed)
+            self.q_critic = QCritic(
+                self.policy, self.n_envs, self.n_steps, self.gamma, seed=self.seed
+            )
         self.rollout_buffer = TextRolloutBuffer(
             self.n_steps,
             self.n_envs,
@@ -429,7 +431,7 @@ class PPO(OnPolicyAlgorithm):
         listed = None if policy.scores_listed_actions else policy.actions_list
         monitor.start(listed, policy.truncated_prompts)
         dones = np.zeros(env.num_envs, dtype=bool)
-        q_critic, turn_probs = self.q_critic, []  # the probabilities each turn was sampled with
+        q_critic = self.q_critic
         while n_steps < n_rollout_steps:
             observations: np.ndarray = self._last_obs  # type: ignore[assignment]
             with torch.inference_mode():
@@ -447,12 +449,7 @@ class PPO(OnPolicyAlgorithm):
             monitor.observe(observations, step, rewards, infos)
             rewards = rewards.astype(np.float32) * self.reward_scale
             if q_critic is not None:
-                assert step.action_probs is not None
-                turn_probs.append(step.action_probs)
-                chosen = np.array([int(a[0]) for a in step.actions])
-                q_critic.add_step(
-                    observations, new_obs, chosen, rewards, dones, infos, step.action_probs
-                )
+                q_critic.add_turns(observations, step, new_obs, rewards, dones, infos)
             for idx, done in enumerate(dones):
                 terminal = infos[idx].get("terminal_observation")
                 if done and terminal is not None and infos[idx].get("TimeLimit.truncated", False):
@@ -475,7 +472,7 @@ class PPO(OnPolicyAlgorithm):
             last_values = policy.predict_values(list(self._last_obs))  # type: ignore[arg-type]
         buffer.compute_returns_and_advantage(last_values=last_values.float(), dones=dones)
         if q_critic is not None:
-            self._q_advantages(q_critic, buffer, turn_probs, n_steps * env.num_envs)
+            self._q_advantages(q_critic, buffer, n_steps * env.num_envs)
         elif self.advantage_estimator in CRITIC_FREE:
             buffer.advantages = critic_free_advantages(
                 self.advantage_estimator,
@@ -502,13 +499,7 @@ class PPO(OnPolicyAlgorithm):
         callback.on_rollout_end()
         return True
 
-    def _q_advantages(
-        self,
-        q_critic: QCritic,
-        buffer: TextRolloutBuffer,
-        turn_probs: list[np.ndarray],
-        new_steps: int,
-    ) -> None:
+    def _q_advantages(self, q_critic: QCritic, buffer: TextRolloutBuffer, new_steps: int) -> None:
         """``advantage_estimator="q"``: train the action values on the replay (this rollout
         included), then each turn's advantage from them."""
         figures = q_critic.train(self.num_timesteps, new_steps)
@@ -516,7 +507,7 @@ class PPO(OnPolicyAlgorithm):
             self.logger.record(f"train/{name}", value)
         observations = buffer.observations_text.reshape(-1)
         actions = np.array([int(a[0]) for a in buffer.action_tokens.reshape(-1)])
-        probs = np.concatenate(turn_probs)
+        probs = np.concatenate(q_critic.rollout_probs)
         advantages = q_critic.advantages(list(observations), actions, probs)
         buffer.advantages = advantages.reshape(buffer.advantages.shape).astype(np.float32)
 

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import copy
 import math
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from gym_llm.policy.outputs import PolicyStep
 from gym_llm.policy.q_head import QHead
 from gym_llm.rl.common.frozen_features import FrozenFeatures
 from gym_llm.rl.dqn.config import DQNConfig
@@ -41,6 +43,7 @@ class QCritic:
         policy: the :class:`~gym_llm.policy.llm_policy.LLMPolicy` (choice mode, one list of
             actions, LoRA): its frozen features are the head's input.
         n_envs: envs stepped together (the replay keeps each env's steps in order).
+        rollout_steps: vector steps per rollout (PPO's ``n_steps``).
         gamma: the discount of the TD target.
         replay_ratio: how many times each env step is replayed on average (DQN's defaults:
             ``batch_size / train_freq`` = 8).
@@ -51,6 +54,7 @@ class QCritic:
         self,
         policy: Any,
         n_envs: int,
+        rollout_steps: int,
         gamma: float,
         replay_ratio: float = Q_DEFAULTS.batch_size / float(Q_DEFAULTS.train_freq),  # type: ignore[arg-type]
         seed: int | None = None,
@@ -86,6 +90,8 @@ class QCritic:
         #: TD steps taken, and those skipped for a non-finite loss.
         self.td_steps = self.skipped_steps = 0
         self._owed = 0.0  # fractional TD steps carried to the next rollout
+        #: The last rollout's ``(n, K)`` sampling probabilities, one per vector step.
+        self.rollout_probs: deque[np.ndarray] = deque(maxlen=rollout_steps)
 
     @property
     def q_net(self) -> QHead:
@@ -103,6 +109,25 @@ class QCritic:
     ) -> None:
         """One vector step as the env returned it (:meth:`TextReplayBuffer.add_step`)."""
         self.replay.add_step(observations, new_observations, actions, rewards, dones, infos, probs)
+
+    def add_turns(
+        self,
+        observations: Any,
+        step: PolicyStep,
+        new_observations: Any,
+        rewards: np.ndarray,
+        dones: np.ndarray,
+        infos: list[dict[str, Any]],
+    ) -> None:
+        """One vector step of a PPO rollout: the policy's ``step``, then what the env returned.
+        The ``(n, K)`` probabilities the actions were sampled with are kept in
+        :attr:`rollout_probs`."""
+        assert step.action_probs is not None, "choice mode scores every listed action"
+        chosen = np.array([int(a[0]) for a in step.actions])
+        self.add_step(
+            observations, new_observations, chosen, rewards, dones, infos, step.action_probs
+        )
+        self.rollout_probs.append(step.action_probs)
 
     def train(self, num_timesteps: int, new_steps: int) -> dict[str, float]:
         """TD steps for ``new_steps`` env steps collected (``replay_ratio`` replays each), at
