@@ -97,19 +97,6 @@ class QCritic:
     def q_net(self) -> QHead:
         return self.heads.online
 
-    def add_step(
-        self,
-        observations: Any,
-        new_observations: Any,
-        actions: np.ndarray,
-        rewards: np.ndarray,
-        dones: np.ndarray,
-        infos: list[dict[str, Any]],
-        probs: np.ndarray,
-    ) -> None:
-        """One vector step as the env returned it (:meth:`TextReplayBuffer.add_step`)."""
-        self.replay.add_step(observations, new_observations, actions, rewards, dones, infos, probs)
-
     def add_turns(
         self,
         observations: Any,
@@ -119,12 +106,12 @@ class QCritic:
         dones: np.ndarray,
         infos: list[dict[str, Any]],
     ) -> None:
-        """One vector step of a PPO rollout: the policy's ``step``, then what the env returned.
-        The ``(n, K)`` probabilities the actions were sampled with are kept in
-        :attr:`rollout_probs`."""
+        """One vector step of a PPO rollout into the replay (:meth:`TextReplayBuffer.add_step`):
+        the policy's ``step``, then what the env returned. The ``(n, K)`` probabilities the
+        actions were sampled with are kept in :attr:`rollout_probs`."""
         assert step.action_probs is not None, "choice mode scores every listed action"
         chosen = np.array([int(a[0]) for a in step.actions])
-        self.add_step(
+        self.replay.add_step(
             observations, new_observations, chosen, rewards, dones, infos, step.action_probs
         )
         self.rollout_probs.append(step.action_probs)
@@ -165,6 +152,7 @@ class QCritic:
             "q_loss": float(np.mean(losses)) if losses else math.nan,
             "q_mean": float(np.mean(q_means)) if q_means else math.nan,
             "q_td_steps": float(steps),
+            "q_skipped_steps": float(self.skipped_steps),
         }
 
     @torch.no_grad()
