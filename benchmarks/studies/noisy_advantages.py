@@ -129,6 +129,22 @@ def policy_figures(
     }
 
 
+def value_figures(
+    q: np.ndarray, best: np.ndarray, pairs: set[tuple[int, int]], n_actions: int
+) -> dict[str, Any]:
+    """A learner's action values over every state (``advantage_estimator="q"``): the share of
+    states whose greedy value is ``Q*``'s action, and the share of (state, action) pairs its
+    replay holds (a value never trained on is the head's guess).
+
+    >>> value_figures(np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([0, 0]), {(0, 0)}, 2)
+    {'values_right_share': 0.5, 'replay_pairs_share': 0.25}
+    """
+    return {
+        "values_right_share": float(np.mean(q.argmax(-1) == best)),
+        "replay_pairs_share": len(pairs) / (len(best) * n_actions),
+    }
+
+
 class NoiseFigures:
     """After each rollout of ``model`` on family task ``task``, one row of figures to ``path``."""
 
@@ -163,6 +179,18 @@ class NoiseFigures:
         row = {**self.run, "env_steps": int(model.num_timesteps)}
         row.update(advantage_figures(states, actions, advantages, gaps, self.best))
         row.update(policy_figures(policy, self.best, self.tabular, gaps))
+        critic = getattr(model, "q_critic", None)
+        if critic is not None:
+            held = len(critic.replay) // critic.replay.n_envs
+            observations = critic.replay.observations[:held].ravel()
+            actions_held = critic.replay.actions[:held].ravel()
+            pairs = {
+                (self.index[str(o)], int(a))
+                for o, a in zip(observations, actions_held, strict=True)
+                if str(o) in self.index
+            }
+            q = critic.values(self.texts)
+            row.update(value_figures(q, self.best, pairs, policy.shape[1]))
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         return row
@@ -193,6 +221,8 @@ SUMMARY = (
     "entropy_mean",
     "greedy_right_share",
     "sampling_value",
+    "values_right_share",
+    "replay_pairs_share",
 )
 
 

@@ -92,3 +92,25 @@ def test_summarize_averages_windows_per_task_and_arm(capsys: object) -> None:
     assert [(t["arm"], t["window"], t["seeds"]) for t in table] == [
         ("a", "1-512", 2), ("a", "513-1024", 1), ("b", "1-512", 1)]  # fmt: skip
     assert table[0]["entropy_mean"] == 0.3 and table[0]["snr_median"] is None
+
+
+def test_a_q_critic_run_adds_its_values_figures(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from benchmarks.recipes.family_sweep import main
+
+    rows = tmp_path / "rows.jsonl"
+    main(["run", "--tasks", "weather-p0-s0", "--seeds", "0",
+          "--arms", "q:ppo.advantage_estimator=q,ppo.policy_update=target",
+          "--model", str(tiny_model_dir), "--n-envs", "2", "--n-steps", "4", "--batch-size", "8",
+          "--steps", "16", "--every", "8", "--noise-figures", "--jsonl", str(rows)])  # fmt: skip
+    noise = [json.loads(line) for line in (tmp_path / "rows.noise.jsonl").read_text().splitlines()]
+    shares = [r["replay_pairs_share"] for r in noise]
+    assert 0 < shares[0] <= shares[1] <= 1  # the replay only grows
+    assert all(0.0 <= r["values_right_share"] <= 1.0 for r in noise)
+
+
+def test_value_figures_count_pairs_and_greedy_values() -> None:
+    from benchmarks.studies.noisy_advantages import value_figures
+
+    q = np.array([[0.0, 1.0], [2.0, 1.0], [0.0, 0.5]])
+    figures = value_figures(q, np.array([1, 1, 1]), {(0, 0), (0, 1), (2, 1)}, 2)
+    assert figures == {"values_right_share": 2 / 3, "replay_pairs_share": 0.5}
