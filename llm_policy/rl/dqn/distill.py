@@ -29,8 +29,7 @@ def distill_steps(model: Any, steps: int, batch_size: int, rng: np.random.Genera
     """``steps`` optimizer steps of the LM towards the posterior on replayed observations; the
     last step's loss (NaN if every step was skipped for a non-finite loss)."""
     policy = model.policy
-    held = model.replay_buffer.observations[: len(model.replay_buffer) // model.n_envs]
-    distinct = np.array(list(dict.fromkeys(str(o) for o in held.ravel())), dtype=object)
+    distinct = np.array(model.replay_buffer.distinct_observations(), dtype=object)
     if len(distinct) == 0:
         return float("nan")
     policy.calibrate_action_head(list(distinct))  # once, before its first step (if it has one)

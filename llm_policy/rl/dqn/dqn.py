@@ -283,8 +283,7 @@ class DQN(OffPolicyAlgorithm):
 
     def _calibrate_q_net(self) -> None:
         """Fix the Q head's input scale from the distinct observations collected so far."""
-        held = self.replay_buffer.observations[: len(self.replay_buffer) // self.n_envs]
-        distinct = list(dict.fromkeys(str(o) for o in held.ravel()))
+        distinct = self.replay_buffer.distinct_observations()
         self.q_net.calibrate(self.prior_and_features(distinct)[1])
         self.q_net_target.load_state_dict(self.q_net.state_dict())
         self.q_net_average.load_state_dict(self.q_net.state_dict())

@@ -85,6 +85,19 @@ class TextReplayBuffer:
         self.pos = (self.pos + 1) % self.rows
         self.full = self.full or self.pos == 0
 
+    def distinct_observations(self) -> list[str]:
+        """The observations held, each once, in the order they were first stored."""
+        held = self.observations[: len(self) // self.n_envs]
+        return list(dict.fromkeys(str(o) for o in held.ravel()))
+
+    def latest(self, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The newest ``steps`` vector steps, oldest first: ``(steps, n_envs)`` observations and
+        actions, and ``(steps, n_envs, K)`` behaviour probabilities."""
+        if not 0 < steps <= len(self) // self.n_envs:
+            raise ValueError(f"The replay holds {len(self) // self.n_envs} steps, not {steps}.")
+        rows = (self.pos - steps + np.arange(steps)) % self.rows
+        return self.observations[rows], self.actions[rows], self.behaviour_probs[rows]
+
     def add_step(
         self,
         observations: Any,

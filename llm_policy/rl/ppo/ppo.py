@@ -94,7 +94,7 @@ from gym_llm.rl.ppo.entropy_control import (
 from gym_llm.rl.ppo.guard import NanGuard
 from gym_llm.rl.ppo.loss import LossSettings
 from gym_llm.rl.ppo.passes import UpdatePasses
-from gym_llm.rl.ppo.q_critic import QCritic, state_advantages
+from gym_llm.rl.ppo.q_critic import QCritic
 from gym_llm.rl.ppo.rollout import RolloutMonitor
 from gym_llm.rl.ppo.target_update import rollout_targets, table_targets
 from gym_llm.spaces import TextActions, TextObservations
@@ -339,9 +339,7 @@ class PPO(OnPolicyAlgorithm):
                     "advantage_estimator='q' trains in one process (each process would learn "
                     "its own action values); use 'gae' with several processes."
                 )
-            self.q_critic = QCritic(
-                self.policy, self.n_envs, self.n_steps, self.gamma, seed=self.seed
-            )
+            self.q_critic = QCritic(self.policy, self.n_envs, self.gamma, seed=self.seed)
         self.rollout_buffer = TextRolloutBuffer(
             self.n_steps,
             self.n_envs,
@@ -472,7 +470,7 @@ class PPO(OnPolicyAlgorithm):
             last_values = policy.predict_values(list(self._last_obs))  # type: ignore[arg-type]
         buffer.compute_returns_and_advantage(last_values=last_values.float(), dones=dones)
         if q_critic is not None:
-            self._q_advantages(q_critic, buffer, n_steps * env.num_envs)
+            self._q_advantages(q_critic, buffer, n_steps)
         elif self.advantage_estimator in CRITIC_FREE:
             buffer.advantages = critic_free_advantages(
                 self.advantage_estimator,
@@ -499,17 +497,13 @@ class PPO(OnPolicyAlgorithm):
         callback.on_rollout_end()
         return True
 
-    def _q_advantages(self, q_critic: QCritic, buffer: TextRolloutBuffer, new_steps: int) -> None:
-        """``advantage_estimator="q"``: train the action values on the replay (this rollout
-        included), then each turn's advantage from them."""
-        figures = q_critic.train(self.num_timesteps, new_steps)
+    def _q_advantages(self, q_critic: QCritic, buffer: TextRolloutBuffer, steps: int) -> None:
+        """``advantage_estimator="q"``: train the action values on the replay (this rollout's
+        ``steps`` vector steps included), then each turn's advantage from them."""
+        figures = q_critic.train(self.num_timesteps, steps * buffer.n_envs)
         for name, value in figures.items():
             self.logger.record(f"train/{name}", value)
-        observations = buffer.observations_text.reshape(-1)
-        actions = np.array([int(a[0]) for a in buffer.action_tokens.reshape(-1)])
-        probs = np.concatenate(q_critic.rollout_probs)
-        advantages = q_critic.advantages(list(observations), actions, probs)
-        buffer.advantages = advantages.reshape(buffer.advantages.shape).astype(np.float32)
+        buffer.advantages = q_critic.rollout_advantages(steps).astype(np.float32)
 
     def _remedies(self) -> str:
         """What to try against an input-independent policy, leaving out what is already on."""
@@ -684,12 +678,11 @@ class PPO(OnPolicyAlgorithm):
         buffer, finite = self.rollout_buffer, self.rollout_buffer.finite_turns()
         observations = [str(o) for o in buffer.observations_text.reshape(-1)[finite]]
         if self.q_critic is not None:  # every action's advantage, played or not
-            states = list(dict.fromkeys(observations))
-            probs = np.stack([self.rollout_action_probs[state] for state in states])
-            table = state_advantages(self.q_critic.values(states), probs) / scale
-            visits = np.array([observations.count(state) for state in states], dtype=np.float64)
+            states, table, visits = self.q_critic.state_table(
+                observations, self.rollout_action_probs
+            )
             targets, eta, lift = table_targets(
-                states, table, visits, self.rollout_action_probs, self.kl_step
+                states, table / scale, visits, self.rollout_action_probs, self.kl_step
             )
         else:
             targets, eta, lift = rollout_targets(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections import deque
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,7 +43,6 @@ class QCritic:
         policy: the :class:`~gym_llm.policy.llm_policy.LLMPolicy` (choice mode, one list of
             actions, LoRA): its frozen features are the head's input.
         n_envs: envs stepped together (the replay keeps each env's steps in order).
-        rollout_steps: vector steps per rollout (PPO's ``n_steps``).
         gamma: the discount of the TD target.
         replay_ratio: how many times each env step is replayed on average (DQN's defaults:
             ``batch_size / train_freq`` = 8).
@@ -54,7 +53,6 @@ class QCritic:
         self,
         policy: Any,
         n_envs: int,
-        rollout_steps: int,
         gamma: float,
         replay_ratio: float = Q_DEFAULTS.batch_size / float(Q_DEFAULTS.train_freq),  # type: ignore[arg-type]
         seed: int | None = None,
@@ -90,8 +88,6 @@ class QCritic:
         #: TD steps taken, and those skipped for a non-finite loss.
         self.td_steps = self.skipped_steps = 0
         self._owed = 0.0  # fractional TD steps carried to the next rollout
-        #: The last rollout's ``(n, K)`` sampling probabilities, one per vector step.
-        self.rollout_probs: deque[np.ndarray] = deque(maxlen=rollout_steps)
 
     @property
     def q_net(self) -> QHead:
@@ -107,23 +103,20 @@ class QCritic:
         infos: list[dict[str, Any]],
     ) -> None:
         """One vector step of a PPO rollout into the replay (:meth:`TextReplayBuffer.add_step`):
-        the policy's ``step``, then what the env returned. The ``(n, K)`` probabilities the
-        actions were sampled with are kept in :attr:`rollout_probs`."""
+        the policy's ``step`` (with the probabilities its actions were sampled with), then what
+        the env returned."""
         assert step.action_probs is not None, "choice mode scores every listed action"
         chosen = np.array([int(a[0]) for a in step.actions])
         self.replay.add_step(
             observations, new_observations, chosen, rewards, dones, infos, step.action_probs
         )
-        self.rollout_probs.append(step.action_probs)
 
     def train(self, num_timesteps: int, new_steps: int) -> dict[str, float]:
         """TD steps for ``new_steps`` env steps collected (``replay_ratio`` replays each), at
         DQN's rate decayed to ``num_timesteps``; the mean loss and Q. The head's input scale is
         fixed from the observations seen before its first step."""
         if not self.q_net.is_calibrated:
-            held = self.replay.observations[: len(self.replay) // self.n_envs]
-            distinct = list(dict.fromkeys(str(o) for o in held.ravel()))
-            self.q_net.calibrate(self.features(distinct)[1])
+            self.q_net.calibrate(self.features(self.replay.distinct_observations())[1])
             self.heads.target.load_state_dict(self.q_net.state_dict())
         rate = self.base_rate * harmonic_rate_factor(num_timesteps, Q_DEFAULTS.learning_rate_decay)
         for group in self.heads.optimizer.param_groups:
@@ -160,13 +153,28 @@ class QCritic:
         """``(n, K)`` action values of each observation."""
         return self.q_net(self.features(observations)[1]).double().cpu().numpy()  # type: ignore[no-any-return]
 
-    def advantages(
-        self, observations: Sequence[Any], actions: np.ndarray, probs: np.ndarray
-    ) -> np.ndarray:
-        """``(n,)`` ``Q(s, a) - sum_b pi(b | s) Q(s, b)`` of each turn, from the ``(n, K)``
-        probabilities ``probs`` the turn's action was sampled with."""
-        table = state_advantages(self.values(observations), probs)
-        return table[np.arange(len(table)), np.asarray(actions, dtype=np.int64).reshape(-1)]
+    def rollout_advantages(self, steps: int) -> np.ndarray:
+        """``(steps, n_envs)`` ``Q(s, a) - sum_b pi(b | s) Q(s, b)`` of the newest ``steps``
+        vector steps (a rollout's turns, in its buffer's order), with the probabilities each
+        action was sampled with."""
+        observations, actions, probs = self.replay.latest(steps)
+        table = state_advantages(
+            self.values(list(observations.ravel())), probs.reshape(-1, probs.shape[-1])
+        )
+        chosen: np.ndarray = table[np.arange(len(table)), actions.ravel()]
+        return chosen.reshape(actions.shape)
+
+    def state_table(
+        self, observations: Sequence[str], action_probs: dict[str, np.ndarray]
+    ) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """``(states, A, visits)`` as :func:`~gym_llm.rl.ppo.target_update.state_action_advantages`
+        gives them, but with every action's advantage from the values, played or not, under
+        each state's ``action_probs``."""
+        visits = Counter(observations)
+        states = list(visits)
+        probs = np.stack([action_probs[state] for state in states])
+        table = state_advantages(self.values(states), probs)
+        return states, table, np.array([visits[s] for s in states], dtype=np.float64)
 
     def state_dict(self) -> dict[str, Any]:
         return {

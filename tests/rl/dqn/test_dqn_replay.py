@@ -69,3 +69,13 @@ def test_errors_name_what_is_wrong() -> None:
         TextReplayBuffer(1, n_envs=2, n_actions=2)
     with pytest.raises(ValueError, match="empty"):
         TextReplayBuffer(8, n_envs=2, n_actions=2).sample(4, 1, 0.9, np.random.default_rng(0))
+
+
+def test_latest_steps_and_distinct_observations_read_across_the_ring() -> None:
+    buffer = _filled(5, buffer_rows=3)  # rows t = 2, 3, 4 held; t = 3 and 4 wrote over 0 and 1
+    observations, actions, probs = buffer.latest(2)
+    assert observations.tolist() == [["a3", "b3"], ["a4", "b4"]]
+    assert actions.tolist() == [[0, 1], [1, 1]] and probs.shape == (2, 2, 3)
+    assert sorted(buffer.distinct_observations()) == ["a2", "a3", "a4", "b2", "b3", "b4"]
+    with pytest.raises(ValueError, match="holds 3 steps"):
+        buffer.latest(4)
