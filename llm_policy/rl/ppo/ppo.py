@@ -42,12 +42,9 @@ from gym_llm.rl.common.checkpoint import (
     SAVED_HYPERPARAMETERS,
     TRAINING_STATE,
     SavedConfig,
-    regroup_optimizer_state,
 )
 from gym_llm.rl.common.checkpoint_files import (
-    CheckpointError,
     agent_path,
-    read_tensors,
     write_agent_directory,
 )
 from gym_llm.rl.common.distributed import (
@@ -96,6 +93,7 @@ from gym_llm.rl.ppo.loss import LossSettings
 from gym_llm.rl.ppo.passes import UpdatePasses
 from gym_llm.rl.ppo.q_critic import QCritic
 from gym_llm.rl.ppo.rollout import RolloutMonitor
+from gym_llm.rl.ppo.saving import agent_tensors, load_trained_state
 from gym_llm.rl.ppo.target_update import rollout_targets, table_targets
 from gym_llm.spaces import TextActions, TextObservations
 
@@ -771,21 +769,6 @@ class PPO(OnPolicyAlgorithm):
             hyper["ent_coef"] = f"auto_{self.ent_coef}"
         return SavedConfig.of(self, hyper)
 
-    def _tensors(self) -> dict[str, torch.Tensor | dict[str, Any]]:
-        scale = self.advantage_scale
-        tensors: dict[str, torch.Tensor | dict[str, Any]] = {
-            "trainable": self.policy.trainable_state_dict(),
-            "optimizer": self.parallel.optimizer_state(self.policy),
-            "advantage_scale": torch.tensor(
-                [float(scale.mean), float(scale.var), float(scale.count)], dtype=torch.float64
-            ),
-        }
-        if self.policy.choice_calibration is not None:
-            tensors["choice_calibration"] = self.policy.choice_calibration.cpu()
-        if self.q_critic is not None:
-            tensors["q_critic"] = self.q_critic.state_dict()
-        return tensors
-
     def save(  # type: ignore[override]
         self,
         path: str | os.PathLike[str],
@@ -812,7 +795,7 @@ class PPO(OnPolicyAlgorithm):
                 TRAINING_STATE: json.dumps(self.training_state(), default=float),
             }
             write_agent_directory(
-                path, texts, self._tensors(), extra_json, base_model_writer(self.policy)
+                path, texts, agent_tensors(self), extra_json, base_model_writer(self.policy)
             )
             self.last_checkpoint = agent_path(path)
 
@@ -855,45 +838,4 @@ class PPO(OnPolicyAlgorithm):
         """Load the trained state a :meth:`save` directory holds (adapter, value head, optimizer,
         counters, and the random state a resumed :meth:`learn` continues from) into this
         already-built agent; shared by ``PPO.load`` and ``Agent.load``."""
-        saved = SavedConfig.read(path)
-        state = read_tensors(path, self.device)
-        try:
-            self.policy.load_trainable_state_dict(state["trainable"])
-            optimizer_state = regroup_optimizer_state(state["optimizer"], self.policy.optimizer)
-            self.policy.optimizer.load_state_dict(optimizer_state)
-        except (ValueError, RuntimeError) as exc:
-            lora = saved.policy_kwargs.get("lora") or {}
-            raise CheckpointError(
-                f"{Path(path) / 'policy.pt'} does not fit this policy: it was saved for model "
-                f"{saved.policy_kwargs.get('model')!r} with LoRA rank {lora.get('r')} and "
-                f"trainable layers {saved.policy_kwargs.get('trainable_layers')}; this policy "
-                f"is {self.policy.model_name!r} with LoRA rank "
-                f"{(self.policy.lora_settings or {}).get('r')} and trainable layers "
-                f"{self.policy.trainable_layers}. Build the agent with the saved settings "
-                f"(PPO.load reads them from config.json). ({exc})"
-            ) from None
-        if "choice_calibration" in state:  # exactly the constants the agent trained with
-            self.policy.choice_calibration = state["choice_calibration"].to(self.device)
-        if self.q_critic is not None:  # its replay starts empty, as DQN's does
-            if "q_critic" not in state:
-                raise CheckpointError(
-                    f"{Path(path) / 'policy.pt'} holds no action values: it was saved by an "
-                    "agent with another advantage_estimator. Load it with the saved settings."
-                )
-            self.q_critic.load_state_dict(state["q_critic"])
-        if "advantage_scale" in state:  # agents saved before it existed start a fresh one
-            mean, var, count = state["advantage_scale"].tolist()
-            self.advantage_scale.mean = np.asarray(mean, dtype=np.float64)
-            self.advantage_scale.var = np.asarray(var, dtype=np.float64)
-            self.advantage_scale.count = count
-        self.num_timesteps = int(saved.num_timesteps)
-        self._n_updates = int(saved.n_updates)
-        training_file = agent_path(path) / TRAINING_STATE
-        if training_file.is_file():  # agents saved before it existed resume with fresh RNGs
-            try:
-                self.restore_training_state(json.loads(training_file.read_text()))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                raise CheckpointError(
-                    f"{training_file} is damaged ({type(exc).__name__}: {exc}). Load an earlier "
-                    "checkpoint, or delete the file to continue with fresh random state."
-                ) from None
+        load_trained_state(self, path)
