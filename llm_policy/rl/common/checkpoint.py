@@ -78,6 +78,7 @@ SAVED_HYPERPARAMETERS = (
     "n_logged_samples",
     "seed",
     "advantage_estimator",
+    "q_n_steps",
     "clip_range_vf",
     "reward_scale",
     "critic_warmup_steps",

@@ -9,6 +9,7 @@ probabilities of every action at the moment it was sampled.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,10 +123,20 @@ class TextReplayBuffer:
         )  # fmt: skip
 
     def sample(
-        self, batch_size: int, n_steps: int, gamma: float, rng: np.random.Generator
+        self,
+        batch_size: int,
+        n_steps: int,
+        gamma: float,
+        rng: np.random.Generator,
+        greedy: Callable[[list[str]], np.ndarray] | None = None,
     ) -> ReplaySample:
         """``batch_size`` steps drawn uniformly with their ``n_steps`` returns. Near the newest
-        row the look-ahead is cut where the data ends and bootstraps from there."""
+        row the look-ahead is cut where the data ends and bootstraps from there.
+
+        ``greedy`` (observations -> the action the learned values pick in each) also cuts it
+        before the first later step whose action was not that one (Watkins's Q(lambda)): the
+        rewards summed are then those of the greedy policy, whose values are learned, not the
+        behaviour's."""
         held = self.rows if self.full else self.pos
         if held == 0:
             raise ValueError("The replay buffer is empty: collect steps before sampling.")
@@ -141,6 +152,13 @@ class TextReplayBuffer:
         ended = self.ended[ahead, envs[:, None]] & available
         last_available = np.minimum(written, n_steps) - 1
         ended[np.arange(batch_size), last_available] = True  # the data ends: cut, bootstrap
+        if greedy is not None and n_steps > 1:
+            later_held: np.ndarray = available[:, 1:]  # (B, n - 1): later steps the data holds
+            later = self.observations[ahead[:, 1:], envs[:, None]][later_held]
+            taken = self.actions[ahead[:, 1:], envs[:, None]][later_held]
+            off_greedy = np.zeros(later_held.shape, dtype=bool)
+            off_greedy[later_held] = greedy([str(o) for o in later]) != taken
+            ended[:, :-1] |= off_greedy  # bootstrap from the state whose action left it
         returns, discounts, last = n_step_returns(
             torch.as_tensor(rewards), torch.as_tensor(terminated), torch.as_tensor(ended), gamma
         )

@@ -90,6 +90,9 @@ class PPOConfig:
     #: ``"q"`` (choice mode over one list: action values learned off-policy on a replay of the
     #: run, :mod:`gym_llm.rl.ppo.q_critic`; for noisy returns).
     advantage_estimator: str = "gae"
+    #: ``advantage_estimator="q"``: rewards summed before the action values' TD target
+    #: bootstraps (DQN's ``n_steps``).
+    q_n_steps: int = 1
     #: Clip the value loss around the rollout's values (SB3's ``clip_range_vf``); ``None``: off.
     clip_range_vf: float | None = None
     #: Every reward is multiplied by this before advantages and returns (logged episode returns
@@ -108,7 +111,7 @@ class PPOConfig:
     def __post_init__(self) -> None:
         self.clip_range, self.kl_step = float(self.clip_range), float(self.kl_step)
         self.reward_scale = float(self.reward_scale)
-        for name in ("batch_size", "n_epochs", "n_steps"):
+        for name in ("batch_size", "n_epochs", "n_steps", "q_n_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:

@@ -155,6 +155,7 @@ class PPO(OnPolicyAlgorithm):
     kl_coef: ConfigField[float] = ConfigField()
     micro_batch_size: ConfigField[int | None] = ConfigField()
     advantage_estimator: ConfigField[Estimator] = ConfigField()
+    q_n_steps: ConfigField[int] = ConfigField()
     clip_range_vf: ConfigField[float | None] = ConfigField()
     reward_scale: ConfigField[float] = ConfigField()
     critic_warmup_steps: ConfigField[int] = ConfigField()
@@ -337,7 +338,9 @@ class PPO(OnPolicyAlgorithm):
                     "advantage_estimator='q' trains in one process (each process would learn "
                     "its own action values); use 'gae' with several processes."
                 )
-            self.q_critic = QCritic(self.policy, self.n_envs, self.gamma, seed=self.seed)
+            self.q_critic = QCritic(
+                self.policy, self.n_envs, self.gamma, n_steps=self.q_n_steps, seed=self.seed
+            )
         self.rollout_buffer = TextRolloutBuffer(
             self.n_steps,
             self.n_envs,

@@ -44,6 +44,9 @@ class QCritic:
             actions, LoRA): its frozen features are the head's input.
         n_envs: envs stepped together (the replay keeps each env's steps in order).
         gamma: the discount of the TD target.
+        n_steps: rewards summed before the TD target bootstraps.
+        cut: stop summing before the first later action the values' greedy policy would not
+            take (Watkins's Q(lambda)), so that ``n_steps > 1`` learns the greedy policy's values.
         replay_ratio: how many times each env step is replayed on average (DQN's defaults:
             ``batch_size / train_freq`` = 8).
         seed: the replay's sampling seed.
@@ -54,11 +57,15 @@ class QCritic:
         policy: Any,
         n_envs: int,
         gamma: float,
+        n_steps: int = Q_DEFAULTS.n_steps,
+        cut: bool = True,
         replay_ratio: float = Q_DEFAULTS.batch_size / float(Q_DEFAULTS.train_freq),  # type: ignore[arg-type]
         seed: int | None = None,
     ) -> None:
-        if replay_ratio <= 0:
-            raise ValueError(f"replay_ratio must be > 0, got {replay_ratio}.")
+        if replay_ratio <= 0 or n_steps < 1:
+            raise ValueError(
+                f"Need replay_ratio > 0 and n_steps >= 1, got {replay_ratio}, {n_steps}."
+            )
         actions = list(getattr(policy.action_space, "actions", []))
         if not policy.scores_listed_actions or policy.per_state or not actions:
             raise ValueError(
@@ -72,6 +79,7 @@ class QCritic:
                 "adapter off); with lora=None use 'gae'."
             )
         self.gamma, self.replay_ratio, self.n_envs = gamma, replay_ratio, n_envs
+        self.n_steps, self.cut = n_steps, cut
         self.features = FrozenFeatures(policy)
         hidden = int(policy.lm.config.get_text_config().hidden_size)
         online = QHead(hidden, len(actions), width=Q_DEFAULTS.q_width, device=policy.device)
@@ -128,7 +136,9 @@ class QCritic:
         refresh = max(1, round(Q_DEFAULTS.target_update_interval * self.replay_ratio / batch))
         losses, q_means = [], []
         for _ in range(steps):
-            sample = self.replay.sample(batch, Q_DEFAULTS.n_steps, self.gamma, self.rng)
+            sample = self.replay.sample(
+                batch, self.n_steps, self.gamma, self.rng, greedy=self._greedy if self.cut else None
+            )
             done = td_step(
                 self.heads, sample, self.features, alpha=1.0, beta=0.0,
                 max_grad_norm=Q_DEFAULTS.max_grad_norm, average_tau=1.0,
@@ -147,6 +157,11 @@ class QCritic:
             "q_td_steps": float(steps),
             "q_skipped_steps": float(self.skipped_steps),
         }
+
+    @torch.no_grad()
+    def _greedy(self, observations: list[str]) -> np.ndarray:
+        """The online values' best action in each observation."""
+        return self.q_net(self.features(observations)[1]).argmax(-1).cpu().numpy()  # type: ignore[no-any-return]
 
     @torch.no_grad()
     def values(self, observations: Sequence[Any]) -> np.ndarray:

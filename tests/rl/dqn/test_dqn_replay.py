@@ -55,6 +55,33 @@ def test_n_step_returns_follow_each_env_and_stop_at_episode_ends() -> None:
     assert len(_filled(5)) == 10
 
 
+def test_greedy_cuts_the_return_before_the_first_action_it_would_not_take() -> None:
+    g = 0.5
+    buffer = TextReplayBuffer(8, n_envs=1, n_actions=2)
+    for t, action in enumerate([0, 0, 1, 0]):  # s0 -0-> s1 -0-> s2 -1-> s3 -0-> s4, reward 1
+        buffer.add([f"s{t}"], [f"s{t + 1}"], np.array([action]), np.array([1.0]),
+                   np.array([False]), np.array([False]), np.full((1, 2), 0.5))  # fmt: skip
+    asked: list[str] = []
+
+    def greedy(observations: list[str]) -> np.ndarray:
+        asked.extend(observations)
+        return np.zeros(len(observations), dtype=np.int64)  # action 0 everywhere
+
+    sample = buffer.sample(64, 3, g, np.random.default_rng(0), greedy=greedy)
+    seen = {
+        o: (float(r), float(d), n)
+        for o, r, d, n in zip(sample.observations, sample.returns, sample.discounts,
+                              sample.next_observations, strict=True)
+    }  # fmt: skip
+    # from s0 the greedy action is taken at s1 but not at s2: two rewards, bootstrap from s2
+    assert seen["s0"] == (1 + g, g * g, "s2")
+    # from s2 its own action counts whatever it was; s3's is greedy, then the data ends
+    assert seen["s2"] == (1 + g, g * g, "s4")
+    assert "None" not in asked  # rows the data does not hold are never looked up
+    plain = buffer.sample(64, 3, g, np.random.default_rng(0))
+    assert (1 + g + g * g) in [float(r) for r in plain.returns]  # uncut: three rewards
+
+
 def test_a_full_ring_drops_the_oldest_rows_and_never_reads_across_the_seam() -> None:
     buffer = _filled(7, buffer_rows=4)  # rows t = 3..6 remain
     seen = _sample_all(buffer, n=3, gamma=1.0)

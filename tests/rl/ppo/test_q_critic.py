@@ -86,6 +86,34 @@ def test_the_target_update_tilts_every_action_by_its_value(model_dir: Path) -> N
         assert np.argsort(shift).tolist() == np.argsort(q).tolist()
 
 
+def test_n_step_targets_sum_rewards_before_bootstrapping(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = _ppo(model_dir, q_n_steps=3)
+    critic = model.q_critic
+    assert critic is not None
+    sampled: list[tuple[int, bool]] = []
+    sample = critic.replay.sample
+
+    def spy(
+        batch: int, n_steps: int, gamma: float, rng: np.random.Generator, greedy: Any = None
+    ) -> Any:
+        sampled.append((n_steps, greedy is not None))
+        return sample(batch, n_steps, gamma, rng, greedy)
+
+    monkeypatch.setattr(critic.replay, "sample", spy)
+    model.learn(16)
+    assert sampled and set(sampled) == {(3, True)}  # cut where the values' greedy action is not
+    observations = [str(o) for o in model.rollout_buffer.observations_text.ravel()]
+    np.testing.assert_array_equal(
+        critic._greedy(observations), critic.values(observations).argmax(-1)
+    )
+    model.save(tmp_path / "agent")
+    assert PPO.load(tmp_path / "agent", device="cpu").q_critic.n_steps == 3
+    with pytest.raises(ValueError, match="q_n_steps must be >= 1"):
+        _ppo(model_dir, q_n_steps=0)
+
+
 def test_saved_and_loaded_with_its_values(model_dir: Path, tmp_path: Path) -> None:
     model = _ppo(model_dir)
     model.learn(16)

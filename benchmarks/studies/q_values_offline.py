@@ -1,0 +1,243 @@
+"""PPO's action values (``advantage_estimator="q"``) learned offline on a family task's exact model.
+
+    python -m benchmarks.studies.q_values_offline --task grid-p1-s1 --behaviour uniform target \\
+        --seeds 0-3 --n-steps 1 3 --jsonl benchmarks/results/ppo-noisy/q/offline.jsonl
+
+The critic a run trains (:class:`~gym_llm.rl.ppo.q_critic.QCritic`: DQN's head, replay, rate and
+target copy on the frozen model's features) is driven here by a simulated behaviour policy on
+the task's transition model, with each state's features computed once: a run of 2,048 env steps
+takes seconds instead of minutes, so what the values do can be separated from what the LoRA
+policy does. Behaviours: ``uniform`` (every action alike, as DQN's first exploration),
+``prior`` (the untrained LM's own distribution, never updated) and ``target`` (the LM's
+distribution, replaced after every rollout by the target update's tilt of each visited state:
+a policy that follows the values exactly as far as ``kl_step`` allows).
+
+Every 256 env steps a row: the share of states whose greedy value is an optimal action (ties
+count), the exact return of acting greedily on the values and of the behaviour, and the mean
+absolute error of the values against ``Q*`` (undiscounted, so a floor of ~``1 - gamma^h``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks.cli_args import new_parser, seed_list
+from gym_llm.envs.tabular import TabularModel
+from gym_llm.policy.models import DEFAULT_MODEL
+from gym_llm.policy.q_head import QHead
+from gym_llm.rl.dqn.td import QHeads
+from gym_llm.rl.ppo.q_critic import QCritic
+from gym_llm.rl.ppo.target_update import table_targets
+
+BEHAVIOURS = ("uniform", "prior", "target")
+#: As ``family_sweep``'s runs: 8 envs, 8 steps each per rollout.
+N_ENVS, ROLLOUT = 8, 8
+
+
+class DuelingHead(QHead):
+    """``V(s) + A(s, a) - mean_a A(s, a)`` (Wang et al. 2016): the common climb of every action's
+    value in one output, the differences that pick the action in the others."""
+
+    def __init__(self, hidden: int, n_actions: int) -> None:
+        super().__init__(hidden, n_actions + 1)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        out = super().forward(features)
+        value, advantage = out[:, :1], out[:, 1:]
+        return value + advantage - advantage.mean(-1, keepdim=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = new_parser("python -m benchmarks.studies.q_values_offline", __doc__)
+    add = parser.add_argument
+    add("--task", default="grid-p1-s1", help="a task of gym_llm/Family-v0")
+    add("--behaviour", nargs="+", choices=BEHAVIOURS, default=list(BEHAVIOURS))
+    add("--seeds", type=seed_list, default=[0, 1, 2, 3], help="e.g. 0-3 or 0,2")
+    add("--steps", type=int, default=2048, help="env steps per run")
+    add("--n-steps", type=int, nargs="+", default=[1, 3], help="the TD target's n (each)")
+    add("--dueling", action="store_true", help="also each setting with a dueling head")
+    add("--no-cut", action="store_true", help="n-step returns not cut at off-greedy actions")
+    add("--kl-step", type=float, default=0.05, help="the target behaviour's step, nats")
+    add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
+    add("--jsonl", type=Path, default=None, help="append every row here")
+    return parser
+
+
+def task_tables(task: str, model: str) -> tuple[Any, np.ndarray, torch.Tensor]:
+    """The task's env, the LM's distribution in every state (in the env's state order) and the
+    frozen features of every state."""
+    import gymnasium as gym
+
+    from benchmarks.studies.diagnose_learning import ENV_ID, state_table
+    from gym_llm import PPO, make_text_env
+
+    texts, _ = state_table(task)
+    env = make_text_env(ENV_ID, 1, env_kwargs={"task": task}, seed=0)
+    agent = PPO("LLMPolicy", env, advantage_estimator="q", policy_kwargs={"model": model})
+    with torch.inference_mode():
+        probs = np.asarray(agent.policy.act(texts, deterministic=True).action_probs, np.float64)
+    assert agent.q_critic is not None
+    _, features = agent.q_critic.features(texts)
+    env.close()
+    return gym.make(ENV_ID, task=task), probs / probs.sum(-1, keepdims=True), features
+
+
+def offline_critic(
+    features: torch.Tensor,
+    n_actions: int,
+    n_steps: int,
+    seed: int,
+    dueling: bool = False,
+    cut: bool = True,
+) -> QCritic:
+    """A :class:`QCritic` with the run's settings whose features are looked up by state index
+    (observations are the states' texts' indices as strings)."""
+    stand_in = SimpleNamespace(  # what QCritic reads of a policy
+        action_space=SimpleNamespace(actions=[str(a) for a in range(n_actions)]),
+        scores_listed_actions=True, per_state=False, uses_lora=True, device="cpu",
+        lm=SimpleNamespace(config=SimpleNamespace(
+            get_text_config=lambda: SimpleNamespace(hidden_size=features.shape[1]))),
+    )  # fmt: skip
+    critic = QCritic(stand_in, N_ENVS, gamma=0.99, n_steps=n_steps, cut=cut, seed=seed)
+    prior = torch.zeros(len(features), n_actions)
+
+    def lookup(observations: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = [int(o) for o in observations]
+        return prior[rows], features[rows]
+
+    critic.features = lookup
+    if dueling:
+        online = DuelingHead(features.shape[1], n_actions)
+        lr = critic.base_rate
+        critic.heads = QHeads(
+            online, copy.deepcopy(online).requires_grad_(False), online,
+            torch.optim.Adam(online.parameters(), lr=lr),
+        )  # fmt: skip
+    return critic
+
+
+def simulate(
+    env: Any,
+    critic: QCritic,
+    behaviour: np.ndarray,
+    steps: int,
+    seed: int,
+    follow: bool,
+    kl_step: float = 0.05,
+    every: int = 256,
+) -> list[dict[str, Any]]:
+    """``steps`` env steps of ``N_ENVS`` envs on ``env``'s transition model acting with
+    ``behaviour[s, a]`` (tilted by the values after each rollout when ``follow``), the critic
+    trained as a PPO run trains it; a row of figures every ``every`` env steps."""
+    tabular = TabularModel.of(env)
+    transitions, initial = env.unwrapped.P, tabular.initial
+    q_star = tabular.q_values()
+    optimal = np.isclose(q_star, q_star.max(-1, keepdims=True))
+    n_states, n_actions = q_star.shape
+    rng = np.random.default_rng(seed)
+    policy = behaviour.copy()
+    state = rng.choice(n_states, size=N_ENVS, p=initial)
+    clock = np.zeros(N_ENVS, dtype=int)
+    seen: list[float] = []
+    rows: list[dict[str, Any]] = []
+    done_steps = 0
+    while done_steps < steps:
+        for _ in range(ROLLOUT):
+            actions = np.array([rng.choice(n_actions, p=policy[s]) for s in state])
+            new, rewards, dones, infos = [], [], [], []
+            for i, (s, a) in enumerate(zip(state, actions, strict=True)):
+                outcomes = transitions[int(s)][int(a)]
+                pick = rng.choice(len(outcomes), p=[o[0] for o in outcomes])
+                _, nxt, reward, terminated = outcomes[pick]
+                clock[i] += 1
+                truncated = not terminated and clock[i] >= tabular.horizon
+                info: dict[str, Any] = {}
+                if terminated or truncated:
+                    info["terminal_observation"] = str(nxt if nxt < n_states else s)
+                    info["TimeLimit.truncated"] = truncated
+                    nxt, clock[i] = rng.choice(n_states, p=initial), 0
+                new.append(nxt)
+                rewards.append(reward)
+                dones.append(terminated or truncated)
+                infos.append(info)
+            critic.replay.add_step(
+                [str(s) for s in state], [str(s) for s in new], actions,
+                np.array(rewards, np.float32), np.array(dones), infos,
+                policy[state].astype(np.float32),
+            )  # fmt: skip
+            state = np.array(new)
+            done_steps += N_ENVS
+        critic.train(done_steps, ROLLOUT * N_ENVS)
+        if follow:
+            observations, _, _ = critic.replay.latest(ROLLOUT)
+            seen.extend(critic.rollout_advantages(ROLLOUT).ravel().tolist())
+            visited = [str(o) for o in observations.ravel()]
+            probs = {o: policy[int(o)] for o in visited}
+            states, table, visits = critic.state_table(visited, probs)
+            targets, _, _ = table_targets(
+                states, table / (float(np.std(seen)) or 1.0), visits, probs, kl_step
+            )
+            for key, target in targets.items():
+                policy[int(key)] = target / target.sum()
+        if done_steps % every == 0:
+            q = critic.values([str(s) for s in range(n_states)])
+            greedy = q.argmax(-1)
+            rows.append({
+                "env_steps": done_steps,
+                "values_right_share": float(optimal[np.arange(n_states), greedy].mean()),
+                "greedy_value": tabular.value(np.eye(n_actions)[greedy]),
+                "behaviour_value": tabular.value(policy),
+                "optimum": tabular.optimum(),
+                "q_error": float(np.abs(q - q_star).mean()),
+            })  # fmt: skip
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    args = build_parser().parse_args(argv)
+    env, prior_probs, features = task_tables(args.task, args.model)
+    n_actions = prior_probs.shape[1]
+    out: list[dict[str, Any]] = []
+    for dueling in (False, True) if args.dueling else (False,):
+        for n_steps in args.n_steps:
+            for behaviour in args.behaviour:
+                for seed in args.seeds:
+                    start = np.full_like(prior_probs, 1 / n_actions)
+                    start = start if behaviour == "uniform" else prior_probs
+                    torch.manual_seed(seed)
+                    critic = offline_critic(
+                        features, n_actions, n_steps, seed, dueling, not args.no_cut
+                    )
+                    rows = simulate(
+                        env, critic, start, args.steps, seed, behaviour == "target",
+                        args.kl_step,
+                    )  # fmt: skip
+                    key = {"task": args.task, "behaviour": behaviour, "seed": seed,
+                           "n_steps": n_steps, "dueling": dueling,
+                           "cut": not args.no_cut}  # fmt: skip
+                    out += [{**key, **row} for row in rows]
+                    worst = min(r["greedy_value"] for r in rows)
+                    print(
+                        f"{behaviour} n={n_steps}{' dueling' if dueling else ''} seed {seed}: "
+                        f"greedy value {rows[-1]['greedy_value']:.2f} at {args.steps}, "
+                        f"lowest {worst:.2f}",
+                        flush=True,
+                    )
+                    if args.jsonl is not None:
+                        args.jsonl.parent.mkdir(parents=True, exist_ok=True)
+                        with args.jsonl.open("a") as f:
+                            f.writelines(json.dumps({**key, **r}) + "\n" for r in rows)
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""The offline critic study: PPO's action values driven by a simulated behaviour on an exact
+model (random features, no language model)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from benchmarks.studies.q_values_offline import DuelingHead, offline_critic, simulate
+
+
+def _run(seed: int, follow: bool) -> list[dict[str, float]]:
+    env = gym.make("FrozenLake-v1", is_slippery=False)
+    torch.manual_seed(seed)
+    features = torch.eye(16)  # one feature per state: every state told apart
+    critic = offline_critic(features, 4, n_steps=3, seed=seed)
+    behaviour = np.full((16, 4), 0.25)
+    return simulate(env, critic, behaviour, 512, seed, follow, every=128)
+
+
+def test_rows_every_interval_with_the_values_figures() -> None:
+    rows = _run(0, follow=True)
+    assert [r["env_steps"] for r in rows] == [128, 256, 384, 512]
+    for row in rows:
+        assert 0.0 <= row["values_right_share"] <= 1.0
+        assert row["optimum"] == 1.0 and row["greedy_value"] <= 1.0
+        assert row["q_error"] >= 0.0
+    assert _run(0, follow=True) == rows  # one seed, one run
+
+
+def test_following_the_values_moves_the_behaviour() -> None:
+    still, moved = _run(1, follow=False), _run(1, follow=True)
+    assert {r["behaviour_value"] for r in still} == {still[0]["behaviour_value"]}
+    assert len({r["behaviour_value"] for r in moved}) > 1
+
+
+def test_dueling_head_centres_the_action_part() -> None:
+    head = DuelingHead(8, 3)
+    head.calibrate(torch.randn(20, 8))
+    x = torch.randn(2, 8)
+    value_and_advantages = head.net((x - head.centre) / head.scale)
+    advantages = value_and_advantages[:, 1:]
+    expected = value_and_advantages[:, :1] + advantages - advantages.mean(-1, keepdim=True)
+    assert head(x).shape == (2, 3)
+    torch.testing.assert_close(head(x), expected)
