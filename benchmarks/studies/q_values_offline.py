@@ -1,7 +1,7 @@
 """PPO's action values (``advantage_estimator="q"``) learned offline on a family task's exact model.
 
     python -m benchmarks.studies.q_values_offline --task grid-p1-s1 --behaviour uniform target \\
-        --seeds 0-3 --n-steps 1 3 --jsonl benchmarks/results/ppo-noisy/q/offline.jsonl
+        --seeds 0-3 --n-steps 1 3 --cut 0 0.5 1 --jsonl benchmarks/results/ppo-noisy/q/offline.jsonl
 
 The critic a run trains (:class:`~gym_llm.rl.ppo.q_critic.QCritic`: DQN's head, replay, rate and
 target copy on the frozen model's features) is driven here by a simulated behaviour policy on
@@ -13,8 +13,9 @@ distribution, replaced after every rollout by the target update's tilt of each v
 a policy that follows the values exactly as far as ``kl_step`` allows).
 
 Every 256 env steps a row: the share of states whose greedy value is an optimal action (ties
-count), the exact return of acting greedily on the values and of the behaviour, and the mean
-absolute error of the values against ``Q*`` (undiscounted, so a floor of ~``1 - gamma^h``).
+count), the exact return of acting greedily on the values (also as a share of the
+random-to-optimum gap) and of the behaviour, and the mean absolute error of the values against
+``Q*`` (undiscounted, so a floor of ~``1 - gamma^h``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,14 @@ class DuelingHead(QHead):
         return value + advantage - advantage.mean(-1, keepdim=True)
 
 
+def cut_value(text: str) -> float:
+    """``--cut``'s values: a share of each state's value range in [0, 1]."""
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"a cut is a share in [0, 1], got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser("python -m benchmarks.studies.q_values_offline", __doc__)
     add = parser.add_argument
@@ -65,7 +74,16 @@ def build_parser() -> argparse.ArgumentParser:
     add("--steps", type=int, default=2048, help="env steps per run")
     add("--n-steps", type=int, nargs="+", default=[1, 3], help="the TD target's n (each)")
     add("--dueling", action="store_true", help="also each setting with a dueling head")
-    add("--no-cut", action="store_true", help="n-step returns not cut at off-greedy actions")
+    add(
+        "--cut",
+        nargs="+",
+        type=cut_value,
+        default=[0.0],
+        help="each: n-step returns cut before the first action below its state's best value "
+        "by more than this share of the state's value range (0: any off-greedy action; 1: "
+        "never cut)",
+    )
+    add("--plot", type=Path, default=None, help="also draw every run's greedy gap here (PNG)")
     add("--kl-step", type=float, default=0.05, help="the target behaviour's step, nats")
     add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
     add("--jsonl", type=Path, default=None, help="append every row here")
@@ -97,7 +115,7 @@ def offline_critic(
     n_steps: int,
     seed: int,
     dueling: bool = False,
-    cut: bool = True,
+    cut: float = 0.0,
 ) -> QCritic:
     """A :class:`QCritic` with the run's settings whose features are looked up by state index
     (observations are the states' texts' indices as strings)."""
@@ -143,6 +161,8 @@ def simulate(
     q_star = tabular.q_values()
     optimal = np.isclose(q_star, q_star.max(-1, keepdims=True))
     n_states, n_actions = q_star.shape
+    floor = tabular.value(np.full((n_states, n_actions), 1 / n_actions))  # the random policy
+    span = tabular.optimum() - floor
     rng = np.random.default_rng(seed)
     policy = behaviour.copy()
     state = rng.choice(n_states, size=N_ENVS, p=initial)
@@ -197,9 +217,54 @@ def simulate(
                 "greedy_value": tabular.value(np.eye(n_actions)[greedy]),
                 "behaviour_value": tabular.value(policy),
                 "optimum": tabular.optimum(),
+                "greedy_gap": (tabular.value(np.eye(n_actions)[greedy]) - floor) / span,
                 "q_error": float(np.abs(q - q_star).mean()),
             })  # fmt: skip
     return rows
+
+
+def plot(rows: Sequence[dict[str, Any]], path: Path) -> Path:
+    """One panel per behaviour: each setting's mean greedy gap over seeds, each seed thin."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    behaviours = list(dict.fromkeys(r["behaviour"] for r in rows))
+    fig, axes = plt.subplots(1, len(behaviours), figsize=(5.5 * len(behaviours), 4), squeeze=False)
+    for ax, behaviour in zip(axes[0], behaviours, strict=True):
+        mine = [r for r in rows if r["behaviour"] == behaviour]
+        settings = list(dict.fromkeys(setting_name(r) for r in mine))
+        for colour, setting in enumerate(settings):
+            runs: dict[int, list[tuple[int, float]]] = {}
+            for r in mine:
+                if setting_name(r) == setting:
+                    runs.setdefault(r["seed"], []).append((r["env_steps"], r["greedy_gap"]))
+            for curve in runs.values():
+                ax.plot(*zip(*curve, strict=True), color=f"C{colour}", alpha=0.25, lw=0.8)
+            steps = sorted({s for c in runs.values() for s, _ in c})
+            mean = [np.mean([dict(c)[s] for c in runs.values() if s in dict(c)]) for s in steps]
+            ax.plot(steps, mean, color=f"C{colour}", lw=2, label=f"{setting} ({len(runs)} seeds)")
+        ax.axhline(0.9, color="grey", ls=":", lw=1)
+        ax.set(
+            title=f"{rows[0]['task']}, behaviour {behaviour}",
+            xlabel="env steps",
+            ylabel="greedy return of the values (share of the gap)",
+            ylim=(-1.0, 1.05),
+        )
+        ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def setting_name(row: dict[str, Any]) -> str:
+    """``n=3 cut``, ``n=1``, ``n=3 dueling``..."""
+    cut = row["cut"]
+    cut = "" if row["n_steps"] == 1 else f" cut {cut:g}"
+    return f"n={row['n_steps']}{cut}{' dueling' if row['dueling'] else ''}"
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -208,26 +273,26 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     n_actions = prior_probs.shape[1]
     out: list[dict[str, Any]] = []
     for dueling in (False, True) if args.dueling else (False,):
-        for n_steps in args.n_steps:
+        # one step has nothing to cut: run once
+        settings = dict.fromkeys((n, c if n > 1 else 0.0) for n in args.n_steps for c in args.cut)
+        for n_steps, cut in settings:
             for behaviour in args.behaviour:
                 for seed in args.seeds:
                     start = np.full_like(prior_probs, 1 / n_actions)
                     start = start if behaviour == "uniform" else prior_probs
                     torch.manual_seed(seed)
-                    critic = offline_critic(
-                        features, n_actions, n_steps, seed, dueling, not args.no_cut
-                    )
+                    critic = offline_critic(features, n_actions, n_steps, seed, dueling, cut)
                     rows = simulate(
                         env, critic, start, args.steps, seed, behaviour == "target",
                         args.kl_step,
                     )  # fmt: skip
                     key = {"task": args.task, "behaviour": behaviour, "seed": seed,
                            "n_steps": n_steps, "dueling": dueling,
-                           "cut": not args.no_cut}  # fmt: skip
+                           "cut": cut}  # fmt: skip
                     out += [{**key, **row} for row in rows]
                     worst = min(r["greedy_value"] for r in rows)
                     print(
-                        f"{behaviour} n={n_steps}{' dueling' if dueling else ''} seed {seed}: "
+                        f"{behaviour} {setting_name(key)} seed {seed}: "
                         f"greedy value {rows[-1]['greedy_value']:.2f} at {args.steps}, "
                         f"lowest {worst:.2f}",
                         flush=True,
@@ -236,6 +301,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                         args.jsonl.parent.mkdir(parents=True, exist_ok=True)
                         with args.jsonl.open("a") as f:
                             f.writelines(json.dumps({**key, **r}) + "\n" for r in rows)
+    if args.plot is not None:
+        print(f"wrote {plot(out, args.plot)}")
     return out
 
 

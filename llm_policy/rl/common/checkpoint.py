@@ -79,6 +79,7 @@ SAVED_HYPERPARAMETERS = (
     "seed",
     "advantage_estimator",
     "q_n_steps",
+    "q_cut",
     "clip_range_vf",
     "reward_scale",
     "critic_warmup_steps",

@@ -128,14 +128,14 @@ class TextReplayBuffer:
         n_steps: int,
         gamma: float,
         rng: np.random.Generator,
-        greedy: Callable[[list[str]], np.ndarray] | None = None,
+        follows: Callable[[list[str], np.ndarray], np.ndarray] | None = None,
     ) -> ReplaySample:
         """``batch_size`` steps drawn uniformly with their ``n_steps`` returns. Near the newest
         row the look-ahead is cut where the data ends and bootstraps from there.
 
-        ``greedy`` (observations -> the action the learned values pick in each) also cuts it
-        before the first later step whose action was not that one (Watkins's Q(lambda)): the
-        rewards summed are then those of the greedy policy, whose values are learned, not the
+        ``follows`` (observations, actions -> whether the policy whose values are learned would
+        take each action there) also cuts it before the first later step whose action it would
+        not take (Watkins's Q(lambda)): the rewards summed are then that policy's, not the
         behaviour's."""
         held = self.rows if self.full else self.pos
         if held == 0:
@@ -152,13 +152,13 @@ class TextReplayBuffer:
         ended = self.ended[ahead, envs[:, None]] & available
         last_available = np.minimum(written, n_steps) - 1
         ended[np.arange(batch_size), last_available] = True  # the data ends: cut, bootstrap
-        if greedy is not None and n_steps > 1:
+        if follows is not None and n_steps > 1:
             later_held: np.ndarray = available[:, 1:]  # (B, n - 1): later steps the data holds
             later = self.observations[ahead[:, 1:], envs[:, None]][later_held]
             taken = self.actions[ahead[:, 1:], envs[:, None]][later_held]
-            off_greedy = np.zeros(later_held.shape, dtype=bool)
-            off_greedy[later_held] = greedy([str(o) for o in later]) != taken
-            ended[:, :-1] |= off_greedy  # bootstrap from the state whose action left it
+            leaves = np.zeros(later_held.shape, dtype=bool)
+            leaves[later_held] = ~np.asarray(follows([str(o) for o in later], taken), dtype=bool)
+            ended[:, :-1] |= leaves  # bootstrap from the state whose action left it
         returns, discounts, last = n_step_returns(
             torch.as_tensor(rewards), torch.as_tensor(terminated), torch.as_tensor(ended), gamma
         )

@@ -93,6 +93,10 @@ class PPOConfig:
     #: ``advantage_estimator="q"``: rewards summed before the action values' TD target
     #: bootstraps (DQN's ``n_steps``).
     q_n_steps: int = 1
+    #: With ``q_n_steps > 1``: the sum stops before the first later action whose value is below
+    #: its state's best by more than this share of the state's value range (0: any action but
+    #: the greedy one, Watkins's Q(lambda), so the values stay the greedy policy's; 1: never).
+    q_cut: float = 0.0
     #: Clip the value loss around the rollout's values (SB3's ``clip_range_vf``); ``None``: off.
     clip_range_vf: float | None = None
     #: Every reward is multiplied by this before advantages and returns (logged episode returns
@@ -141,5 +145,7 @@ class PPOConfig:
             raise ValueError(
                 f"policy_update must be 'clip' or 'target', got {self.policy_update!r}."
             )
+        if not 0 <= self.q_cut <= 1:
+            raise ValueError(f"q_cut must be a share in [0, 1], got {self.q_cut}.")
         if not self.kl_step > 0:
             raise ValueError(f"kl_step must be > 0 nats, got {self.kl_step}.")

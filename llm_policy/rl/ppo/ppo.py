@@ -156,6 +156,7 @@ class PPO(OnPolicyAlgorithm):
     micro_batch_size: ConfigField[int | None] = ConfigField()
     advantage_estimator: ConfigField[Estimator] = ConfigField()
     q_n_steps: ConfigField[int] = ConfigField()
+    q_cut: ConfigField[float] = ConfigField()
     clip_range_vf: ConfigField[float | None] = ConfigField()
     reward_scale: ConfigField[float] = ConfigField()
     critic_warmup_steps: ConfigField[int] = ConfigField()
@@ -339,7 +340,7 @@ class PPO(OnPolicyAlgorithm):
                     "its own action values); use 'gae' with several processes."
                 )
             self.q_critic = QCritic(
-                self.policy, self.n_envs, self.gamma, n_steps=self.q_n_steps, seed=self.seed
+                self.policy, self.n_envs, self.gamma, self.q_n_steps, self.q_cut, seed=self.seed
             )
         self.rollout_buffer = TextRolloutBuffer(
             self.n_steps,

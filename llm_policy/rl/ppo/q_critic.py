@@ -45,8 +45,10 @@ class QCritic:
         n_envs: envs stepped together (the replay keeps each env's steps in order).
         gamma: the discount of the TD target.
         n_steps: rewards summed before the TD target bootstraps.
-        cut: stop summing before the first later action the values' greedy policy would not
-            take (Watkins's Q(lambda)), so that ``n_steps > 1`` learns the greedy policy's values.
+        cut: with ``n_steps > 1``, stop summing before the first later action whose value is
+            below its state's best by more than this share of the state's value range: 0, any
+            action but the greedy one (Watkins's Q(lambda)), so the values stay the greedy
+            policy's; 1, never (the behaviour's n-step return); between, near-ties continue.
         replay_ratio: how many times each env step is replayed on average (DQN's defaults:
             ``batch_size / train_freq`` = 8).
         seed: the replay's sampling seed.
@@ -58,13 +60,14 @@ class QCritic:
         n_envs: int,
         gamma: float,
         n_steps: int = Q_DEFAULTS.n_steps,
-        cut: bool = True,
+        cut: float = 0.0,
         replay_ratio: float = Q_DEFAULTS.batch_size / float(Q_DEFAULTS.train_freq),  # type: ignore[arg-type]
         seed: int | None = None,
     ) -> None:
-        if replay_ratio <= 0 or n_steps < 1:
+        if replay_ratio <= 0 or n_steps < 1 or not 0 <= cut <= 1:
             raise ValueError(
-                f"Need replay_ratio > 0 and n_steps >= 1, got {replay_ratio}, {n_steps}."
+                f"Need replay_ratio > 0, n_steps >= 1 and 0 <= cut <= 1, got {replay_ratio}, "
+                f"{n_steps} and {cut}."
             )
         actions = list(getattr(policy.action_space, "actions", []))
         if not policy.scores_listed_actions or policy.per_state or not actions:
@@ -137,7 +140,11 @@ class QCritic:
         losses, q_means = [], []
         for _ in range(steps):
             sample = self.replay.sample(
-                batch, self.n_steps, self.gamma, self.rng, greedy=self._greedy if self.cut else None
+                batch,
+                self.n_steps,
+                self.gamma,
+                self.rng,
+                follows=None if self.cut >= 1 else self._follows,
             )
             done = td_step(
                 self.heads, sample, self.features, alpha=1.0, beta=0.0,
@@ -159,9 +166,13 @@ class QCritic:
         }
 
     @torch.no_grad()
-    def _greedy(self, observations: list[str]) -> np.ndarray:
-        """The online values' best action in each observation."""
-        return self.q_net(self.features(observations)[1]).argmax(-1).cpu().numpy()  # type: ignore[no-any-return]
+    def _follows(self, observations: list[str], actions: np.ndarray) -> np.ndarray:
+        """Whether each action's online value is within ``cut`` of its observation's value
+        range below the best."""
+        q = self.q_net(self.features(observations)[1])
+        taken = q.gather(-1, torch.as_tensor(actions, device=q.device)[:, None])[:, 0]
+        best, worst = q.max(-1).values, q.min(-1).values
+        return (taken >= best - self.cut * (best - worst)).cpu().numpy()  # type: ignore[no-any-return]
 
     @torch.no_grad()
     def values(self, observations: Sequence[Any]) -> np.ndarray:

@@ -3,11 +3,13 @@ model (random features, no language model)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import torch
 
-from benchmarks.studies.q_values_offline import DuelingHead, offline_critic, simulate
+from benchmarks.studies.q_values_offline import DuelingHead, offline_critic, plot, simulate
 
 
 def _run(seed: int, follow: bool) -> list[dict[str, float]]:
@@ -27,6 +29,14 @@ def test_rows_every_interval_with_the_values_figures() -> None:
         assert row["optimum"] == 1.0 and row["greedy_value"] <= 1.0
         assert row["q_error"] >= 0.0
     assert _run(0, follow=True) == rows  # one seed, one run
+
+
+def test_plot_draws_one_panel_per_behaviour(tmp_path: Path) -> None:
+    key = {"task": "FrozenLake-v1", "n_steps": 3, "cut": True, "dueling": False}
+    rows = [{**key, **r, "seed": 0, "behaviour": "target"} for r in _run(0, follow=True)]
+    rows += [{**key, **r, "seed": 0, "behaviour": "uniform"} for r in _run(0, follow=False)]
+    path = plot(rows, tmp_path / "offline.png")
+    assert path.stat().st_size > 10_000
 
 
 def test_following_the_values_moves_the_behaviour() -> None:

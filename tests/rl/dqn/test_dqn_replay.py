@@ -55,7 +55,7 @@ def test_n_step_returns_follow_each_env_and_stop_at_episode_ends() -> None:
     assert len(_filled(5)) == 10
 
 
-def test_greedy_cuts_the_return_before_the_first_action_it_would_not_take() -> None:
+def test_follows_cuts_the_return_before_the_first_action_the_policy_would_not_take() -> None:
     g = 0.5
     buffer = TextReplayBuffer(8, n_envs=1, n_actions=2)
     for t, action in enumerate([0, 0, 1, 0]):  # s0 -0-> s1 -0-> s2 -1-> s3 -0-> s4, reward 1
@@ -63,11 +63,12 @@ def test_greedy_cuts_the_return_before_the_first_action_it_would_not_take() -> N
                    np.array([False]), np.array([False]), np.full((1, 2), 0.5))  # fmt: skip
     asked: list[str] = []
 
-    def greedy(observations: list[str]) -> np.ndarray:
+    def follows(observations: list[str], actions: np.ndarray) -> np.ndarray:
         asked.extend(observations)
-        return np.zeros(len(observations), dtype=np.int64)  # action 0 everywhere
+        played: np.ndarray = np.asarray(actions) == 0  # a policy that plays 0 everywhere
+        return played
 
-    sample = buffer.sample(64, 3, g, np.random.default_rng(0), greedy=greedy)
+    sample = buffer.sample(64, 3, g, np.random.default_rng(0), follows=follows)
     seen = {
         o: (float(r), float(d), n)
         for o, r, d, n in zip(sample.observations, sample.returns, sample.discounts,

@@ -96,22 +96,35 @@ def test_n_step_targets_sum_rewards_before_bootstrapping(
     sample = critic.replay.sample
 
     def spy(
-        batch: int, n_steps: int, gamma: float, rng: np.random.Generator, greedy: Any = None
+        batch: int, n_steps: int, gamma: float, rng: np.random.Generator, follows: Any = None
     ) -> Any:
-        sampled.append((n_steps, greedy is not None))
-        return sample(batch, n_steps, gamma, rng, greedy)
+        sampled.append((n_steps, follows is not None))
+        return sample(batch, n_steps, gamma, rng, follows)
 
     monkeypatch.setattr(critic.replay, "sample", spy)
     model.learn(16)
     assert sampled and set(sampled) == {(3, True)}  # cut where the values' greedy action is not
     observations = [str(o) for o in model.rollout_buffer.observations_text.ravel()]
-    np.testing.assert_array_equal(
-        critic._greedy(observations), critic.values(observations).argmax(-1)
-    )
+    q = critic.values(observations)
+    best, worst = q.argmax(-1), q.argmin(-1)
+    assert critic._follows(observations, best).all()
+    spread = q.max(-1) - q.min(-1)
+    assert not critic._follows(observations, worst)[spread > 1e-6].any()
+    middle = q.argsort(-1)[:, 1]  # 3 actions: the one between best and worst
+    halfway = q[np.arange(len(q)), middle] >= q.max(-1) - 0.5 * spread
+    critic.cut = 0.5
+    np.testing.assert_array_equal(critic._follows(observations, middle), halfway)
+    critic.cut = 1.0  # the whole range: never cut, nothing to look up
+    sampled.clear()
+    model.learn(8, reset_num_timesteps=False)
+    assert sampled and set(sampled) == {(3, False)}
     model.save(tmp_path / "agent")
     assert PPO.load(tmp_path / "agent", device="cpu").q_critic.n_steps == 3
     with pytest.raises(ValueError, match="q_n_steps must be >= 1"):
         _ppo(model_dir, q_n_steps=0)
+    with pytest.raises(ValueError, match=r"q_cut must be a share in \[0, 1\]"):
+        _ppo(model_dir, q_cut=1.5)
+    assert _ppo(model_dir, q_n_steps=3, q_cut=0.5).q_critic.cut == 0.5
 
 
 def test_saved_and_loaded_with_its_values(model_dir: Path, tmp_path: Path) -> None:
