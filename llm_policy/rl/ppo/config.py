@@ -24,6 +24,14 @@ from gym_llm.rl.ppo.entropy_control import check_entropy_of, check_floor, parse_
 DEFAULT_N_EPOCHS = 4
 
 
+#: ``advantage_estimator="q"``: rewards summed before the values' TD target bootstraps, and
+#: where the sum stops (1: never). Chosen on the task family's tuning split (3 seeds; RESULTS.md,
+#: "The grid's action values"): one-step values climb a multi-move path one bootstrap at a time
+#: and pick wrong moves while they climb; three-step sums reached the grid on both seeds where
+#: one-step ones reached neither, and held the noisy tasks as often.
+Q_N_STEPS, Q_CUT = 3, 1.0
+
+
 def default_learning_rate(policy_kwargs: dict[str, Any] | None) -> float:
     """:data:`LORA_LEARNING_RATE`, or :data:`FULL_FINETUNE_LEARNING_RATE` with ``lora=None``."""
     kwargs = policy_kwargs or {}
@@ -91,12 +99,13 @@ class PPOConfig:
     #: run, :mod:`gym_llm.rl.ppo.q_critic`; for noisy returns).
     advantage_estimator: str = "gae"
     #: ``advantage_estimator="q"``: rewards summed before the action values' TD target
-    #: bootstraps (DQN's ``n_steps``).
-    q_n_steps: int = 1
+    #: bootstraps (DQN's ``n_steps``; :data:`Q_N_STEPS`, measured).
+    q_n_steps: int = Q_N_STEPS
     #: With ``q_n_steps > 1``: the sum stops before the first later action whose value is below
     #: its state's best by more than this share of the state's value range (0: any action but
-    #: the greedy one, Watkins's Q(lambda), so the values stay the greedy policy's; 1: never).
-    q_cut: float = 0.0
+    #: the greedy one, Watkins's Q(lambda), so the values stay the greedy policy's; 1, the
+    #: default: never, the behaviour's own return).
+    q_cut: float = Q_CUT
     #: Clip the value loss around the rollout's values (SB3's ``clip_range_vf``); ``None``: off.
     clip_range_vf: float | None = None
     #: Every reward is multiplied by this before advantages and returns (logged episode returns

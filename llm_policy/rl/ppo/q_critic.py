@@ -31,6 +31,7 @@ from gym_llm.rl.dqn.config import DQNConfig
 from gym_llm.rl.dqn.replay import TextReplayBuffer
 from gym_llm.rl.dqn.schedules import harmonic_rate_factor
 from gym_llm.rl.dqn.td import QHeads, td_step
+from gym_llm.rl.ppo.config import Q_CUT, Q_N_STEPS
 
 #: The Q head's settings: DQN's defaults, chosen on the task family's tuning split.
 Q_DEFAULTS = DQNConfig()
@@ -59,8 +60,8 @@ class QCritic:
         policy: Any,
         n_envs: int,
         gamma: float,
-        n_steps: int = Q_DEFAULTS.n_steps,
-        cut: float = 0.0,
+        n_steps: int = Q_N_STEPS,
+        cut: float = Q_CUT,
         replay_ratio: float = Q_DEFAULTS.batch_size / float(Q_DEFAULTS.train_freq),  # type: ignore[arg-type]
         seed: int | None = None,
     ) -> None:

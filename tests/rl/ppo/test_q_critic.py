@@ -89,7 +89,7 @@ def test_the_target_update_tilts_every_action_by_its_value(model_dir: Path) -> N
 def test_n_step_targets_sum_rewards_before_bootstrapping(
     model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    model = _ppo(model_dir, q_n_steps=3)
+    model = _ppo(model_dir, q_n_steps=3, q_cut=0.0)
     critic = model.q_critic
     assert critic is not None
     sampled: list[tuple[int, bool]] = []
@@ -119,12 +119,15 @@ def test_n_step_targets_sum_rewards_before_bootstrapping(
     model.learn(8, reset_num_timesteps=False)
     assert sampled and set(sampled) == {(3, False)}
     model.save(tmp_path / "agent")
-    assert PPO.load(tmp_path / "agent", device="cpu").q_critic.n_steps == 3
+    loaded = PPO.load(tmp_path / "agent", device="cpu").q_critic
+    assert (loaded.n_steps, loaded.cut) == (3, 0.0)
     with pytest.raises(ValueError, match="q_n_steps must be >= 1"):
         _ppo(model_dir, q_n_steps=0)
     with pytest.raises(ValueError, match=r"q_cut must be a share in \[0, 1\]"):
         _ppo(model_dir, q_cut=1.5)
     assert _ppo(model_dir, q_n_steps=3, q_cut=0.5).q_critic.cut == 0.5
+    default = _ppo(model_dir).q_critic  # three-step sums, never cut (measured on the family)
+    assert (default.n_steps, default.cut) == (3, 1.0)
 
 
 def test_saved_and_loaded_with_its_values(model_dir: Path, tmp_path: Path) -> None:
