@@ -12,7 +12,8 @@ rollout's counts and diagnostics (:class:`~gym_llm.rl.ppo.rollout.RolloutMonitor
 update's passes over each minibatch (:class:`~gym_llm.rl.ppo.passes.UpdatePasses`), the NaN
 guard (:class:`~gym_llm.rl.ppo.guard.NanGuard`) and data parallelism
 (:class:`~gym_llm.rl.ppo.data_parallel.DataParallel`); the saved format is
-:mod:`gym_llm.rl.common.checkpoint`, the run's random state :mod:`gym_llm.rl.common.run_state`.
+:mod:`gym_llm.rl.common.checkpoint` (PPO's tensors in it: :mod:`gym_llm.rl.ppo.saving`), the
+run's random state :mod:`gym_llm.rl.common.run_state`.
 """
 
 from __future__ import annotations
