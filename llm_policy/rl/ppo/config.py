@@ -25,11 +25,11 @@ DEFAULT_N_EPOCHS = 4
 
 
 #: ``advantage_estimator="q"``: rewards summed before the values' TD target bootstraps, and
-#: where the sum stops (1: never). Chosen on the task family's tuning split (3 seeds; RESULTS.md,
-#: "The grid's action values"): one-step values climb a multi-move path one bootstrap at a time
-#: and pick wrong moves while they climb; three-step sums reached the grid on both seeds where
-#: one-step ones reached neither, and held the noisy tasks as often.
-Q_N_STEPS, Q_CUT = 3, 1.0
+#: where the sum stops (1: never). One step by default: on the task family's tuning split
+#: (5 seeds; RESULTS.md, "The grid's action values") three-step sums reached the noiseless grid
+#: where one-step ones did not, but left a noisy task's contested state on the exploring
+#: policy's values (one seed of five locked at 0.85 of the gap).
+Q_N_STEPS, Q_CUT = 1, 1.0
 
 
 def default_learning_rate(policy_kwargs: dict[str, Any] | None) -> float:
@@ -99,7 +99,7 @@ class PPOConfig:
     #: run, :mod:`gym_llm.rl.ppo.q_critic`; for noisy returns).
     advantage_estimator: str = "gae"
     #: ``advantage_estimator="q"``: rewards summed before the action values' TD target
-    #: bootstraps (DQN's ``n_steps``; :data:`Q_N_STEPS`, measured).
+    #: bootstraps (DQN's ``n_steps``; :data:`Q_N_STEPS`: 3 for long noiseless paths).
     q_n_steps: int = Q_N_STEPS
     #: With ``q_n_steps > 1``: the sum stops before the first later action whose value is below
     #: its state's best by more than this share of the state's value range (0: any action but

@@ -126,8 +126,8 @@ def test_n_step_targets_sum_rewards_before_bootstrapping(
     with pytest.raises(ValueError, match=r"q_cut must be a share in \[0, 1\]"):
         _ppo(model_dir, q_cut=1.5)
     assert _ppo(model_dir, q_n_steps=3, q_cut=0.5).q_critic.cut == 0.5
-    default = _ppo(model_dir).q_critic  # three-step sums, never cut (measured on the family)
-    assert (default.n_steps, default.cut) == (3, 1.0)
+    default = _ppo(model_dir).q_critic  # one step (measured on the family); a sum is never cut
+    assert (default.n_steps, default.cut) == (1, 1.0)
 
 
 def test_saved_and_loaded_with_its_values(model_dir: Path, tmp_path: Path) -> None:
