@@ -36,6 +36,7 @@ from gym_llm.envs.tabular import TabularModel
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.q_head import QHead
 from gym_llm.rl.dqn.td import QHeads
+from gym_llm.rl.ppo.config import Q_CUT
 from gym_llm.rl.ppo.q_critic import QCritic
 from gym_llm.rl.ppo.target_update import table_targets
 
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--cut",
         nargs="+",
         type=cut_value,
-        default=[0.0],
+        default=[Q_CUT],
         help="each: n-step returns cut before the first action below its state's best value "
         "by more than this share of the state's value range (0: any off-greedy action; 1: "
         "never cut)",
@@ -115,7 +116,7 @@ def offline_critic(
     n_steps: int,
     seed: int,
     dueling: bool = False,
-    cut: float = 0.0,
+    cut: float = Q_CUT,
 ) -> QCritic:
     """A :class:`QCritic` with the run's settings whose features are looked up by state index
     (observations are the states' texts' indices as strings)."""
