@@ -102,15 +102,31 @@ def advantage_figures(
     }
 
 
+def optimal_actions(q_star: np.ndarray) -> np.ndarray:
+    """``(n, K)`` whether each action is optimal in its state: every action tied with the best
+    counts, so a state with two equally short ways to the goal is right either way.
+
+    >>> optimal_actions(np.array([[1.0, 1.0, 0.5]])).tolist()
+    [[True, True, False]]
+    """
+    return np.isclose(q_star, q_star.max(-1, keepdims=True))  # type: ignore[no-any-return]
+
+
+def greedy_right(scores: np.ndarray, optimal: np.ndarray) -> np.ndarray:
+    """Per state, whether the action with the highest score is an optimal one."""
+    return optimal[np.arange(len(scores)), scores.argmax(-1)]  # type: ignore[no-any-return]
+
+
 def policy_figures(
     policy: np.ndarray, best: np.ndarray, tabular: TabularModel, gaps: np.ndarray | None = None
 ) -> dict[str, Any]:
-    """The policy over every state: entropy, smallest probability, greedy share right, value,
-    and each state the greedy policy gets wrong as ``[state, p(a*), exact gap]``."""
+    """The policy over every state: entropy, smallest probability, greedy share right (any
+    optimal action counts), value, and each state the greedy policy gets wrong as
+    ``[state, p(a*), exact gap]``."""
     from gym_llm.rl.common.diagnostics import entropy as entropy_of
 
     entropy = entropy_of(policy)
-    right = policy.argmax(-1) == best
+    right = greedy_right(policy, optimal_actions(tabular.q_values()))
     wrong = np.flatnonzero(~right)
     return {
         "wrong_states": [
@@ -130,18 +146,19 @@ def policy_figures(
 
 
 def value_figures(
-    q: np.ndarray, best: np.ndarray, pairs: set[tuple[int, int]], n_actions: int
+    q: np.ndarray, optimal: np.ndarray, pairs: set[tuple[int, int]]
 ) -> dict[str, Any]:
     """A learner's action values over every state (``advantage_estimator="q"``): the share of
-    states whose greedy value is ``Q*``'s action, and the share of (state, action) pairs its
-    replay holds (a value never trained on is the head's guess).
+    states whose greedy value is an optimal action (``optimal``: :func:`optimal_actions`), and
+    the share of (state, action) pairs its replay holds (a value never trained on is the head's
+    guess).
 
-    >>> value_figures(np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([0, 0]), {(0, 0)}, 2)
+    >>> value_figures(np.array([[1.0, 0.0], [0.0, 1.0]]), np.eye(2, dtype=bool)[[0, 0]], {(0, 0)})
     {'values_right_share': 0.5, 'replay_pairs_share': 0.25}
     """
     return {
-        "values_right_share": float(np.mean(q.argmax(-1) == best)),
-        "replay_pairs_share": len(pairs) / (len(best) * n_actions),
+        "values_right_share": float(np.mean(greedy_right(q, optimal))),
+        "replay_pairs_share": len(pairs) / optimal.size,
     }
 
 
@@ -156,6 +173,7 @@ class NoiseFigures:
         self.texts, self.best = state_table(task)
         self.index = {t: s for s, t in enumerate(self.texts)}
         self.tabular = TabularModel.of(gym.make(ENV_ID, task=task))
+        self.optimal = optimal_actions(self.tabular.q_values())
         self.path, self.run = path, run
 
     def policy(self, model: Any) -> np.ndarray:
@@ -190,7 +208,7 @@ class NoiseFigures:
                 if str(o) in self.index
             }
             q = critic.values(self.texts)
-            row.update(value_figures(q, self.best, pairs, policy.shape[1]))
+            row.update(value_figures(q, self.optimal, pairs))
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         return row

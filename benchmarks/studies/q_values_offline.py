@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from benchmarks.cli_args import new_parser, seed_list
+from benchmarks.studies.noisy_advantages import greedy_right, optimal_actions
 from gym_llm.envs.tabular import TabularModel
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.q_head import QHead
@@ -160,7 +161,7 @@ def simulate(
     tabular = TabularModel.of(env)
     transitions, initial = env.unwrapped.P, tabular.initial
     q_star = tabular.q_values()
-    optimal = np.isclose(q_star, q_star.max(-1, keepdims=True))
+    optimal = optimal_actions(q_star)
     n_states, n_actions = q_star.shape
     floor = tabular.value(np.full((n_states, n_actions), 1 / n_actions))  # the random policy
     span = tabular.optimum() - floor
@@ -214,7 +215,7 @@ def simulate(
             greedy = q.argmax(-1)
             rows.append({
                 "env_steps": done_steps,
-                "values_right_share": float(optimal[np.arange(n_states), greedy].mean()),
+                "values_right_share": float(greedy_right(q, optimal).mean()),
                 "greedy_value": tabular.value(np.eye(n_actions)[greedy]),
                 "behaviour_value": tabular.value(policy),
                 "optimum": tabular.optimum(),

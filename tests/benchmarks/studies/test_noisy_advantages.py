@@ -112,5 +112,25 @@ def test_value_figures_count_pairs_and_greedy_values() -> None:
     from benchmarks.studies.noisy_advantages import value_figures
 
     q = np.array([[0.0, 1.0], [2.0, 1.0], [0.0, 0.5]])
-    figures = value_figures(q, np.array([1, 1, 1]), {(0, 0), (0, 1), (2, 1)}, 2)
+    optimal = np.array([[False, True], [False, True], [False, True]])
+    figures = value_figures(q, optimal, {(0, 0), (0, 1), (2, 1)})
     assert figures == {"values_right_share": 2 / 3, "replay_pairs_share": 0.5}
+
+
+def test_right_shares_count_every_optimal_action() -> None:
+    from benchmarks.studies.noisy_advantages import optimal_actions, value_figures
+
+    # state 0 has two equally good actions; the values pick the second, which is right
+    q_star = np.array([[0.9, 0.9, 0.1], [0.2, 0.8, 0.8]])
+    optimal = optimal_actions(q_star)
+    assert optimal.tolist() == [[True, True, False], [False, True, True]]
+    q = np.array([[0.1, 0.5, 0.2], [0.9, 0.3, 0.4]])
+    assert value_figures(q, optimal, set())["values_right_share"] == 0.5  # state 1 is wrong
+
+
+def test_the_policy_is_right_on_either_tied_action() -> None:
+    # one state, two actions that both pay 1 at once
+    tabular = TabularModel(np.array([[1.0, 1.0]]), np.zeros((1, 2, 1)), np.array([1.0]), 1)
+    for policy in ([[0.9, 0.1]], [[0.1, 0.9]]):
+        figures = policy_figures(np.array(policy), np.array([0]), tabular)
+        assert figures["greedy_right_share"] == 1.0
