@@ -80,6 +80,7 @@ SAVED_HYPERPARAMETERS = (
     "advantage_estimator",
     "q_n_steps",
     "q_cut",
+    "q_replay_ratio",
     "clip_range_vf",
     "reward_scale",
     "critic_warmup_steps",

@@ -30,6 +30,9 @@ DEFAULT_N_EPOCHS = 4
 #: where one-step ones did not, but left a noisy task's contested state on the exploring
 #: policy's values (one seed of five locked at 0.85 of the gap).
 Q_N_STEPS, Q_CUT = 1, 1.0
+#: ``advantage_estimator="q"``: how many times the values replay each env step on average
+#: (DQN's ``batch_size / train_freq``).
+Q_REPLAY_RATIO = 8.0
 
 
 def default_learning_rate(policy_kwargs: dict[str, Any] | None) -> float:
@@ -106,6 +109,10 @@ class PPOConfig:
     #: the greedy one, Watkins's Q(lambda), so the values stay the greedy policy's; 1, the
     #: default: never, the behaviour's own return).
     q_cut: float = Q_CUT
+    #: ``advantage_estimator="q"``: how many times the action values replay each env step on
+    #: average (TD steps x batch / env steps; :data:`Q_REPLAY_RATIO`). They train on the frozen
+    #: model's features, so a TD step costs a small MLP's pass.
+    q_replay_ratio: float = Q_REPLAY_RATIO
     #: Clip the value loss around the rollout's values (SB3's ``clip_range_vf``); ``None``: off.
     clip_range_vf: float | None = None
     #: Every reward is multiplied by this before advantages and returns (logged episode returns
@@ -156,5 +163,8 @@ class PPOConfig:
             )
         if not 0 <= self.q_cut <= 1:
             raise ValueError(f"q_cut must be a share in [0, 1], got {self.q_cut}.")
+        self.q_replay_ratio = float(self.q_replay_ratio)
+        if not self.q_replay_ratio > 0:
+            raise ValueError(f"q_replay_ratio must be > 0, got {self.q_replay_ratio}.")
         if not self.kl_step > 0:
             raise ValueError(f"kl_step must be > 0 nats, got {self.kl_step}.")

@@ -158,6 +158,7 @@ class PPO(OnPolicyAlgorithm):
     advantage_estimator: ConfigField[Estimator] = ConfigField()
     q_n_steps: ConfigField[int] = ConfigField()
     q_cut: ConfigField[float] = ConfigField()
+    q_replay_ratio: ConfigField[float] = ConfigField()
     clip_range_vf: ConfigField[float | None] = ConfigField()
     reward_scale: ConfigField[float] = ConfigField()
     critic_warmup_steps: ConfigField[int] = ConfigField()
@@ -341,8 +342,9 @@ class PPO(OnPolicyAlgorithm):
                     "its own action values); use 'gae' with several processes."
                 )
             self.q_critic = QCritic(
-                self.policy, self.n_envs, self.gamma, self.q_n_steps, self.q_cut, seed=self.seed
-            )
+                self.policy, self.n_envs, self.gamma, self.q_n_steps, self.q_cut,
+                self.q_replay_ratio, seed=self.seed,
+            )  # fmt: skip
         self.rollout_buffer = TextRolloutBuffer(
             self.n_steps,
             self.n_envs,

@@ -31,7 +31,7 @@ from gym_llm.rl.dqn.config import DQNConfig
 from gym_llm.rl.dqn.replay import TextReplayBuffer
 from gym_llm.rl.dqn.schedules import harmonic_rate_factor
 from gym_llm.rl.dqn.td import QHeads, td_step
-from gym_llm.rl.ppo.config import Q_CUT, Q_N_STEPS
+from gym_llm.rl.ppo.config import Q_CUT, Q_N_STEPS, Q_REPLAY_RATIO
 
 #: The Q head's settings: DQN's defaults, chosen on the task family's tuning split.
 Q_DEFAULTS = DQNConfig()
@@ -50,8 +50,7 @@ class QCritic:
             below its state's best by more than this share of the state's value range: 0, any
             action but the greedy one (Watkins's Q(lambda)), so the values stay the greedy
             policy's; 1, never (the behaviour's n-step return); between, near-ties continue.
-        replay_ratio: how many times each env step is replayed on average (DQN's defaults:
-            ``batch_size / train_freq`` = 8).
+        replay_ratio: how many times each env step is replayed on average.
         seed: the replay's sampling seed.
     """
 
@@ -62,7 +61,7 @@ class QCritic:
         gamma: float,
         n_steps: int = Q_N_STEPS,
         cut: float = Q_CUT,
-        replay_ratio: float = Q_DEFAULTS.batch_size / float(Q_DEFAULTS.train_freq),  # type: ignore[arg-type]
+        replay_ratio: float = Q_REPLAY_RATIO,
         seed: int | None = None,
     ) -> None:
         if replay_ratio <= 0 or n_steps < 1 or not 0 <= cut <= 1:

@@ -130,6 +130,21 @@ def test_n_step_targets_sum_rewards_before_bootstrapping(
     assert (default.n_steps, default.cut) == (1, 1.0)
 
 
+def test_the_replay_ratio_sets_the_td_steps_per_env_step(model_dir: Path, tmp_path: Path) -> None:
+    steps = []
+    for ratio in (8, 16):
+        model = _ppo(model_dir, q_replay_ratio=ratio)
+        assert model.q_critic is not None and model.q_critic.replay_ratio == ratio
+        model.learn(16)
+        steps.append(model.q_critic.td_steps)
+    # 16 env steps replayed `ratio` times in batches of DQN's 32
+    assert steps == [16 * 8 // 32, 16 * 16 // 32]
+    model.save(tmp_path / "agent")
+    assert PPO.load(tmp_path / "agent", device="cpu").q_critic.replay_ratio == 16
+    with pytest.raises(ValueError, match="q_replay_ratio must be > 0"):
+        _ppo(model_dir, q_replay_ratio=0)
+
+
 def test_saved_and_loaded_with_its_values(model_dir: Path, tmp_path: Path) -> None:
     model = _ppo(model_dir)
     model.learn(16)
