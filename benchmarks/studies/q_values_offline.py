@@ -2,6 +2,8 @@
 
     python -m benchmarks.studies.q_values_offline --task grid-p1-s1 --behaviour uniform target \\
         --seeds 0-3 --n-steps 1 3 --cut 0 0.5 1 --jsonl benchmarks/results/ppo-noisy/q/offline.jsonl
+    python -m benchmarks.studies.q_values_offline --task grid-p1-s1 --n-steps 1 \\
+        --replay-ratio 8 16 32 --critic target_update_interval=25
 
 The critic a run trains (:class:`~gym_llm.rl.ppo.q_critic.QCritic`: DQN's head, replay, rate and
 target copy on the frozen model's features) is driven here by a simulated behaviour policy on
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,9 +39,10 @@ from benchmarks.studies.noisy_advantages import greedy_right, optimal_actions
 from gym_llm.envs.tabular import TabularModel
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.q_head import QHead
+from gym_llm.rl.dqn.config import DQNConfig
 from gym_llm.rl.dqn.td import QHeads
-from gym_llm.rl.ppo.config import Q_CUT
-from gym_llm.rl.ppo.q_critic import QCritic
+from gym_llm.rl.ppo.config import Q_CUT, Q_REPLAY_RATIO
+from gym_llm.rl.ppo.q_critic import Q_DEFAULTS, QCritic
 from gym_llm.rl.ppo.target_update import table_targets
 
 BEHAVIOURS = ("uniform", "prior", "target")
@@ -67,6 +71,19 @@ def cut_value(text: str) -> float:
     return value
 
 
+def critic_setting(text: str) -> tuple[str, float]:
+    """``--critic``'s values: ``NAME=NUMBER``, a field of the critic's
+    :class:`~gym_llm.rl.dqn.config.DQNConfig`."""
+    name, _, value = text.partition("=")
+    fields = {f.name for f in dataclasses.fields(DQNConfig)}
+    if name not in fields or not value:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=NUMBER with NAME a DQNConfig field ({', '.join(sorted(fields))}), "
+            f"got {text!r}"
+        )
+    return name, float(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser("python -m benchmarks.studies.q_values_offline", __doc__)
     add = parser.add_argument
@@ -84,6 +101,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="each: n-step returns cut before the first action below its state's best value "
         "by more than this share of the state's value range (0: any off-greedy action; 1: "
         "never cut)",
+    )
+    add(
+        "--replay-ratio",
+        type=float,
+        nargs="+",
+        default=[Q_REPLAY_RATIO],
+        help="each: how many times the values replay each env step (PPO's q_replay_ratio)",
+    )
+    add(
+        "--critic",
+        type=critic_setting,
+        nargs="+",
+        default=[],
+        metavar="NAME=NUMBER",
+        help="the critic's DQN settings changed for every run, e.g. target_update_interval=25 "
+        "learning_rate_decay=0 learning_rate=3e-4",
     )
     add("--plot", type=Path, default=None, help="also draw every run's greedy gap here (PNG)")
     add("--kl-step", type=float, default=0.05, help="the target behaviour's step, nats")
@@ -118,6 +151,8 @@ def offline_critic(
     seed: int,
     dueling: bool = False,
     cut: float = Q_CUT,
+    replay_ratio: float = Q_REPLAY_RATIO,
+    settings: DQNConfig = Q_DEFAULTS,
 ) -> QCritic:
     """A :class:`QCritic` with the run's settings whose features are looked up by state index
     (observations are the states' texts' indices as strings)."""
@@ -127,7 +162,10 @@ def offline_critic(
         lm=SimpleNamespace(config=SimpleNamespace(
             get_text_config=lambda: SimpleNamespace(hidden_size=features.shape[1]))),
     )  # fmt: skip
-    critic = QCritic(stand_in, N_ENVS, gamma=0.99, n_steps=n_steps, cut=cut, seed=seed)
+    critic = QCritic(
+        stand_in, N_ENVS, gamma=0.99, n_steps=n_steps, cut=cut, replay_ratio=replay_ratio,
+        seed=seed, settings=settings,
+    )  # fmt: skip
     prior = torch.zeros(len(features), n_actions)
 
     def lookup(observations: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -263,10 +301,13 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> Path:
 
 
 def setting_name(row: dict[str, Any]) -> str:
-    """``n=3 cut``, ``n=1``, ``n=3 dueling``..."""
+    """``n=3 cut 1``, ``n=1``, ``n=3 cut 0 dueling``, ``n=1 replay 16``..."""
     cut = row["cut"]
     cut = "" if row["n_steps"] == 1 else f" cut {cut:g}"
-    return f"n={row['n_steps']}{cut}{' dueling' if row['dueling'] else ''}"
+    ratio = row.get("replay_ratio", Q_REPLAY_RATIO)
+    ratio = "" if ratio == Q_REPLAY_RATIO else f" replay {ratio:g}"
+    changed = "".join(f" {k}={v:g}" for k, v in row.get("critic", {}).items())
+    return f"n={row['n_steps']}{cut}{ratio}{changed}{' dueling' if row['dueling'] else ''}"
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -274,23 +315,34 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     env, prior_probs, features = task_tables(args.task, args.model)
     n_actions = prior_probs.shape[1]
     out: list[dict[str, Any]] = []
+    changed = dict(args.critic)
+    critic_settings = dataclasses.replace(
+        Q_DEFAULTS, **{k: type(getattr(Q_DEFAULTS, k))(v) for k, v in changed.items()}
+    )
     for dueling in (False, True) if args.dueling else (False,):
         # one step has nothing to cut: run once
-        settings = dict.fromkeys((n, c if n > 1 else 0.0) for n in args.n_steps for c in args.cut)
-        for n_steps, cut in settings:
+        settings = dict.fromkeys(
+            (n, c if n > 1 else 0.0, r)
+            for n in args.n_steps
+            for c in args.cut
+            for r in args.replay_ratio
+        )
+        for n_steps, cut, ratio in settings:
             for behaviour in args.behaviour:
                 for seed in args.seeds:
                     start = np.full_like(prior_probs, 1 / n_actions)
                     start = start if behaviour == "uniform" else prior_probs
                     torch.manual_seed(seed)
-                    critic = offline_critic(features, n_actions, n_steps, seed, dueling, cut)
+                    critic = offline_critic(
+                        features, n_actions, n_steps, seed, dueling, cut, ratio, critic_settings
+                    )
                     rows = simulate(
                         env, critic, start, args.steps, seed, behaviour == "target",
                         args.kl_step,
                     )  # fmt: skip
                     key = {"task": args.task, "behaviour": behaviour, "seed": seed,
-                           "n_steps": n_steps, "dueling": dueling,
-                           "cut": cut}  # fmt: skip
+                           "n_steps": n_steps, "dueling": dueling, "cut": cut,
+                           "replay_ratio": ratio, "critic": changed}  # fmt: skip
                     out += [{**key, **row} for row in rows]
                     worst = min(r["greedy_value"] for r in rows)
                     print(

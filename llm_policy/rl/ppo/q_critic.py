@@ -52,6 +52,8 @@ class QCritic:
             policy's; 1, never (the behaviour's n-step return); between, near-ties continue.
         replay_ratio: how many times each env step is replayed on average.
         seed: the replay's sampling seed.
+        settings: the head's width and rate, the replay's size, the TD batch, the target copy's
+            interval (in env steps) and the gradient clip, as :class:`gym_llm.DQN` reads them.
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class QCritic:
         cut: float = Q_CUT,
         replay_ratio: float = Q_REPLAY_RATIO,
         seed: int | None = None,
+        settings: DQNConfig = Q_DEFAULTS,
     ) -> None:
         if replay_ratio <= 0 or n_steps < 1 or not 0 <= cut <= 1:
             raise ValueError(
@@ -82,11 +85,11 @@ class QCritic:
                 "adapter off); with lora=None use 'gae'."
             )
         self.gamma, self.replay_ratio, self.n_envs = gamma, replay_ratio, n_envs
-        self.n_steps, self.cut = n_steps, cut
+        self.n_steps, self.cut, self.settings = n_steps, cut, settings
         self.features = FrozenFeatures(policy)
         hidden = int(policy.lm.config.get_text_config().hidden_size)
-        online = QHead(hidden, len(actions), width=Q_DEFAULTS.q_width, device=policy.device)
-        lr = float(Q_DEFAULTS.learning_rate)  # type: ignore[arg-type]
+        online = QHead(hidden, len(actions), width=settings.q_width, device=policy.device)
+        lr = float(settings.learning_rate)  # type: ignore[arg-type]
         self.heads = QHeads(
             online,
             copy.deepcopy(online).requires_grad_(False),
@@ -94,7 +97,7 @@ class QCritic:
             torch.optim.Adam(online.parameters(), lr=lr),
         )
         self.base_rate = lr
-        self.replay = TextReplayBuffer(Q_DEFAULTS.buffer_size, n_envs, len(actions))
+        self.replay = TextReplayBuffer(settings.buffer_size, n_envs, len(actions))
         self.rng = np.random.default_rng(seed)
         #: TD steps taken, and those skipped for a non-finite loss.
         self.td_steps = self.skipped_steps = 0
@@ -129,14 +132,15 @@ class QCritic:
         if not self.q_net.is_calibrated:
             self.q_net.calibrate(self.features(self.replay.distinct_observations())[1])
             self.heads.target.load_state_dict(self.q_net.state_dict())
-        rate = self.base_rate * harmonic_rate_factor(num_timesteps, Q_DEFAULTS.learning_rate_decay)
+        settings = self.settings
+        rate = self.base_rate * harmonic_rate_factor(num_timesteps, settings.learning_rate_decay)
         for group in self.heads.optimizer.param_groups:
             group["lr"] = rate
-        batch = Q_DEFAULTS.batch_size
+        batch = settings.batch_size
         self._owed += self.replay_ratio * new_steps / batch
         steps, self._owed = int(self._owed), self._owed - int(self._owed)
         # the target refreshed as often per replayed step as DQN's (every 100 env steps there)
-        refresh = max(1, round(Q_DEFAULTS.target_update_interval * self.replay_ratio / batch))
+        refresh = max(1, round(settings.target_update_interval * self.replay_ratio / batch))
         losses, q_means = [], []
         for _ in range(steps):
             sample = self.replay.sample(
@@ -148,7 +152,7 @@ class QCritic:
             )
             done = td_step(
                 self.heads, sample, self.features, alpha=1.0, beta=0.0,
-                max_grad_norm=Q_DEFAULTS.max_grad_norm, average_tau=1.0,
+                max_grad_norm=settings.max_grad_norm, average_tau=1.0,
             )  # fmt: skip
             self.td_steps += 1
             if done is None:

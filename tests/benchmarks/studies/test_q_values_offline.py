@@ -3,6 +3,7 @@ model (random features, no language model)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import gymnasium as gym
@@ -54,3 +55,25 @@ def test_dueling_head_centres_the_action_part() -> None:
     expected = value_and_advantages[:, :1] + advantages - advantages.mean(-1, keepdim=True)
     assert head(x).shape == (2, 3)
     torch.testing.assert_close(head(x), expected)
+
+
+def test_replay_ratio_and_critic_settings_reach_the_critic() -> None:
+    import argparse
+
+    import pytest
+
+    from benchmarks.studies.q_values_offline import critic_setting, setting_name
+    from gym_llm.rl.ppo.q_critic import Q_DEFAULTS
+
+    settings = dataclasses.replace(Q_DEFAULTS, target_update_interval=25)
+    critic = offline_critic(torch.eye(16), 4, 1, 0, replay_ratio=16, settings=settings)
+    assert critic.replay_ratio == 16 and critic.settings.target_update_interval == 25
+    env = gym.make("FrozenLake-v1", is_slippery=False)
+    simulate(env, critic, np.full((16, 4), 0.25), 128, 0, follow=False, every=128)
+    assert critic.td_steps == 128 * 16 // Q_DEFAULTS.batch_size
+    assert critic_setting("learning_rate_decay=0") == ("learning_rate_decay", 0.0)
+    with pytest.raises(argparse.ArgumentTypeError, match="DQNConfig field"):
+        critic_setting("refresh=25")
+    row = {"n_steps": 1, "cut": 0.0, "dueling": False, "replay_ratio": 16.0,
+           "critic": {"target_update_interval": 25.0}}  # fmt: skip
+    assert setting_name(row) == "n=1 replay 16 target_update_interval=25"
