@@ -46,6 +46,8 @@ from gym_llm.rl.ppo.q_critic import Q_DEFAULTS, QCritic
 from gym_llm.rl.ppo.target_update import table_targets
 
 BEHAVIOURS = ("uniform", "prior", "target")
+#: The replay ratio of rows written before ``--replay-ratio`` existed.
+RECORDED_RATIO = 8.0
 #: As ``family_sweep``'s runs: 8 envs, 8 steps each per rollout.
 N_ENVS, ROLLOUT = 8, 8
 
@@ -304,7 +306,7 @@ def setting_name(row: dict[str, Any]) -> str:
     """``n=3 cut 1``, ``n=1``, ``n=3 cut 0 dueling``, ``n=1 replay 16``..."""
     cut = row["cut"]
     cut = "" if row["n_steps"] == 1 else f" cut {cut:g}"
-    ratio = row.get("replay_ratio", Q_REPLAY_RATIO)
+    ratio = row.get("replay_ratio", RECORDED_RATIO)
     ratio = "" if ratio == Q_REPLAY_RATIO else f" replay {ratio:g}"
     changed = "".join(f" {k}={v:g}" for k, v in row.get("critic", {}).items())
     return f"n={row['n_steps']}{cut}{ratio}{changed}{' dueling' if row['dueling'] else ''}"

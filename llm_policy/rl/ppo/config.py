@@ -30,9 +30,12 @@ DEFAULT_N_EPOCHS = 4
 #: where one-step ones did not, but left a noisy task's contested state on the exploring
 #: policy's values (one seed of five locked at 0.85 of the gap).
 Q_N_STEPS, Q_CUT = 1, 1.0
-#: ``advantage_estimator="q"``: how many times the values replay each env step on average
-#: (DQN's ``batch_size / train_freq``).
-Q_REPLAY_RATIO = 8.0
+#: ``advantage_estimator="q"``: how many times the values replay each env step on average.
+#: Twice DQN's 8: with 8 the values of a several-move path were fitted only partly between two
+#: target copies and pointed the wrong way on the grid for hundreds of env steps; with 16 the
+#: grid was reached and the noisy tasks held as often (RESULTS.md, "The dip is too few TD steps
+#: per target copy").
+Q_REPLAY_RATIO = 16.0
 
 
 def default_learning_rate(policy_kwargs: dict[str, Any] | None) -> float:

@@ -4,8 +4,9 @@ Sampled returns say little per turn when rewards are noisy (a card draw, a slipp
 an on-policy estimate of ``Q^pi`` can favour the wrong action in a state for as long as the
 policy still plays badly after it (benchmarks/RESULTS.md, "PPO on noisy returns"). This critic
 learns ``Q(s, a)`` of every listed action off-policy instead, as :class:`gym_llm.DQN` does and
-with its defaults: an MLP on the frozen model's features, double Q-learning on a replay of every
-step the run has taken, a target copy, and a rate that decays in env steps. The features do not
+with its defaults but twice its replays per env step: an MLP on the frozen model's features,
+double Q-learning on a replay of every step the run has taken, a target copy, and a rate that
+decays in env steps. The features do not
 change while the adapter trains, so a step replayed a thousand updates later is still exact.
 
 The advantage of a turn is ``Q(s, a) - sum_b pi_old(b | s) Q(s, b)``, and

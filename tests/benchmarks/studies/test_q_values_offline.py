@@ -74,6 +74,8 @@ def test_replay_ratio_and_critic_settings_reach_the_critic() -> None:
     assert critic_setting("learning_rate_decay=0") == ("learning_rate_decay", 0.0)
     with pytest.raises(argparse.ArgumentTypeError, match="DQNConfig field"):
         critic_setting("refresh=25")
-    row = {"n_steps": 1, "cut": 0.0, "dueling": False, "replay_ratio": 16.0,
+    row = {"n_steps": 1, "cut": 0.0, "dueling": False, "replay_ratio": 32.0,
            "critic": {"target_update_interval": 25.0}}  # fmt: skip
-    assert setting_name(row) == "n=1 replay 16 target_update_interval=25"
+    assert setting_name(row) == "n=1 replay 32 target_update_interval=25"
+    # rows recorded before the option existed replayed each step 8 times
+    assert setting_name({"n_steps": 3, "cut": 1.0, "dueling": False}) == "n=3 cut 1 replay 8"

@@ -45,7 +45,7 @@ def test_turn_advantages_come_from_the_trained_action_values(model_dir: Path) ->
     critic, buffer = model.q_critic, model.rollout_buffer
     assert critic is not None and critic.q_net.is_calibrated
     assert len(critic.replay) == 16  # every env step the run took, not only the last rollout
-    assert critic.td_steps == 4  # 16 env steps replayed 8 times each, 32 per TD step
+    assert critic.td_steps == 8  # 16 env steps replayed 16 times each, 32 per TD step
     observations = [str(o) for o in buffer.observations_text.reshape(-1)]
     actions = np.array([int(a[0]) for a in buffer.action_tokens.reshape(-1)])
     probs = np.stack([model.rollout_action_probs[o] for o in observations])
@@ -128,6 +128,7 @@ def test_n_step_targets_sum_rewards_before_bootstrapping(
     assert _ppo(model_dir, q_n_steps=3, q_cut=0.5).q_critic.cut == 0.5
     default = _ppo(model_dir).q_critic  # one step (measured on the family); a sum is never cut
     assert (default.n_steps, default.cut) == (1, 1.0)
+    assert default.replay_ratio == 16  # twice DQN's: measured on the family
 
 
 def test_the_replay_ratio_sets_the_td_steps_per_env_step(model_dir: Path, tmp_path: Path) -> None:
