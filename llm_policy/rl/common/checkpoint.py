@@ -231,6 +231,8 @@ class SavedConfig:
         """The hyper-parameters as ``PPO(...)`` takes them."""
         hyper = dict(self.hyperparameters)
         hyper["clip_range"] = hyper.pop("clip_range_value")
+        # Agents saved before q_replay_ratio existed replayed each env step 8 times.
+        hyper.setdefault("q_replay_ratio", 8.0)
         return hyper
 
     def load_policy_kwargs(self) -> dict[str, Any]:

@@ -3,6 +3,7 @@ it learns from, and its place in a PPO run, save and load (tiny model)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,12 @@ def test_the_replay_ratio_sets_the_td_steps_per_env_step(model_dir: Path, tmp_pa
     assert steps == [16 * 8 // 32, 16 * 16 // 32]
     model.save(tmp_path / "agent")
     assert PPO.load(tmp_path / "agent", device="cpu").q_critic.replay_ratio == 16
+    # an agent saved before the setting existed loads with the 8 replays it trained with
+    config = tmp_path / "agent" / "config.json"
+    saved = json.loads(config.read_text())
+    del saved["hyperparameters"]["q_replay_ratio"]
+    config.write_text(json.dumps(saved))
+    assert PPO.load(tmp_path / "agent", device="cpu").q_critic.replay_ratio == 8
     with pytest.raises(ValueError, match="q_replay_ratio must be > 0"):
         _ppo(model_dir, q_replay_ratio=0)
 
