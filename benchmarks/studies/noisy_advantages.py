@@ -118,15 +118,21 @@ def greedy_right(scores: np.ndarray, optimal: np.ndarray) -> np.ndarray:
 
 
 def policy_figures(
-    policy: np.ndarray, best: np.ndarray, tabular: TabularModel, gaps: np.ndarray | None = None
+    policy: np.ndarray,
+    best: np.ndarray,
+    tabular: TabularModel,
+    gaps: np.ndarray | None = None,
+    optimal: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """The policy over every state: entropy, smallest probability, greedy share right (any
-    optimal action counts), value, and each state the greedy policy gets wrong as
-    ``[state, p(a*), exact gap]``."""
+    optimal action counts; ``optimal``: :func:`optimal_actions` of the task, computed when not
+    given), value, and each state the greedy policy gets wrong as ``[state, p(a*), exact gap]``."""
     from gym_llm.rl.common.diagnostics import entropy as entropy_of
 
     entropy = entropy_of(policy)
-    right = greedy_right(policy, optimal_actions(tabular.q_values()))
+    if optimal is None:
+        optimal = optimal_actions(tabular.q_values())
+    right = greedy_right(policy, optimal)
     wrong = np.flatnonzero(~right)
     return {
         "wrong_states": [
@@ -196,7 +202,7 @@ class NoiseFigures:
         gaps = exact_gaps(on_policy_q(self.tabular, policy, model.gamma), policy, self.best)
         row = {**self.run, "env_steps": int(model.num_timesteps)}
         row.update(advantage_figures(states, actions, advantages, gaps, self.best))
-        row.update(policy_figures(policy, self.best, self.tabular, gaps))
+        row.update(policy_figures(policy, self.best, self.tabular, gaps, self.optimal))
         critic = getattr(model, "q_critic", None)
         if critic is not None:
             held = len(critic.replay) // critic.replay.n_envs

@@ -6,8 +6,8 @@ policy still plays badly after it (benchmarks/RESULTS.md, "PPO on noisy returns"
 learns ``Q(s, a)`` of every listed action off-policy instead, as :class:`gym_llm.DQN` does and
 with its defaults but twice its replays per env step: an MLP on the frozen model's features,
 double Q-learning on a replay of every step the run has taken, a target copy, and a rate that
-decays in env steps. The features do not
-change while the adapter trains, so a step replayed a thousand updates later is still exact.
+decays in env steps. The features do not change while the adapter trains, so a step replayed a
+thousand updates later is still exact.
 
 The advantage of a turn is ``Q(s, a) - sum_b pi_old(b | s) Q(s, b)``, and
 ``policy_update="target"`` tilts each state's whole distribution by ``Q(s, .)`` at once, played
