@@ -13,7 +13,9 @@ Each run is PPO as a user builds it (the library's defaults plus the arm's setti
 one task of ``gym_llm/Family-v0``, with the exact value of the greedy
 policy every ``--every`` env steps, as a fraction of the gap from the random policy (0) to the
 optimum (1). A seed *reaches* the target when that fraction is at least ``--target`` (0.9); the
-headline is "k of N seeds reach it, by how many env steps". Rows are appended to ``--jsonl`` as
+headline is "k of N seeds reach it, by how many env steps", and for runs that went to twice
+the task's budget (``--steps``), how many *held* it: at the target at the budget and at twice
+it. Rows are appended to ``--jsonl`` as
 each run ends (and each point to ``NAME.points.jsonl`` as it is measured, which
 ``summarize --cut-short`` reads for runs that never finished), and runs already there (same task, seed and arm) are skipped: a sweep cut short
 keeps what it measured and the next call resumes it. Runs share one process (and the trunk
@@ -34,7 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cli_args import keeping, new_parser, seed_list
-from benchmarks.recipes.sweep_points import append_point, partial_rows, points_path, reached_at
+from benchmarks.recipes.sweep_points import (
+    append_point,
+    held,
+    partial_rows,
+    points_path,
+    reached_at,
+)
 from gym_llm.policy.models import DEFAULT_MODEL
 
 ENV_ID = "gym_llm/Family-v0"
@@ -103,7 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="append a row per finished run here (and resume from it); every point also goes "
         "to NAME.points.jsonl beside it as it is measured",
     )
-    summary = commands.add_parser("summarize", help="k of N per task and arm")
+    summary = commands.add_parser(
+        "summarize",
+        help="k of N per task and arm: reached (within the budget), median env steps, and held "
+        "(at the target at the budget and at twice it)",
+    )
     summary.add_argument("jsonl", type=Path, nargs="+", help="one or more sweeps' rows")
     summary.add_argument("--target", type=float, default=0.9)
     summary.add_argument("--markdown", action="store_true", help="a table for RESULTS.md")
@@ -128,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
         "their last point), as arm 'ARM (cut short)'",
     )
     return parser
+
+
+def budget(task: str) -> int:
+    """A task's budget in env steps (its kind's; the walking kinds share one): the default
+    length of a run, and where "held" is read, with twice it."""
+    return STEPS.get(task.split("-")[0], WALK_STEPS)
 
 
 def _done(path: Path) -> set[tuple[str, int, str]]:
@@ -162,8 +180,7 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
     from gym_llm.evaluation.exact import exact_policy_value
 
     name, policy, ppo, parser = parse_arm(arm)
-    kind = task.split("-")[0]
-    steps = args.steps or STEPS.get(kind, WALK_STEPS)
+    steps = args.steps or budget(task)
     reference = FamilyEnv(task)
     low, high = reference.random_return, reference.optimal_return
     env = make_text_env(
@@ -276,7 +293,9 @@ def load_rows(*paths: Path) -> list[dict[str, Any]]:
 
 
 def summarize(path: Path, target: float = 0.9) -> list[dict[str, Any]]:
-    """Per task and arm: seeds, how many reached the target, median env steps to it."""
+    """Per task and arm: seeds, how many reached the target (within the budget, and at any
+    point), median env steps to it, and how many held it (of the runs that went to twice the
+    budget)."""
     return summarize_rows(load_rows(path), target)
 
 
@@ -289,9 +308,13 @@ def summarize_rows(rows: Sequence[dict[str, Any]], target: float = 0.9) -> list[
     for (task, arm), runs in sorted(groups.items()):
         hits = [reached_at(r["curve"], target) for r in runs]
         reached = sorted(h for h in hits if h is not None)
+        holds = [held(r["curve"], budget(task), target) for r in runs]
         table.append({
             "task": task, "arm": arm, "seeds": len(runs), "reached": len(reached),
             "median_steps": reached[len(reached) // 2] if reached else None,
+            "within_budget": sum(h <= budget(task) for h in reached),
+            "held": sum(h is True for h in holds),
+            "to_twice_budget": sum(h is not None for h in holds),
             "mean_final_gap": round(sum(r["final_gap"] for r in runs) / len(runs), 3),
             "mean_start_gap": round(sum(r["start_gap"] for r in runs) / len(runs), 3),
         })  # fmt: skip
@@ -317,10 +340,17 @@ def markdown(table: list[dict[str, Any]]) -> str:
             steps = f", median {r['median_steps']}" if r["median_steps"] is not None else ""
             cells.append(
                 f"{r['reached']} of {r['seeds']}{steps}; gap {r['mean_start_gap']:.2f} → "
-                f"{r['mean_final_gap']:.2f}"
+                f"{r['mean_final_gap']:.2f}{_held_text(r, '; ')}"
             )
         lines.append(f"| {task} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _held_text(row: dict[str, Any], sep: str) -> str:
+    """ "held k of M" for the runs that went to twice the budget; nothing when none did."""
+    if not row.get("to_twice_budget"):
+        return ""
+    return f"{sep}held {row['held']} of {row['to_twice_budget']}"
 
 
 def _rename(text: str) -> tuple[str, str]:
@@ -356,8 +386,12 @@ def plot_curves(rows: Sequence[dict[str, Any]], out_dir: Path, target: float = 0
             xs = sorted(by_step)
             medians = [sorted(by_step[x])[len(by_step[x]) // 2] for x in xs]
             reached = sum(reached_at(r["curve"], target) is not None for r in runs)
-            ax.plot(xs, medians, color=color, linewidth=2.2,
-                    label=f"{arm}: {reached} of {len(runs)} reach {target:.0%}")  # fmt: skip
+            holds = [held(r["curve"], budget(task), target) for r in runs]
+            kept = [h for h in holds if h is not None]
+            label = f"{arm}: {reached} of {len(runs)} reach {target:.0%}"
+            label += f", {sum(kept)} of {len(kept)} hold" if kept else ""
+            ax.plot(xs, medians, color=color, linewidth=2.2, label=label)
+        ax.axvline(budget(task), color="gray", linestyle=":", linewidth=1)
         ax.axhline(target, color="gray", linestyle="--", linewidth=1)
         ax.axhline(0.0, color="gray", linestyle=":", linewidth=1)
         ax.set_xlabel("env steps")
@@ -398,8 +432,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     for row in table:
         print(
             f"{row['task']:<22} {row['arm']:<14} {row['reached']:>2} of {row['seeds']:<2} "
+            f"({row['within_budget']} within {budget(row['task'])}) "
             f"median steps {row['median_steps']}  gap {row['mean_start_gap']:.2f} -> "
-            f"{row['mean_final_gap']:.2f}"
+            f"{row['mean_final_gap']:.2f}{_held_text(row, '  ')}"
         )
 
 

@@ -35,6 +35,23 @@ def reached_at(curve: list[dict[str, Any]], target: float) -> int | None:
     return next((p["env_steps"] for p in curve if p["gap"] >= target), None)
 
 
+def gap_at(curve: list[dict[str, Any]], env_steps: int) -> float | None:
+    """The greedy gap of the last point at or before ``env_steps``; None if the run never got
+    that far (its last point is earlier)."""
+    if not curve or curve[-1]["env_steps"] < env_steps:
+        return None
+    return float([p for p in curve if p["env_steps"] <= env_steps][-1]["gap"])
+
+
+def held(curve: list[dict[str, Any]], budget: int, target: float) -> bool | None:
+    """At the target at the budget *and* at twice it: reaching once and falling back is not
+    learning a task. None for a run that stopped before twice the budget."""
+    at_budget, at_twice = gap_at(curve, budget), gap_at(curve, 2 * budget)
+    if at_budget is None or at_twice is None:
+        return None
+    return at_budget >= target and at_twice >= target
+
+
 def partial_rows(
     path: Path, finished: list[dict[str, Any]], target: float = 0.9
 ) -> list[dict[str, Any]]:

@@ -43,6 +43,27 @@ def test_summary_counts_seeds_that_reach_the_target(tmp_path: Path) -> None:
     assert _done(tmp_path / "absent.jsonl") == set()
 
 
+def test_summary_counts_runs_held_at_the_budget_and_twice_it(tmp_path: Path) -> None:
+    from benchmarks.recipes.family_sweep import budget, markdown
+
+    assert budget("dice-p0-s1") == 4096 and budget("walk-p0-s0") == budget("ice-p1-s0") == 2048
+    path = tmp_path / "sweep.jsonl"
+    # weather's budget is 2,048 = point 16 of these 128-step curves; twice it is point 32
+    rows = [
+        _row("weather-p0-s0", 0, "q", [0.0] + [0.95] * 32),  # held
+        _row("weather-p0-s0", 1, "q", [0.0] * 16 + [0.95] * 16 + [0.5]),  # reached late, fell
+        _row("weather-p0-s0", 2, "q", [0.0] * 20 + [0.95]),  # past the budget, then cut short
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (row,) = summarize(path)
+    assert (row["reached"], row["within_budget"], row["held"], row["to_twice_budget"]) == (
+        3, 2, 1, 2,
+    )  # fmt: skip
+    assert "held 1 of 2" in markdown([row])
+    short = {**row, "to_twice_budget": 0, "held": 0}
+    assert "held" not in markdown([short])  # no run went to twice the budget: nothing said
+
+
 def test_geometry_tells_shared_from_opposite_gradients() -> None:
     same = np.tile([1.0, 2.0, 3.0], (4, 1))
     assert gradient_geometry(same) == pytest.approx(0.0)

@@ -39,3 +39,19 @@ def test_partial_rows_skip_finished_runs_and_keep_the_last_attempt(tmp_path: Pat
     assert (row["start_gap"], row["best_gap"], row["final_gap"]) == (0.1, 0.92, 0.92)
     assert row["reached_at"] == 256
     assert partial_rows(path, finished, target=0.95)[0]["reached_at"] is None
+
+
+def test_held_needs_the_target_at_the_budget_and_at_twice_it() -> None:
+    from benchmarks.recipes.sweep_points import gap_at, held
+
+    def curve(gaps: list[float]) -> list[dict[str, float]]:
+        return [{"env_steps": 256 * i, "gap": g} for i, g in enumerate(gaps)]
+
+    # budget 512: points at 512 and 1,024
+    assert held(curve([0.0, 0.5, 0.95, 0.7, 0.91]), 512, 0.9) is True  # dips between: held
+    assert held(curve([0.0, 0.95, 0.85, 0.95, 0.95]), 512, 0.9) is False  # below at the budget
+    assert held(curve([0.0, 0.5, 0.95, 0.95, 0.89]), 512, 0.9) is False  # fell back by 2x
+    assert held(curve([0.0, 0.5, 0.95, 0.95]), 512, 0.9) is None  # stopped before 2x
+    # a point that falls between evaluations reads the last one before it
+    assert gap_at(curve([0.0, 0.3, 0.6]), 300) == 0.3
+    assert gap_at(curve([0.0, 0.3]), 300) is None
