@@ -38,6 +38,7 @@ from typing import Any
 from benchmarks.cli_args import keeping, new_parser, seed_list
 from benchmarks.recipes.sweep_points import (
     append_point,
+    gap_at,
     held,
     partial_rows,
     points_path,
@@ -119,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("jsonl", type=Path, nargs="+", help="one or more sweeps' rows")
     summary.add_argument("--target", type=float, default=0.9)
     summary.add_argument("--markdown", action="store_true", help="a table for RESULTS.md")
+    summary.add_argument(
+        "--per-seed",
+        action="store_true",
+        help="a table for RESULTS.md with a column per seed: the gap at the budget -> at twice "
+        "it (first env step at the target), and how many held",
+    )
     summary.add_argument(
         "--rename",
         nargs="+",
@@ -346,6 +353,45 @@ def markdown(table: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def seed_cell(curve: list[dict[str, Any]], budget_steps: int, target: float) -> str:
+    """One run in a few characters: ``0.98 → 1.00 (512)``, the gap at the budget and at twice
+    it (``–`` where the run stopped before) and the first env step at the target (``never``)."""
+    at = [gap_at(curve, budget_steps), gap_at(curve, 2 * budget_steps)]
+    first = reached_at(curve, target)
+    gaps = " → ".join("–" if g is None else _gap_text(g, target) for g in at)
+    return f"{gaps} ({'never' if first is None else f'{first:,}'})"
+
+
+def _gap_text(gap: float, target: float) -> str:
+    """Two decimals, or three where two would put the gap on the wrong side of the target
+    (0.899 is not 0.90)."""
+    short = f"{gap:.2f}"
+    return short if (float(short) >= target) == (gap >= target) else f"{gap:.3f}"
+
+
+def per_seed_markdown(rows: Sequence[dict[str, Any]], target: float = 0.9) -> str:
+    """One line per task and arm, a column per seed (:func:`seed_cell`), and the held count:
+    the table a reader checks a k-of-N claim against, seed by seed."""
+    seeds = sorted({r["seed"] for r in rows})
+    groups: dict[tuple[str, str], dict[int, dict[str, Any]]] = defaultdict(dict)
+    for r in rows:
+        groups[r["task"], r["arm"]][r["seed"]] = r
+    lines = [
+        "| task (budget) | arm | " + " | ".join(f"seed {s}" for s in seeds) + " | held |",
+        "|---|---|" + "---|" * (len(seeds) + 1),
+    ]
+    for (task, arm), runs in sorted(groups.items()):
+        steps = budget(task)
+        cells = [seed_cell(runs[s]["curve"], steps, target) if s in runs else "–" for s in seeds]
+        holds = [held(r["curve"], steps, target) for r in runs.values()]
+        kept = [h for h in holds if h is not None]
+        lines.append(
+            f"| {task} ({steps:,}) | {arm} | " + " | ".join(cells)
+            + f" | {sum(kept)} of {len(kept)} |"
+        )  # fmt: skip
+    return "\n".join(lines)
+
+
 def _held_text(row: dict[str, Any], sep: str) -> str:
     """ "held k of M" for the runs that went to twice the budget; nothing when none did."""
     if not row.get("to_twice_budget"):
@@ -426,6 +472,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.plots is not None:
         for path in plot_curves(rows, args.plots, args.target):
             print(f"wrote {path}", file=sys.stderr)
+    if args.per_seed:
+        print(per_seed_markdown(rows, args.target))
+        return
     if args.markdown:
         print(markdown(table))
         return
