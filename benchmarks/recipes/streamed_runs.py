@@ -87,7 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=512,
         help="env steps between curve points (rounded up to whole rollouts)",
     )
-    add("--estimator", default="gae", help="advantage estimator (gae, rebn, grpo, rloo, gigpo)")
+    add(
+        "--estimator",
+        default="gae",
+        help="advantage estimator (gae, rebn, grpo, rloo, gigpo, or q: action values learned "
+        "off-policy, with --set ppo.policy_update=target)",
+    )
     add("--n-envs", type=int, default=8, help="parallel envs")
     add("--n-steps", type=int, default=8, help="steps per env per rollout")
     add("--batch-size", type=int, default=RECORDED["batch_size"], help="PPO minibatch size")
