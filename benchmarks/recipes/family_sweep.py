@@ -364,9 +364,10 @@ def seed_cell(curve: list[dict[str, Any]], budget_steps: int, target: float) -> 
 
 def _gap_text(gap: float, target: float) -> str:
     """Two decimals, or three where two would put the gap on the wrong side of the target
-    (0.899 is not 0.90)."""
+    (0.899 is not 0.90); a minus sign, as RESULTS.md writes it."""
     short = f"{gap:.2f}"
-    return short if (float(short) >= target) == (gap >= target) else f"{gap:.3f}"
+    text = short if (float(short) >= target) == (gap >= target) else f"{gap:.3f}"
+    return text.replace("-", "−")
 
 
 def per_seed_markdown(rows: Sequence[dict[str, Any]], target: float = 0.9) -> str:

@@ -72,7 +72,7 @@ def test_per_seed_table_reads_each_run_at_the_budget_and_twice_it(
     path = tmp_path / "sweep.jsonl"
     rows = [  # 128 env steps per point: weather's budget 2,048 is point 16
         _row("weather-p0-s0", 0, "q", [0.0] + [0.95] * 32),
-        _row("weather-p0-s0", 2, "q", [0.0] * 16 + [0.5] * 5),
+        _row("weather-p0-s0", 2, "q", [0.0] * 16 + [-0.5] * 5),
         _row("weather-p0-s0", 3, "q", [0.0] * 16 + [0.899] * 17 + [0.95]),
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -80,7 +80,7 @@ def test_per_seed_table_reads_each_run_at_the_budget_and_twice_it(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "| task (budget) | arm | seed 0 | seed 2 | seed 3 | held |"
     assert lines[2] == (
-        "| weather-p0-s0 (2,048) | q | 0.95 → 0.95 (128) | 0.50 → – (never) "
+        "| weather-p0-s0 (2,048) | q | 0.95 → 0.95 (128) | −0.50 → – (never) "
         "| 0.899 → 0.899 (4,224) | 1 of 2 |"
     )  # 0.899 is below 0.9: three decimals, never "0.90"
 
