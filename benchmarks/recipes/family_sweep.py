@@ -155,6 +155,12 @@ def budget(task: str) -> int:
     return STEPS.get(task.split("-")[0], WALK_STEPS)
 
 
+def held_count(task: str, runs: Sequence[dict[str, Any]], target: float) -> tuple[int, int]:
+    """How many runs held the target (:func:`held`), of those that went to twice the budget."""
+    holds = [held(r["curve"], budget(task), target) for r in runs]
+    return sum(h is True for h in holds), sum(h is not None for h in holds)
+
+
 def _done(path: Path) -> set[tuple[str, int, str]]:
     if not path.exists():
         return set()
@@ -315,13 +321,13 @@ def summarize_rows(rows: Sequence[dict[str, Any]], target: float = 0.9) -> list[
     for (task, arm), runs in sorted(groups.items()):
         hits = [reached_at(r["curve"], target) for r in runs]
         reached = sorted(h for h in hits if h is not None)
-        holds = [held(r["curve"], budget(task), target) for r in runs]
+        kept, went = held_count(task, runs, target)
         table.append({
             "task": task, "arm": arm, "seeds": len(runs), "reached": len(reached),
             "median_steps": reached[len(reached) // 2] if reached else None,
             "within_budget": sum(h <= budget(task) for h in reached),
-            "held": sum(h is True for h in holds),
-            "to_twice_budget": sum(h is not None for h in holds),
+            "held": kept,
+            "to_twice_budget": went,
             "mean_final_gap": round(sum(r["final_gap"] for r in runs) / len(runs), 3),
             "mean_start_gap": round(sum(r["start_gap"] for r in runs) / len(runs), 3),
         })  # fmt: skip
@@ -384,17 +390,16 @@ def per_seed_markdown(rows: Sequence[dict[str, Any]], target: float = 0.9) -> st
     for (task, arm), runs in sorted(groups.items()):
         steps = budget(task)
         cells = [seed_cell(runs[s]["curve"], steps, target) if s in runs else "–" for s in seeds]
-        holds = [held(r["curve"], steps, target) for r in runs.values()]
-        kept = [h for h in holds if h is not None]
+        kept, went = held_count(task, list(runs.values()), target)
         lines.append(
-            f"| {task} ({steps:,}) | {arm} | " + " | ".join(cells)
-            + f" | {sum(kept)} of {len(kept)} |"
-        )  # fmt: skip
+            f"| {task} ({steps:,}) | {arm} | " + " | ".join(cells) + f" | {kept} of {went} |"
+        )
     return "\n".join(lines)
 
 
 def _held_text(row: dict[str, Any], sep: str) -> str:
-    """ "held k of M" for the runs that went to twice the budget; nothing when none did."""
+    """The held count as text, for the runs that went to twice the budget; empty when none
+    did."""
     if not row.get("to_twice_budget"):
         return ""
     return f"{sep}held {row['held']} of {row['to_twice_budget']}"
@@ -433,10 +438,9 @@ def plot_curves(rows: Sequence[dict[str, Any]], out_dir: Path, target: float = 0
             xs = sorted(by_step)
             medians = [sorted(by_step[x])[len(by_step[x]) // 2] for x in xs]
             reached = sum(reached_at(r["curve"], target) is not None for r in runs)
-            holds = [held(r["curve"], budget(task), target) for r in runs]
-            kept = [h for h in holds if h is not None]
+            kept, went = held_count(task, runs, target)
             label = f"{arm}: {reached} of {len(runs)} reach {target:.0%}"
-            label += f", {sum(kept)} of {len(kept)} hold" if kept else ""
+            label += f", {kept} of {went} hold" if went else ""
             ax.plot(xs, medians, color=color, linewidth=2.2, label=label)
         ax.axvline(budget(task), color="gray", linestyle=":", linewidth=1)
         ax.axhline(target, color="gray", linestyle="--", linewidth=1)
