@@ -25,16 +25,13 @@ DEFAULT_N_EPOCHS = 4
 
 
 #: ``advantage_estimator="q"``: rewards summed before the values' TD target bootstraps, and
-#: where the sum stops (1: never). One step by default: on the task family's tuning split
-#: (5 seeds; RESULTS.md, "The grid's action values") three-step sums reached the noiseless grid
-#: where one-step ones replayed 8 times did not, but left a noisy task's contested state on the
-#: exploring policy's values (one seed of five locked at 0.85 of the gap); one-step values
-#: replayed :data:`Q_REPLAY_RATIO` times reach the grid without that cost.
+#: where the sum stops (1: never). One step: a longer sum on a noisy task runs through the
+#: exploring policy's moves, so the values stop being the greedy policy's (RESULTS.md, "The
+#: grid's action values").
 Q_N_STEPS, Q_CUT = 1, 1.0
 #: ``advantage_estimator="q"``: how many times the values replay each env step on average.
-#: Twice DQN's 8: with 8 the values of a several-move path were fitted only partly between two
-#: target copies and pointed the wrong way on the grid for hundreds of env steps; with 16 the
-#: grid was reached and the noisy tasks held as often (RESULTS.md, "The dip is too few TD steps
+#: Twice DQN's 8: the values of a path of several moves climb through several target copies and
+#: need enough TD steps between two copies to fit each (RESULTS.md, "The dip is too few TD steps
 #: per target copy").
 Q_REPLAY_RATIO = 16.0
 
