@@ -11,7 +11,7 @@ import pytest
 
 from gym_llm import DQN, PPO, LLMPolicy, PolicyConfig, make_text_env
 from gym_llm.rl.dqn.config import DQNConfig
-from gym_llm.rl.ppo.config import PPOConfig
+from gym_llm.rl.ppo.config import PPOConfig, resolve_auto
 from tests.models import tiny_model_fixture
 
 model_dir = tiny_model_fixture("model_dir", ["high", "low"])
@@ -46,8 +46,19 @@ def test_ppo_refuses_unknown_settings_and_bad_values(model_dir: Path) -> None:
         PPO(LLMPolicy, env, n_epoch=2, policy_kwargs=_policy(model_dir))
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
         PPOConfig(batch_size=0)
-    with pytest.raises(ValueError, match="policy_update must be 'clip' or 'target'"):
+    with pytest.raises(ValueError, match="policy_update must be 'clip', 'target' or 'auto'"):
         PPOConfig(policy_update="trust")
+    with pytest.raises(ValueError, match=r"Unknown advantage_estimator 'qq'.*'auto'"):
+        PPOConfig(advantage_estimator="qq")
+
+
+def test_auto_settings_resolve_to_the_action_values_only_where_they_apply() -> None:
+    assert resolve_auto("auto", "auto", q_applies=True) == ("q", "target")
+    assert resolve_auto("auto", "auto", q_applies=False) == ("gae", "clip")
+    assert resolve_auto("q", "auto", q_applies=True) == ("q", "target")
+    assert resolve_auto("gae", "auto", q_applies=True) == ("gae", "clip")
+    assert resolve_auto("auto", "clip", q_applies=True) == ("q", "clip")  # a given update stays
+    assert resolve_auto("rloo", "target", q_applies=False) == ("rloo", "target")
 
 
 def test_keywords_and_a_config_build_the_same_dqn(model_dir: Path, tmp_path: Path) -> None:

@@ -42,7 +42,8 @@ def check_estimator(name: str) -> Estimator:
     """``name`` if it is a known estimator, else a ValueError listing them."""
     if name not in ESTIMATORS:
         raise ValueError(
-            f"Unknown advantage_estimator {name!r}: choose one of {', '.join(ESTIMATORS)}."
+            f"Unknown advantage_estimator {name!r}: choose one of {', '.join(ESTIMATORS)}, or "
+            "'auto' (q where PPO can learn action values, else gae)."
         )
     return name  # type: ignore[return-value]
 

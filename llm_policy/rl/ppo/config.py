@@ -14,7 +14,7 @@ from typing import Any
 from stable_baselines3.common.type_aliases import Schedule
 
 from gym_llm.rl.common.rates import FULL_FINETUNE_LEARNING_RATE, LORA_LEARNING_RATE
-from gym_llm.rl.ppo.advantages import check_estimator
+from gym_llm.rl.ppo.advantages import Estimator, check_estimator
 from gym_llm.rl.ppo.entropy_control import check_entropy_of, check_floor, parse_ent_coef
 
 #: Passes over each rollout. Four, not two, measured on the task family's tuning split (10 seeds
@@ -34,6 +34,18 @@ Q_N_STEPS, Q_CUT = 1, 1.0
 #: need enough TD steps between two copies to fit each (RESULTS.md, "The dip is too few TD steps
 #: per target copy").
 Q_REPLAY_RATIO = 16.0
+
+
+def resolve_auto(estimator: str, update: str, q_applies: bool) -> tuple[Estimator, str]:
+    """The ``"auto"`` settings made concrete once the policy is built (``q_applies``: PPO can
+    learn action values with it). The estimator is ``"q"`` where it applies, else ``"gae"``;
+    the update is ``"target"`` with ``"q"``, since the clipped surrogate gives a state that has
+    committed to one action an advantage of ~0 whatever the values say, else ``"clip"``."""
+    if estimator == "auto":
+        estimator = "q" if q_applies else "gae"
+    if update == "auto":
+        update = "target" if estimator == "q" else "clip"
+    return check_estimator(estimator), update
 
 
 def default_learning_rate(policy_kwargs: dict[str, Any] | None) -> float:
@@ -80,7 +92,9 @@ class PPOConfig:
     #: ``"clip"``: PPO's clipped surrogate. ``"target"`` (choice mode): cross-entropy to the old
     #: policy tilted by each state's mean advantage per action, a step of ``kl_step`` nats
     #: (:mod:`gym_llm.rl.ppo.target_update`), whose gradient does not fade at p ~ 0.
-    policy_update: str = "clip"
+    #: ``"auto"``: ``"target"`` with the action values (``advantage_estimator="q"``), else
+    #: ``"clip"`` (:func:`resolve_auto`).
+    policy_update: str = "auto"
     #: ``policy_update="target"``: the mean ``KL(target || pi_old)`` per update, nats.
     kl_step: float = 0.05
     #: Weight of the value loss.
@@ -100,7 +114,8 @@ class PPOConfig:
     #: ``"gae"`` (turn-level GAE with the critic), a critic-free one: ``"rebn"``, ``"grpo"``,
     #: ``"rloo"``, ``"gigpo"`` (:mod:`gym_llm.rl.ppo.advantages`; the critic still trains), or
     #: ``"q"`` (choice mode over one list: action values learned off-policy on a replay of the
-    #: run, :mod:`gym_llm.rl.ppo.q_critic`; for noisy returns).
+    #: run, :mod:`gym_llm.rl.ppo.q_critic`; for noisy returns). ``"auto"``: ``"q"`` where the
+    #: policy allows it (choice mode over one fixed list, LoRA, one process), else ``"gae"``.
     advantage_estimator: str = "gae"
     #: ``advantage_estimator="q"``: rewards summed before the action values' TD target
     #: bootstraps (DQN's ``n_steps``; :data:`Q_N_STEPS`: 3 for long noiseless paths).
@@ -150,7 +165,8 @@ class PPOConfig:
             )
         if self.critic_warmup_steps < 0:
             raise ValueError(f"critic_warmup_steps must be >= 0, got {self.critic_warmup_steps}.")
-        check_estimator(self.advantage_estimator)
+        if self.advantage_estimator != "auto":
+            check_estimator(self.advantage_estimator)
         auto = parse_ent_coef(self.ent_coef)[1]
         if self.target_entropy is not None and not self.target_entropy > 0:
             raise ValueError(
@@ -158,9 +174,9 @@ class PPOConfig:
             )
         check_entropy_of(self.target_entropy_of, auto)
         check_floor(self.min_action_prob)
-        if self.policy_update not in ("clip", "target"):
+        if self.policy_update not in ("clip", "target", "auto"):
             raise ValueError(
-                f"policy_update must be 'clip' or 'target', got {self.policy_update!r}."
+                f"policy_update must be 'clip', 'target' or 'auto', got {self.policy_update!r}."
             )
         if not 0 <= self.q_cut <= 1:
             raise ValueError(f"q_cut must be a share in [0, 1], got {self.q_cut}.")

@@ -81,7 +81,7 @@ from gym_llm.rl.ppo.advantages import (
     dones_from_starts,
 )
 from gym_llm.rl.ppo.buffer import TextRolloutBuffer
-from gym_llm.rl.ppo.config import PPOConfig, default_learning_rate
+from gym_llm.rl.ppo.config import PPOConfig, default_learning_rate, resolve_auto
 from gym_llm.rl.ppo.data_parallel import DataParallel
 from gym_llm.rl.ppo.entropy_control import (
     check_listed_actions,
@@ -92,7 +92,7 @@ from gym_llm.rl.ppo.entropy_control import (
 from gym_llm.rl.ppo.guard import NanGuard
 from gym_llm.rl.ppo.loss import LossSettings
 from gym_llm.rl.ppo.passes import UpdatePasses
-from gym_llm.rl.ppo.q_critic import QCritic
+from gym_llm.rl.ppo.q_critic import QCritic, q_unavailable
 from gym_llm.rl.ppo.rollout import RolloutMonitor
 from gym_llm.rl.ppo.saving import agent_tensors, load_trained_state
 from gym_llm.rl.ppo.target_update import rollout_targets, table_targets
@@ -324,6 +324,9 @@ class PPO(OnPolicyAlgorithm):
             device=self.device,
             **self.policy_kwargs,
         )
+        self.advantage_estimator, self.policy_update = resolve_auto(
+            self.advantage_estimator, self.policy_update, q_unavailable(self.policy) is None
+        )
         check_listed_actions(
             self.policy,
             self.policy_update == "target",
@@ -336,11 +339,6 @@ class PPO(OnPolicyAlgorithm):
         #: ``advantage_estimator="q"``: the action values the advantages are read from.
         self.q_critic: QCritic | None = None
         if self.advantage_estimator == "q":
-            if world_size() > 1:
-                raise ValueError(
-                    "advantage_estimator='q' trains in one process (each process would learn "
-                    "its own action values); use 'gae' with several processes."
-                )
             self.q_critic = QCritic(
                 self.policy, self.n_envs, self.gamma, self.q_n_steps, self.q_cut,
                 self.q_replay_ratio, seed=self.seed,

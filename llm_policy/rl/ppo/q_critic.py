@@ -27,6 +27,7 @@ import torch
 
 from gym_llm.policy.outputs import PolicyStep
 from gym_llm.policy.q_head import QHead
+from gym_llm.rl.common.distributed import world_size
 from gym_llm.rl.common.frozen_features import FrozenFeatures
 from gym_llm.rl.dqn.config import DQNConfig
 from gym_llm.rl.dqn.replay import TextReplayBuffer
@@ -36,6 +37,29 @@ from gym_llm.rl.ppo.config import Q_CUT, Q_N_STEPS, Q_REPLAY_RATIO
 
 #: The Q head's settings: DQN's defaults, chosen on the task family's tuning split.
 Q_DEFAULTS = DQNConfig()
+
+
+def q_unavailable(policy: Any) -> str | None:
+    """Why PPO cannot learn action values with ``policy``, or ``None`` where it can (what
+    ``advantage_estimator="auto"`` asks)."""
+    actions = getattr(policy.action_space, "actions", None)
+    if not policy.scores_listed_actions or policy.per_state or not actions:
+        return (
+            "advantage_estimator='q' needs choice mode over one fixed list of actions (the Q "
+            "head has one output per listed action); use 'gae' in generate mode or with "
+            "per-state action lists."
+        )
+    if not policy.uses_lora:
+        return (
+            "advantage_estimator='q' needs LoRA (the head reads the model's features with the "
+            "adapter off); with lora=None use 'gae'."
+        )
+    if world_size() > 1:
+        return (
+            "advantage_estimator='q' trains in one process (each process would learn its own "
+            "action values); use 'gae' with several processes."
+        )
+    return None
 
 
 class QCritic:
@@ -73,18 +97,10 @@ class QCritic:
                 f"Need replay_ratio > 0, n_steps >= 1 and 0 <= cut <= 1, got {replay_ratio}, "
                 f"{n_steps} and {cut}."
             )
-        actions = list(getattr(policy.action_space, "actions", []))
-        if not policy.scores_listed_actions or policy.per_state or not actions:
-            raise ValueError(
-                "advantage_estimator='q' needs choice mode over one fixed list of actions (the Q "
-                "head has one output per listed action); use 'gae' in generate mode or with "
-                "per-state action lists."
-            )
-        if not policy.uses_lora:
-            raise ValueError(
-                "advantage_estimator='q' needs LoRA (the head reads the model's features with the "
-                "adapter off); with lora=None use 'gae'."
-            )
+        reason = q_unavailable(policy)
+        if reason is not None:
+            raise ValueError(reason)
+        actions = list(policy.action_space.actions)
         self.gamma, self.replay_ratio, self.n_envs = gamma, replay_ratio, n_envs
         self.n_steps, self.cut, self.settings = n_steps, cut, settings
         self.features = FrozenFeatures(policy)

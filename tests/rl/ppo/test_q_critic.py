@@ -173,6 +173,21 @@ def test_saved_and_loaded_with_its_values(model_dir: Path, tmp_path: Path) -> No
         PPO.load(tmp_path / "plain", device="cpu", advantage_estimator="q")
 
 
+def test_auto_learns_action_values_where_they_apply_and_saves_what_it_chose(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    model = _ppo(model_dir, advantage_estimator="auto")
+    assert (model.advantage_estimator, model.policy_update) == ("q", "target")
+    assert model.q_critic is not None
+    model.save(tmp_path / "agent")
+    saved = json.loads((tmp_path / "agent" / "config.json").read_text())["hyperparameters"]
+    assert (saved["advantage_estimator"], saved["policy_update"]) == ("q", "target")
+    for policy_kwargs in ({"action_mode": "generate"}, {"lora": None}):
+        other = _ppo(model_dir, advantage_estimator="auto", policy_kwargs=policy_kwargs)
+        assert (other.advantage_estimator, other.policy_update) == ("gae", "clip")
+        assert other.q_critic is None
+
+
 def test_needs_choice_mode_and_lora(model_dir: Path) -> None:
     with pytest.raises(ValueError, match="choice mode"):
         _ppo(model_dir, policy_kwargs={"action_mode": "generate"})

@@ -125,7 +125,7 @@ def test_ppo_steps_onto_the_target_and_saves_the_setting(model_dir: Path, tmp_pa
 
 
 def test_bad_settings_are_refused(model_dir: Path) -> None:
-    with pytest.raises(ValueError, match="'clip' or 'target'"):
+    with pytest.raises(ValueError, match="'clip', 'target' or 'auto'"):
         _ppo(model_dir, policy_update="mpo")
     with pytest.raises(ValueError, match="kl_step must be > 0"):
         _ppo(model_dir, policy_update="target", kl_step=0)
