@@ -56,6 +56,7 @@ def test_auto_settings_resolve_to_the_action_values_only_where_they_apply() -> N
     assert resolve_auto("auto", "auto", q_applies=True) == ("q", "target")
     assert resolve_auto("auto", "auto", q_applies=False) == ("gae", "clip")
     assert resolve_auto("q", "auto", q_applies=True) == ("q", "target")
+    assert resolve_auto("q", "auto", q_applies=False) == ("q", "clip")  # q's own error follows
     assert resolve_auto("gae", "auto", q_applies=True) == ("gae", "clip")
     assert resolve_auto("auto", "clip", q_applies=True) == ("q", "clip")  # a given update stays
     assert resolve_auto("rloo", "target", q_applies=False) == ("rloo", "target")

@@ -39,12 +39,14 @@ Q_REPLAY_RATIO = 16.0
 def resolve_auto(estimator: str, update: str, q_applies: bool) -> tuple[Estimator, str]:
     """The ``"auto"`` settings made concrete once the policy is built (``q_applies``: PPO can
     learn action values with it). The estimator is ``"q"`` where it applies, else ``"gae"``;
-    the update is ``"target"`` with ``"q"``, since the clipped surrogate gives a state that has
-    committed to one action an advantage of ~0 whatever the values say, else ``"clip"``."""
+    the update is ``"target"`` with ``"q"`` where it applies, since the clipped surrogate gives a
+    state that has committed to one action an advantage of ~0 whatever the values say, else
+    ``"clip"`` (so an explicit ``"q"`` that cannot apply fails on its own reason, not the
+    target's)."""
     if estimator == "auto":
         estimator = "q" if q_applies else "gae"
     if update == "auto":
-        update = "target" if estimator == "q" else "clip"
+        update = "target" if estimator == "q" and q_applies else "clip"
     return check_estimator(estimator), update
 
 
