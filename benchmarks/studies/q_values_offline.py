@@ -48,6 +48,8 @@ from gym_llm.rl.ppo.target_update import table_targets
 BEHAVIOURS = ("uniform", "prior", "target")
 #: The replay ratio of rows written before ``--replay-ratio`` existed.
 RECORDED_RATIO = 8.0
+#: The values' discount of rows written before ``--gamma`` existed (PPO's ``gamma``).
+RECORDED_GAMMA = 0.99
 #: As ``family_sweep``'s runs: 8 envs, 8 steps each per rollout.
 N_ENVS, ROLLOUT = 8, 8
 
@@ -90,6 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = new_parser("python -m benchmarks.studies.q_values_offline", __doc__)
     add = parser.add_argument
     add("--task", default="grid-p1-s1", help="a task of gym_llm/Family-v0")
+    add(
+        "--env",
+        default=None,
+        metavar="ID:KEY=VALUE,...",
+        help="instead of --task, an env that lists its transitions (e.g. "
+        "FrozenLake-v1:is_slippery=False)",
+    )
     add("--behaviour", nargs="+", choices=BEHAVIOURS, default=list(BEHAVIOURS))
     add("--seeds", type=seed_list, default=[0, 1, 2, 3], help="e.g. 0-3 or 0,2")
     add("--steps", type=int, default=2048, help="env steps per run")
@@ -120,6 +129,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="the critic's DQN settings changed for every run, e.g. target_update_interval=25 "
         "learning_rate_decay=0 learning_rate=3e-4",
     )
+    add(
+        "--gamma",
+        type=float,
+        nargs="+",
+        default=[RECORDED_GAMMA],
+        help="each: the values' discount (PPO's q_gamma)",
+    )
+    add(
+        "--gap-increase",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="each: advantage learning's share (PPO's q_gap_increase; 0: plain Q-learning)",
+    )
     add("--plot", type=Path, default=None, help="also draw every run's greedy gap here (PNG)")
     add("--kl-step", type=float, default=0.05, help="the target behaviour's step, nats")
     add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
@@ -127,23 +150,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def task_tables(task: str, model: str) -> tuple[Any, np.ndarray, torch.Tensor]:
-    """The task's env, the LM's distribution in every state (in the env's state order) and the
-    frozen features of every state."""
+def task_tables(task: str, model: str, env_spec: str | None = None) -> tuple[Any, np.ndarray, torch.Tensor]:
+    """The env (a family task, or ``env_spec`` when given), the LM's distribution in every state
+    (in the env's state order) and the frozen features of every state."""
     import gymnasium as gym
 
-    from benchmarks.studies.diagnose_learning import ENV_ID, state_table
+    from benchmarks.studies.diagnose_learning import ENV_ID
     from gym_llm import PPO, make_text_env
+    from gym_llm.experiments.specs import parse_env_spec
+    from gym_llm.wrappers import TextObservationWrapper
 
-    texts, _ = state_table(task)
-    env = make_text_env(ENV_ID, 1, env_kwargs={"task": task}, seed=0)
+    spec = parse_env_spec(env_spec) if env_spec else None
+    env_id, kwargs = (spec.id, spec.kwargs) if spec else (ENV_ID, {"task": task})
+    plain = gym.make(env_id, **kwargs)
+    texts = [TextObservationWrapper(plain).format(s) for s in range(len(plain.unwrapped.P))]
+    env = make_text_env(env_id, 1, env_kwargs=kwargs, seed=0)
     agent = PPO("LLMPolicy", env, advantage_estimator="q", policy_kwargs={"model": model})
     with torch.inference_mode():
         probs = np.asarray(agent.policy.act(texts, deterministic=True).action_probs, np.float64)
     assert agent.q_critic is not None
     _, features = agent.q_critic.features(texts)
     env.close()
-    return gym.make(ENV_ID, task=task), probs / probs.sum(-1, keepdims=True), features
+    return plain, probs / probs.sum(-1, keepdims=True), features
 
 
 def offline_critic(
@@ -155,6 +183,8 @@ def offline_critic(
     cut: float = Q_CUT,
     replay_ratio: float = Q_REPLAY_RATIO,
     settings: DQNConfig = Q_DEFAULTS,
+    gamma: float = RECORDED_GAMMA,
+    gap_increase: float = 0.0,
 ) -> QCritic:
     """A :class:`QCritic` with the run's settings whose features are looked up by state index
     (observations are the states' texts' indices as strings)."""
@@ -165,8 +195,8 @@ def offline_critic(
             get_text_config=lambda: SimpleNamespace(hidden_size=features.shape[1]))),
     )  # fmt: skip
     critic = QCritic(
-        stand_in, N_ENVS, gamma=0.99, n_steps=n_steps, cut=cut, replay_ratio=replay_ratio,
-        seed=seed, settings=settings,
+        stand_in, N_ENVS, gamma=gamma, n_steps=n_steps, cut=cut, replay_ratio=replay_ratio,
+        seed=seed, settings=settings, gap_increase=gap_increase,
     )  # fmt: skip
     prior = torch.zeros(len(features), n_actions)
 
@@ -258,6 +288,7 @@ def simulate(
                 "values_right_share": float(greedy_right(q, optimal).mean()),
                 "greedy_value": tabular.value(np.eye(n_actions)[greedy]),
                 "behaviour_value": tabular.value(policy),
+                "behaviour_greedy_value": tabular.value(np.eye(n_actions)[policy.argmax(-1)]),
                 "optimum": tabular.optimum(),
                 "greedy_gap": (tabular.value(np.eye(n_actions)[greedy]) - floor) / span,
                 "q_error": float(np.abs(q - q_star).mean()),
@@ -309,12 +340,16 @@ def setting_name(row: dict[str, Any]) -> str:
     ratio = row.get("replay_ratio", RECORDED_RATIO)
     ratio = "" if ratio == Q_REPLAY_RATIO else f" replay {ratio:g}"
     changed = "".join(f" {k}={v:g}" for k, v in row.get("critic", {}).items())
+    gamma = row.get("gamma", RECORDED_GAMMA)
+    changed += "" if gamma == RECORDED_GAMMA else f" gamma {gamma:g}"
+    changed += f" gap {row['gap_increase']:g}" if row.get("gap_increase") else ""
     return f"n={row['n_steps']}{cut}{ratio}{changed}{' dueling' if row['dueling'] else ''}"
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = build_parser().parse_args(argv)
-    env, prior_probs, features = task_tables(args.task, args.model)
+    env, prior_probs, features = task_tables(args.task, args.model, args.env)
+    task = args.env or args.task
     n_actions = prior_probs.shape[1]
     out: list[dict[str, Any]] = []
     changed = dict(args.critic)
@@ -324,27 +359,31 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     for dueling in (False, True) if args.dueling else (False,):
         # one step has nothing to cut: run once
         settings = dict.fromkeys(
-            (n, c if n > 1 else 0.0, r)
+            (n, c if n > 1 else 0.0, r, g, k)
             for n in args.n_steps
             for c in args.cut
             for r in args.replay_ratio
+            for g in args.gamma
+            for k in args.gap_increase
         )
-        for n_steps, cut, ratio in settings:
+        for n_steps, cut, ratio, gamma, gap in settings:
             for behaviour in args.behaviour:
                 for seed in args.seeds:
                     start = np.full_like(prior_probs, 1 / n_actions)
                     start = start if behaviour == "uniform" else prior_probs
                     torch.manual_seed(seed)
                     critic = offline_critic(
-                        features, n_actions, n_steps, seed, dueling, cut, ratio, critic_settings
+                        features, n_actions, n_steps, seed, dueling, cut, ratio, critic_settings,
+                        gamma, gap,
                     )
                     rows = simulate(
                         env, critic, start, args.steps, seed, behaviour == "target",
                         args.kl_step,
                     )  # fmt: skip
-                    key = {"task": args.task, "behaviour": behaviour, "seed": seed,
+                    key = {"task": task, "behaviour": behaviour, "seed": seed,
                            "n_steps": n_steps, "dueling": dueling, "cut": cut,
-                           "replay_ratio": ratio, "critic": changed}  # fmt: skip
+                           "replay_ratio": ratio, "critic": changed, "gamma": gamma,
+                           "gap_increase": gap}  # fmt: skip
                     out += [{**key, **row} for row in rows]
                     worst = min(r["greedy_value"] for r in rows)
                     print(

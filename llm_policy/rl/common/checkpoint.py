@@ -81,6 +81,7 @@ SAVED_HYPERPARAMETERS = (
     "q_n_steps",
     "q_cut",
     "q_replay_ratio",
+    "q_gamma",
     "clip_range_vf",
     "reward_scale",
     "critic_warmup_steps",
@@ -233,6 +234,8 @@ class SavedConfig:
         hyper["clip_range"] = hyper.pop("clip_range_value")
         # Agents saved before q_replay_ratio existed replayed each env step 8 times.
         hyper.setdefault("q_replay_ratio", 8.0)
+        # ... and before q_gamma existed, discounted their action values by gamma.
+        hyper.setdefault("q_gamma", hyper.get("gamma", 0.99))
         return hyper
 
     def load_policy_kwargs(self) -> dict[str, Any]:

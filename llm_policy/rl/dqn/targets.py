@@ -79,3 +79,23 @@ def double_q_target(
     bootstrap = next_q_target.gather(-1, best).squeeze(-1)
     follows = discount != 0
     return returns + torch.where(follows, discount * bootstrap, torch.zeros_like(returns))
+
+
+def advantage_learning(
+    target: torch.Tensor, q_now: torch.Tensor, actions: torch.Tensor, gap_increase: float
+) -> torch.Tensor:
+    """The TD ``target`` of each ``(state, action)`` lowered by ``gap_increase`` times how far the
+    action's value is below its state's best, both read from ``q_now`` (``(n, K)``, the target
+    copy's values of the states): the advantage-learning operator of Bellemare et al. (AAAI
+    2016, "Increasing the Action Gap"). Its greedy moves are Q-learning's, and a move's gap to
+    the best grows ``1 / (1 - gap_increase)``-fold, so values whose error is larger than the
+    task's own gaps (a wasted step that costs one step of discount) still rank the moves right.
+
+    >>> q_now = torch.tensor([[1.0, 0.5]])
+    >>> advantage_learning(torch.tensor([0.5, 0.5]), q_now.repeat(2, 1), torch.tensor([0, 1]), 0.5)
+    tensor([0.5000, 0.2500])
+    """
+    if not 0 <= gap_increase < 1:
+        raise ValueError(f"gap_increase must be in [0, 1), got {gap_increase}.")
+    taken = q_now.gather(-1, actions[:, None])[:, 0]
+    return target - gap_increase * (q_now.max(-1).values - taken)

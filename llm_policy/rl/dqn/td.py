@@ -15,7 +15,7 @@ from stable_baselines3.common.utils import polyak_update
 
 from gym_llm.policy.q_head import QHead
 from gym_llm.rl.dqn.replay import ReplaySample
-from gym_llm.rl.dqn.targets import double_q_target
+from gym_llm.rl.dqn.targets import advantage_learning, double_q_target
 
 #: ``observations`` -> ``(n, K)`` prior log-probs and ``(n, d)`` features.
 Features = Callable[[Sequence[str]], tuple[torch.Tensor, torch.Tensor]]
@@ -40,9 +40,15 @@ def td_step(
     beta: float,
     max_grad_norm: float,
     average_tau: float,
+    gap_increase: float = 0.0,
 ) -> tuple[float, float] | None:
     """One optimizer step of ``heads.online`` towards the double-Q target; ``(loss, mean Q)``,
-    or ``None`` when the loss was not finite (the step never reaches the weights)."""
+    or ``None`` when the loss was not finite (the step never reaches the weights).
+
+    ``gap_increase`` > 0 is advantage learning (:func:`~gym_llm.rl.dqn.targets.advantage_learning`):
+    the target of a move below its state's best is lowered by that share of the shortfall, so
+    the values' action gaps grow ``1 / (1 - gap_increase)``-fold with the greedy moves unchanged.
+    """
     device = next(heads.online.parameters()).device
     _, obs_features = features(sample.observations)
     next_prior, next_features = features(sample.next_observations)
@@ -51,6 +57,10 @@ def td_step(
             sample.returns.to(device), sample.discounts.to(device),
             heads.online(next_features), heads.target(next_features), next_prior, alpha, beta,
         )  # fmt: skip
+        if gap_increase:
+            target = advantage_learning(
+                target, heads.target(obs_features), sample.actions.to(device), gap_increase
+            )
     q = heads.online(obs_features).gather(-1, sample.actions.to(device)[:, None])[:, 0]
     loss = torch.nn.functional.smooth_l1_loss(q, target)
     if not torch.isfinite(loss):

@@ -159,6 +159,7 @@ class PPO(OnPolicyAlgorithm):
     q_n_steps: ConfigField[int] = ConfigField()
     q_cut: ConfigField[float] = ConfigField()
     q_replay_ratio: ConfigField[float] = ConfigField()
+    q_gamma: ConfigField[float] = ConfigField()
     clip_range_vf: ConfigField[float | None] = ConfigField()
     reward_scale: ConfigField[float] = ConfigField()
     critic_warmup_steps: ConfigField[int] = ConfigField()
@@ -340,7 +341,7 @@ class PPO(OnPolicyAlgorithm):
         self.q_critic: QCritic | None = None
         if self.advantage_estimator == "q":
             self.q_critic = QCritic(
-                self.policy, self.n_envs, self.gamma, self.q_n_steps, self.q_cut,
+                self.policy, self.n_envs, self.q_gamma, self.q_n_steps, self.q_cut,
                 self.q_replay_ratio, seed=self.seed,
             )  # fmt: skip
         self.rollout_buffer = TextRolloutBuffer(

@@ -91,6 +91,7 @@ class QCritic:
         replay_ratio: float = Q_REPLAY_RATIO,
         seed: int | None = None,
         settings: DQNConfig = Q_DEFAULTS,
+        gap_increase: float = 0.0,
     ) -> None:
         if replay_ratio <= 0 or n_steps < 1 or not 0 <= cut <= 1:
             raise ValueError(
@@ -103,6 +104,7 @@ class QCritic:
         actions = list(policy.action_space.actions)
         self.gamma, self.replay_ratio, self.n_envs = gamma, replay_ratio, n_envs
         self.n_steps, self.cut, self.settings = n_steps, cut, settings
+        self.gap_increase = gap_increase
         self.features = FrozenFeatures(policy)
         hidden = int(policy.lm.config.get_text_config().hidden_size)
         online = QHead(hidden, len(actions), width=settings.q_width, device=policy.device)
@@ -170,6 +172,7 @@ class QCritic:
             done = td_step(
                 self.heads, sample, self.features, alpha=1.0, beta=0.0,
                 max_grad_norm=settings.max_grad_norm, average_tau=1.0,
+                gap_increase=self.gap_increase,
             )  # fmt: skip
             self.td_steps += 1
             if done is None:

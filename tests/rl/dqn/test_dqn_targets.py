@@ -7,7 +7,12 @@ import math
 import pytest
 import torch
 
-from gym_llm.rl.dqn.targets import double_q_target, n_step_returns, posterior_logits
+from gym_llm.rl.dqn.targets import (
+    advantage_learning,
+    double_q_target,
+    n_step_returns,
+    posterior_logits,
+)
 
 
 def test_posterior_is_prior_to_the_beta_times_exp_q_over_alpha() -> None:
@@ -58,3 +63,31 @@ def test_double_q_target_lets_the_online_net_pick_and_the_target_net_score() -> 
     q_close = torch.tensor([[0.0, 1.0], [3.0, 1.0], [0.0, 0.0]])
     got = double_q_target(returns, discount, q_close, target, prior, alpha=1.0, beta=1.0)
     assert got[0].item() == pytest.approx(1 + 0.9 * 10.0)
+
+
+def _fixed_point(share: float, gamma: float = 0.9) -> torch.Tensor:
+    """Exact value iteration with the advantage-learning target on a 3-state corridor: move
+    right (action 1) towards a reward of 1 at its end, or bump into the wall (action 0)."""
+    n_states, moves = 3, torch.tensor([[0, 1], [1, 2], [2, 2]])
+    reward = torch.tensor([[0.0, 0.0], [0.0, 0.0], [0.0, 1.0]])
+    ends = torch.tensor([[False, False], [False, False], [False, True]])
+    q = torch.zeros(n_states, 2)
+    actions = torch.tensor([0, 1]).repeat(n_states)
+    for _ in range(2000):
+        target = reward + gamma * torch.where(ends, 0.0, q.max(-1).values[moves])
+        q_now = q.repeat_interleave(2, 0)
+        q = advantage_learning(target.reshape(-1), q_now, actions, share).reshape(n_states, 2)
+    return q
+
+
+def test_advantage_learning_keeps_the_greedy_moves_and_widens_the_gaps() -> None:
+    plain, widened = _fixed_point(0.0), _fixed_point(0.75)
+    assert torch.equal(plain.argmax(-1), widened.argmax(-1))
+    torch.testing.assert_close(widened.max(-1).values, plain.max(-1).values)  # V* unchanged
+    gaps = plain.max(-1, keepdim=True).values - plain
+    wide = widened.max(-1, keepdim=True).values - widened
+    assert float(gaps.min()) == 0 and float(gaps.max()) > 0.05
+    torch.testing.assert_close(wide, gaps / (1 - 0.75))  # four times the gap to the best
+    for share in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="gap_increase"):
+            advantage_learning(torch.zeros(1), torch.zeros(1, 2), torch.tensor([0]), share)

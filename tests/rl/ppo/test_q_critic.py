@@ -153,6 +153,26 @@ def test_the_replay_ratio_sets_the_td_steps_per_env_step(model_dir: Path, tmp_pa
         _ppo(model_dir, q_replay_ratio=0)
 
 
+def test_the_values_have_their_own_discount(model_dir: Path, tmp_path: Path) -> None:
+    assert _ppo(model_dir).q_critic.gamma == 0.95  # measured: RESULTS.md
+    model = _ppo(model_dir, gamma=0.97, q_gamma=0.9)
+    assert model.q_critic is not None and model.q_critic.gamma == 0.9
+    assert model.rollout_buffer.gamma == 0.97  # the returns the value head learns keep gamma
+    model.learn(16)
+    model.save(tmp_path / "agent")
+    loaded = PPO.load(tmp_path / "agent", device="cpu").q_critic
+    assert loaded is not None and loaded.gamma == 0.9
+    # an agent saved before the setting existed discounted its values by gamma
+    config = tmp_path / "agent" / "config.json"
+    saved = json.loads(config.read_text())
+    del saved["hyperparameters"]["q_gamma"]
+    config.write_text(json.dumps(saved))
+    old = PPO.load(tmp_path / "agent", device="cpu").q_critic
+    assert old is not None and old.gamma == 0.97
+    with pytest.raises(ValueError, match=r"q_gamma must be a discount in \[0, 1\]"):
+        _ppo(model_dir, q_gamma=1.5)
+
+
 def test_saved_and_loaded_with_its_values(model_dir: Path, tmp_path: Path) -> None:
     model = _ppo(model_dir)
     model.learn(16)
