@@ -41,7 +41,7 @@ from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.q_head import QHead
 from gym_llm.rl.dqn.config import DQNConfig
 from gym_llm.rl.dqn.td import QHeads
-from gym_llm.rl.ppo.config import Q_CUT, Q_REPLAY_RATIO
+from gym_llm.rl.ppo.config import Q_CUT, Q_GAMMA, Q_REPLAY_RATIO
 from gym_llm.rl.ppo.q_critic import Q_DEFAULTS, QCritic
 from gym_llm.rl.ppo.target_update import table_targets
 
@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--gamma",
         type=float,
         nargs="+",
-        default=[RECORDED_GAMMA],
+        default=[Q_GAMMA],
         help="each: the values' discount (PPO's q_gamma)",
     )
     add(
@@ -147,6 +147,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("--kl-step", type=float, default=0.05, help="the target behaviour's step, nats")
     add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
     add("--jsonl", type=Path, default=None, help="append every row here")
+    add(
+        "--summarize",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="JSONL",
+        help="instead of running: per task and setting, how many seeds' behaviour acts "
+        "greedily within 10 %% of the optimum at --steps / 2 and at --steps (held)",
+    )
     return parser
 
 
@@ -183,7 +192,7 @@ def offline_critic(
     cut: float = Q_CUT,
     replay_ratio: float = Q_REPLAY_RATIO,
     settings: DQNConfig = Q_DEFAULTS,
-    gamma: float = RECORDED_GAMMA,
+    gamma: float = Q_GAMMA,
     gap_increase: float = 0.0,
 ) -> QCritic:
     """A :class:`QCritic` with the run's settings whose features are looked up by state index
@@ -341,13 +350,56 @@ def setting_name(row: dict[str, Any]) -> str:
     ratio = "" if ratio == Q_REPLAY_RATIO else f" replay {ratio:g}"
     changed = "".join(f" {k}={v:g}" for k, v in row.get("critic", {}).items())
     gamma = row.get("gamma", RECORDED_GAMMA)
-    changed += "" if gamma == RECORDED_GAMMA else f" gamma {gamma:g}"
+    changed += "" if gamma == Q_GAMMA else f" gamma {gamma:g}"
     changed += f" gap {row['gap_increase']:g}" if row.get("gap_increase") else ""
     return f"n={row['n_steps']}{cut}{ratio}{changed}{' dueling' if row['dueling'] else ''}"
 
 
+def held_counts(
+    rows: Sequence[dict[str, Any]], floors: dict[str, float], budget: int
+) -> dict[tuple[str, str], tuple[int, int]]:
+    """``(task, setting) -> (seeds held, seeds)``: held when acting greedily on the behaviour
+    closes 90 % of the random-to-optimum gap (``floors``: each task's random return) at
+    ``budget`` and at twice it, as the family's learning claims count."""
+    curves: dict[tuple[str, str, int], dict[int, float]] = {}
+    for row in rows:
+        if row["behaviour"] != "target":
+            continue
+        span = row["optimum"] - floors[row["task"]]
+        share = (row["behaviour_greedy_value"] - floors[row["task"]]) / span
+        key = (row["task"], setting_name(row), row["seed"])
+        curves.setdefault(key, {})[row["env_steps"]] = share
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    for (task, setting, _), curve in curves.items():
+        held = all(curve.get(at, -1.0) >= 0.9 for at in (budget, 2 * budget))
+        done, seen = out.get((task, setting), (0, 0))
+        out[(task, setting)] = (done + held, seen + 1)
+    return out
+
+
+def random_return(task: str) -> float:
+    """The exact return of acting uniformly at random on a family task or an env spec."""
+    import gymnasium as gym
+
+    from benchmarks.studies.diagnose_learning import ENV_ID
+    from gym_llm.experiments.specs import parse_env_spec
+
+    spec = parse_env_spec(task) if ":" in task or "-v" in task else None
+    env = gym.make(spec.id, **spec.kwargs) if spec else gym.make(ENV_ID, task=task)
+    tabular = TabularModel.of(env)
+    return tabular.value(np.full(tabular.reward.shape, 1 / tabular.reward.shape[1]))
+
+
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = build_parser().parse_args(argv)
+    if args.summarize:
+        rows = [json.loads(line) for path in args.summarize for line in path.open()]
+        floors = {task: random_return(task) for task in {row["task"] for row in rows}}
+        for (task, setting), (held, seeds) in sorted(
+            held_counts(rows, floors, args.steps // 2).items()
+        ):
+            print(f"{task} {setting}: held {held} of {seeds}")
+        return rows
     env, prior_probs, features = task_tables(args.task, args.model, args.env)
     task = args.env or args.task
     n_actions = prior_probs.shape[1]
