@@ -159,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def task_tables(task: str, model: str, env_spec: str | None = None) -> tuple[Any, np.ndarray, torch.Tensor]:
+def task_tables(
+    task: str, model: str, env_spec: str | None = None
+) -> tuple[Any, np.ndarray, torch.Tensor]:
     """The env (a family task, or ``env_spec`` when given), the LM's distribution in every state
     (in the env's state order) and the frozen features of every state."""
     import gymnasium as gym
@@ -425,9 +427,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                     start = start if behaviour == "uniform" else prior_probs
                     torch.manual_seed(seed)
                     critic = offline_critic(
-                        features, n_actions, n_steps, seed, dueling, cut, ratio, critic_settings,
-                        gamma, gap,
-                    )
+                        features, n_actions, n_steps, seed, dueling, cut, ratio,
+                        critic_settings, gamma=gamma, gap_increase=gap,
+                    )  # fmt: skip
                     rows = simulate(
                         env, critic, start, args.steps, seed, behaviour == "target",
                         args.kl_step,

@@ -80,7 +80,8 @@ def test_replay_ratio_and_critic_settings_reach_the_critic() -> None:
     assert setting_name({**row, "gamma": 0.9, "gap_increase": 0.5}).endswith(" gamma 0.9 gap 0.5")
     # rows recorded before the options existed replayed each step 8 times, discounted by 0.99
     assert (
-        setting_name({"n_steps": 3, "cut": 1.0, "dueling": False}) == "n=3 cut 1 replay 8 gamma 0.99"
+        setting_name({"n_steps": 3, "cut": 1.0, "dueling": False})
+        == "n=3 cut 1 replay 8 gamma 0.99"
     )
     assert offline_critic(torch.eye(16), 4, 1, 0).gamma == 0.95  # PPO's default
 
