@@ -143,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=[0.0],
         help="each: advantage learning's share (PPO's q_gap_increase; 0: plain Q-learning)",
     )
+    add(
+        "--random-start",
+        action="store_true",
+        help="the values start from the head's random output, as DQN's (PPO's start at 0)",
+    )
     add("--plot", type=Path, default=None, help="also draw every run's greedy gap here (PNG)")
     add("--kl-step", type=float, default=0.05, help="the target behaviour's step, nats")
     add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
@@ -196,6 +201,7 @@ def offline_critic(
     settings: DQNConfig = Q_DEFAULTS,
     gamma: float = Q_GAMMA,
     gap_increase: float = 0.0,
+    zero_start: bool = True,
 ) -> QCritic:
     """A :class:`QCritic` with the run's settings whose features are looked up by state index
     (observations are the states' texts' indices as strings)."""
@@ -207,7 +213,7 @@ def offline_critic(
     )  # fmt: skip
     critic = QCritic(
         stand_in, N_ENVS, gamma=gamma, n_steps=n_steps, cut=cut, replay_ratio=replay_ratio,
-        seed=seed, settings=settings, gap_increase=gap_increase,
+        seed=seed, settings=settings, gap_increase=gap_increase, zero_start=zero_start,
     )  # fmt: skip
     prior = torch.zeros(len(features), n_actions)
 
@@ -354,6 +360,7 @@ def setting_name(row: dict[str, Any]) -> str:
     gamma = row.get("gamma", RECORDED_GAMMA)
     changed += "" if gamma == Q_GAMMA else f" gamma {gamma:g}"
     changed += f" gap {row['gap_increase']:g}" if row.get("gap_increase") else ""
+    changed += "" if row.get("zero_start") else " random start"
     return f"n={row['n_steps']}{cut}{ratio}{changed}{' dueling' if row['dueling'] else ''}"
 
 
@@ -429,6 +436,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                     critic = offline_critic(
                         features, n_actions, n_steps, seed, dueling, cut, ratio,
                         critic_settings, gamma=gamma, gap_increase=gap,
+                        zero_start=not args.random_start,
                     )  # fmt: skip
                     rows = simulate(
                         env, critic, start, args.steps, seed, behaviour == "target",
@@ -437,7 +445,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                     key = {"task": task, "behaviour": behaviour, "seed": seed,
                            "n_steps": n_steps, "dueling": dueling, "cut": cut,
                            "replay_ratio": ratio, "critic": changed, "gamma": gamma,
-                           "gap_increase": gap}  # fmt: skip
+                           "gap_increase": gap, "zero_start": not args.random_start}  # fmt: skip
                     out += [{**key, **row} for row in rows]
                     worst = min(r["greedy_value"] for r in rows)
                     print(

@@ -11,6 +11,9 @@ gradient step). Saved with the agent.
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -26,6 +29,10 @@ class QHead(nn.Module):
         width: the MLP's hidden units (two hidden layers, ReLU; SB3's DQN ``net_arch`` is
             ``[64, 64]`` on small observations, the LM's features are ``hidden``-wide).
         device: where the weights live.
+        zero_start: the values are the MLP's output less that of a frozen copy of its initial
+            weights, so every value starts at exactly 0 and stays there until a reward is seen
+            (with every reward 0 the TD target is 0 and no gradient reaches the weights), while
+            the MLP learns from its random start as usual.
     """
 
     def __init__(
@@ -34,6 +41,7 @@ class QHead(nn.Module):
         n_actions: int,
         width: int = 256,
         device: torch.device | str | None = None,
+        zero_start: bool = False,
     ) -> None:
         super().__init__()
         if width < 1 or n_actions < 1:
@@ -45,6 +53,10 @@ class QHead(nn.Module):
             nn.ReLU(),
             nn.Linear(width, n_actions, device=device),
         )
+        #: ``zero_start``: the initial MLP, frozen, whose output is subtracted.
+        self.start: nn.Sequential | None = None
+        if zero_start:
+            self.start = copy.deepcopy(self.net).requires_grad_(False)
         self.register_buffer("centre", torch.zeros(hidden, device=device))
         self.register_buffer("scale", torch.ones(hidden, device=device))
         self.register_buffer("calibrated", torch.zeros((), dtype=torch.bool, device=device))
@@ -52,8 +64,18 @@ class QHead(nn.Module):
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         centre, scale = self.centre, self.scale
         assert isinstance(centre, torch.Tensor) and isinstance(scale, torch.Tensor)
-        out: torch.Tensor = self.net((features.float() - centre) / scale)
+        x = (features.float() - centre) / scale
+        out: torch.Tensor = self.net(x)
+        if self.start is not None:
+            out = out - self.start(x)
         return out
+
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, *args: Any) -> None:
+        if self.start is not None and not any(k.startswith(f"{prefix}start.") for k in state_dict):
+            # saved without the zero start: its values were the MLP's own output
+            for name, tensor in self.start.state_dict().items():
+                state_dict[f"{prefix}start.{name}"] = torch.zeros_like(tensor)
+        super()._load_from_state_dict(state_dict, prefix, *args)
 
     @property
     def is_calibrated(self) -> bool:

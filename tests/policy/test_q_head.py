@@ -35,3 +35,25 @@ def test_q_head_reads_features_standardised_once_and_fits_values() -> None:
 def test_q_head_rejects_empty_sizes() -> None:
     with pytest.raises(ValueError, match="width"):
         QHead(8, 0)
+
+
+def test_a_zero_start_head_starts_at_zero_and_learns_as_the_mlp_does() -> None:
+    torch.manual_seed(0)
+    head = QHead(8, 3, width=16, zero_start=True)
+    x = torch.randn(5, 8)
+    assert torch.equal(head(x), torch.zeros(5, 3))
+    assert not any(p.requires_grad for p in head.start.parameters())  # type: ignore[union-attr]
+    optimizer = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(100):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(head(x)[:, 0], torch.ones(5)).backward()
+        optimizer.step()
+    assert torch.allclose(head(x)[:, 0], torch.ones(5), atol=0.05)
+    # saved without the zero start (as before it existed): loads as the MLP's own output
+    plain = QHead(8, 3, width=16)
+    loaded = QHead(8, 3, width=16, zero_start=True)
+    loaded.load_state_dict(plain.state_dict())
+    assert torch.equal(loaded(x), plain(x))
+    copied = QHead(8, 3, width=16, zero_start=True)
+    copied.load_state_dict(head.state_dict())  # with its start: the same values
+    assert torch.equal(copied(x), head(x))

@@ -79,6 +79,10 @@ class QCritic:
         seed: the replay's sampling seed.
         settings: the head's width and rate, the replay's size, the TD batch, the target copy's
             interval (in env steps) and the gradient clip, as :class:`gym_llm.DQN` reads them.
+        gap_increase: advantage learning's share in each TD target (0: plain Q-learning).
+        zero_start: every value starts at 0 and stays there until a reward is seen, so that the
+            target update does not tilt the policy by the head's initial output (on a sparse
+            reward it committed before finding one); ``False``: a random start, as DQN's.
     """
 
     def __init__(
@@ -92,6 +96,7 @@ class QCritic:
         seed: int | None = None,
         settings: DQNConfig = Q_DEFAULTS,
         gap_increase: float = 0.0,
+        zero_start: bool = True,
     ) -> None:
         if replay_ratio <= 0 or n_steps < 1 or not 0 <= cut <= 1:
             raise ValueError(
@@ -107,13 +112,16 @@ class QCritic:
         self.gap_increase = gap_increase
         self.features = FrozenFeatures(policy)
         hidden = int(policy.lm.config.get_text_config().hidden_size)
-        online = QHead(hidden, len(actions), width=settings.q_width, device=policy.device)
+        online = QHead(
+            hidden, len(actions), width=settings.q_width, device=policy.device,
+            zero_start=zero_start,
+        )  # fmt: skip
         lr = float(settings.learning_rate)  # type: ignore[arg-type]
         self.heads = QHeads(
             online,
             copy.deepcopy(online).requires_grad_(False),
             online,  # greedy actions are PPO's policy's: no averaged head
-            torch.optim.Adam(online.parameters(), lr=lr),
+            torch.optim.Adam([p for p in online.parameters() if p.requires_grad], lr=lr),
         )
         self.base_rate = lr
         self.replay = TextReplayBuffer(settings.buffer_size, n_envs, len(actions))

@@ -75,13 +75,14 @@ def test_replay_ratio_and_critic_settings_reach_the_critic() -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="DQNConfig field"):
         critic_setting("refresh=25")
     row = {"n_steps": 1, "cut": 0.0, "dueling": False, "replay_ratio": 32.0,
-           "critic": {"target_update_interval": 25.0}, "gamma": 0.95}  # fmt: skip
+           "critic": {"target_update_interval": 25.0}, "gamma": 0.95, "zero_start": True}  # fmt: skip
     assert setting_name(row) == "n=1 replay 32 target_update_interval=25"
     assert setting_name({**row, "gamma": 0.9, "gap_increase": 0.5}).endswith(" gamma 0.9 gap 0.5")
-    # rows recorded before the options existed replayed each step 8 times, discounted by 0.99
+    # rows recorded before the options existed replayed each step 8 times, discounted by 0.99,
+    # from the head's random start
     assert (
         setting_name({"n_steps": 3, "cut": 1.0, "dueling": False})
-        == "n=3 cut 1 replay 8 gamma 0.99"
+        == "n=3 cut 1 replay 8 gamma 0.99 random start"
     )
     assert offline_critic(torch.eye(16), 4, 1, 0).gamma == 0.95  # PPO's default
 
@@ -90,7 +91,7 @@ def test_held_counts_need_the_gap_closed_at_the_budget_and_at_twice_it() -> None
     from benchmarks.studies.q_values_offline import held_counts
 
     base = {"task": "t", "behaviour": "target", "n_steps": 1, "cut": 0.0, "dueling": False,
-            "replay_ratio": 16.0, "gamma": 0.95, "optimum": 1.0}  # fmt: skip
+            "replay_ratio": 16.0, "gamma": 0.95, "zero_start": True, "optimum": 1.0}  # fmt: skip
     curves = {0: (0.95, 1.0), 1: (0.95, 0.5), 2: (0.2, 0.95)}  # only seed 0 holds
     rows = [
         {**base, "seed": seed, "env_steps": steps, "behaviour_greedy_value": value}

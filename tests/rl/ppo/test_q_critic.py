@@ -173,6 +173,29 @@ def test_the_values_have_their_own_discount(model_dir: Path, tmp_path: Path) -> 
         _ppo(model_dir, q_gamma=1.5)
 
 
+def test_the_values_start_at_zero_and_stay_there_until_a_reward(model_dir: Path) -> None:
+    critic = _ppo(model_dir).q_critic
+    assert critic is not None
+
+    k = critic.replay.n_actions
+
+    def steps(reward: float, n: int) -> None:
+        for _ in range(n):
+            critic.replay.add_step(
+                ["apple"] * 4, ["banana"] * 4, np.array([0, 1, 2, 0]),
+                np.full(4, reward, np.float32), np.zeros(4, bool), [{}] * 4,
+                np.full((4, k), 1 / k, np.float32),
+            )  # fmt: skip
+
+    assert not critic.values(WORDS).any()
+    steps(0.0, 16)
+    critic.train(64, 64)
+    assert critic.td_steps > 0 and not critic.values(WORDS).any()  # no evidence, no preference
+    steps(1.0, 16)
+    critic.train(128, 64)
+    assert np.abs(critic.values(WORDS)).max() > 1e-3
+
+
 def test_saved_and_loaded_with_its_values(model_dir: Path, tmp_path: Path) -> None:
     model = _ppo(model_dir)
     model.learn(16)
