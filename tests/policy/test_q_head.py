@@ -42,7 +42,7 @@ def test_a_zero_start_head_starts_at_zero_and_learns_as_the_mlp_does() -> None:
     head = QHead(8, 3, width=16, zero_start=True)
     x = torch.randn(5, 8)
     assert torch.equal(head(x), torch.zeros(5, 3))
-    assert not any(p.requires_grad for p in head.start.parameters())  # type: ignore[union-attr]
+    assert not any(p.requires_grad for p in head.start.parameters())
     optimizer = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=1e-2)
     for _ in range(100):
         optimizer.zero_grad()
