@@ -6,7 +6,9 @@ policy still plays badly after it (benchmarks/RESULTS.md, "PPO on noisy returns"
 learns ``Q(s, a)`` of every listed action off-policy instead, as :class:`gym_llm.DQN` does and
 with its defaults but twice its replays per env step: an MLP on the frozen model's features,
 double Q-learning on a replay of every step the run has taken, a target copy, and a rate that
-decays in env steps. The features do not change while the adapter trains, so a step replayed a
+decays in env steps. Unlike DQN's, its values have their own discount (``q_gamma``, lower than
+PPO's: the features of different states are nearly the same, and bootstrapping multiplies their
+fitting error by up to ``1 / (1 - gamma)``) and start at exactly 0. The features do not change while the adapter trains, so a step replayed a
 thousand updates later is still exact.
 
 The advantage of a turn is ``Q(s, a) - sum_b pi_old(b | s) Q(s, b)``, and
@@ -80,9 +82,9 @@ class QCritic:
         settings: the head's width and rate, the replay's size, the TD batch, the target copy's
             interval (in env steps) and the gradient clip, as :class:`gym_llm.DQN` reads them.
         gap_increase: advantage learning's share in each TD target (0: plain Q-learning).
-        zero_start: every value starts at 0 and stays there until a reward is seen, so that the
-            target update does not tilt the policy by the head's initial output (on a sparse
-            reward it committed before finding one); ``False``: a random start, as DQN's.
+        zero_start: every value starts at 0 and stays there until a reward is seen, so that
+            before any reward the target update leaves the policy as it is rather than tilting
+            it by the head's initial output; ``False``: a random start, as DQN's.
     """
 
     def __init__(
