@@ -37,6 +37,7 @@ import torch
 from benchmarks.cli_args import new_parser, seed_list
 from benchmarks.studies.noisy_advantages import greedy_right, optimal_actions
 from gym_llm.envs.tabular import TabularModel
+from gym_llm.evaluation.exact import exact_random_value
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.q_head import QHead
 from gym_llm.rl.dqn.config import DQNConfig
@@ -141,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         nargs="+",
         default=[0.0],
-        help="each: advantage learning's share (PPO's q_gap_increase; 0: plain Q-learning)",
+        help="each: advantage learning's share in the TD target (0: plain Q-learning, as PPO's)",
     )
     add(
         "--random-start",
@@ -164,20 +165,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def task_tables(
-    task: str, model: str, env_spec: str | None = None
-) -> tuple[Any, np.ndarray, torch.Tensor]:
-    """The env (a family task, or ``env_spec`` when given), the LM's distribution in every state
-    (in the env's state order) and the frozen features of every state."""
+def env_key(task: str) -> tuple[str, dict[str, Any]]:
+    """A row's ``task``, as env id and kwargs: an env spec (``ID:KEY=VALUE,...``, as ``--env``
+    takes it) or the name of a family task."""
+    from benchmarks.studies.diagnose_learning import ENV_ID
+    from gym_llm.experiments.specs import parse_env_spec
+
+    if "-v" in task:  # every registered env id ends in a version
+        spec = parse_env_spec(task)
+        return spec.id, spec.kwargs
+    return ENV_ID, {"task": task}
+
+
+def task_tables(task: str, model: str) -> tuple[Any, np.ndarray, torch.Tensor]:
+    """The env of ``task`` (:func:`env_key`), the LM's distribution in every state (in the
+    env's state order) and the frozen features of every state."""
     import gymnasium as gym
 
-    from benchmarks.studies.diagnose_learning import ENV_ID
     from gym_llm import PPO, make_text_env
-    from gym_llm.experiments.specs import parse_env_spec
     from gym_llm.wrappers import TextObservationWrapper
 
-    spec = parse_env_spec(env_spec) if env_spec else None
-    env_id, kwargs = (spec.id, spec.kwargs) if spec else (ENV_ID, {"task": task})
+    env_id, kwargs = env_key(task)
     plain = gym.make(env_id, **kwargs)
     texts = [TextObservationWrapper(plain).format(s) for s in range(len(plain.unwrapped.P))]
     env = make_text_env(env_id, 1, env_kwargs=kwargs, seed=0)
@@ -386,31 +394,19 @@ def held_counts(
     return out
 
 
-def random_return(task: str) -> float:
-    """The exact return of acting uniformly at random on a family task or an env spec."""
-    import gymnasium as gym
-
-    from benchmarks.studies.diagnose_learning import ENV_ID
-    from gym_llm.experiments.specs import parse_env_spec
-
-    spec = parse_env_spec(task) if ":" in task or "-v" in task else None
-    env = gym.make(spec.id, **spec.kwargs) if spec else gym.make(ENV_ID, task=task)
-    tabular = TabularModel.of(env)
-    return tabular.value(np.full(tabular.reward.shape, 1 / tabular.reward.shape[1]))
-
-
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = build_parser().parse_args(argv)
     if args.summarize:
         rows = [json.loads(line) for path in args.summarize for line in path.open()]
-        floors = {task: random_return(task) for task in {row["task"] for row in rows}}
+        tasks = {row["task"] for row in rows}
+        floors = {task: exact_random_value(*env_key(task)) for task in tasks}
         for (task, setting), (held, seeds) in sorted(
             held_counts(rows, floors, args.steps // 2).items()
         ):
             print(f"{task} {setting}: held {held} of {seeds}")
         return rows
-    env, prior_probs, features = task_tables(args.task, args.model, args.env)
     task = args.env or args.task
+    env, prior_probs, features = task_tables(task, args.model)
     n_actions = prior_probs.shape[1]
     out: list[dict[str, Any]] = []
     changed = dict(args.critic)
