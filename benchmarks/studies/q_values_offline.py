@@ -17,7 +17,8 @@ a policy that follows the values exactly as far as ``kl_step`` allows).
 Every 256 env steps a row: the share of states whose greedy value is an optimal action (ties
 count), the exact return of acting greedily on the values (also as a share of the
 random-to-optimum gap) and of the behaviour, and the mean absolute error of the values against
-``Q*`` (undiscounted, so a floor of ~``1 - gamma^h``).
+``Q*`` (undiscounted, so a floor of ~``1 - gamma^h``) and against ``Q*`` at the values' own
+discount (what they are fitted to), with the share of states whose greedy move is right there.
 """
 
 from __future__ import annotations
@@ -240,6 +241,16 @@ def offline_critic(
     return critic
 
 
+def discounted_q_values(tabular: TabularModel, gamma: float, sweeps: int = 2000) -> np.ndarray:
+    """``Q*_gamma[s, a]`` with no step limit: the fixed point the values' TD target aims at
+    (a truncated episode bootstraps), against which their error and their greedy move are
+    judged; :meth:`TabularModel.q_values` is the undiscounted return within the horizon."""
+    q = tabular.reward.copy()
+    for _ in range(sweeps):
+        q = tabular.reward + gamma * tabular.cont @ q.max(-1)
+    return q
+
+
 def simulate(
     env: Any,
     critic: QCritic,
@@ -257,6 +268,8 @@ def simulate(
     transitions, initial = env.unwrapped.P, tabular.initial
     q_star = tabular.q_values()
     optimal = optimal_actions(q_star)
+    q_gamma = discounted_q_values(tabular, critic.gamma)
+    optimal_gamma = optimal_actions(q_gamma)
     n_states, n_actions = q_star.shape
     floor = tabular.value(np.full((n_states, n_actions), 1 / n_actions))  # the random policy
     span = tabular.optimum() - floor
@@ -317,6 +330,8 @@ def simulate(
                 "optimum": tabular.optimum(),
                 "greedy_gap": (tabular.value(np.eye(n_actions)[greedy]) - floor) / span,
                 "q_error": float(np.abs(q - q_star).mean()),
+                "q_error_gamma": float(np.abs(q - q_gamma).mean()),
+                "right_share_gamma": float(greedy_right(q, optimal_gamma).mean()),
             })  # fmt: skip
     return rows
 
