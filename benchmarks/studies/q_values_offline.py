@@ -17,8 +17,9 @@ a policy that follows the values exactly as far as ``kl_step`` allows).
 Every 256 env steps a row: the share of states whose greedy value is an optimal action (ties
 count), the exact return of acting greedily on the values (also as a share of the
 random-to-optimum gap) and of the behaviour, and the mean absolute error of the values against
-``Q*`` (undiscounted, so a floor of ~``1 - gamma^h``) and against ``Q*`` at the values' own
-discount (what they are fitted to), with the share of states whose greedy move is right there.
+``Q*`` (undiscounted, so a floor of ~``1 - gamma^h``); over the states acted in so far (a
+terminal state's values are never a target), their error against ``Q*`` at their own discount
+(what they are fitted to), the share whose greedy move is right there, and the fewest visits.
 """
 
 from __future__ import annotations
@@ -277,12 +278,14 @@ def simulate(
     policy = behaviour.copy()
     state = rng.choice(n_states, size=N_ENVS, p=initial)
     clock = np.zeros(N_ENVS, dtype=int)
+    acted = np.zeros(n_states, dtype=int)  # acted in: a terminal state never is
     seen: list[float] = []
     rows: list[dict[str, Any]] = []
     done_steps = 0
     while done_steps < steps:
         for _ in range(ROLLOUT):
             actions = np.array([rng.choice(n_actions, p=policy[s]) for s in state])
+            np.add.at(acted, state, 1)
             new, rewards, dones, infos = [], [], [], []
             for i, (s, a) in enumerate(zip(state, actions, strict=True)):
                 outcomes = transitions[int(s)][int(a)]
@@ -321,6 +324,7 @@ def simulate(
         if done_steps % every == 0:
             q = critic.values([str(s) for s in range(n_states)])
             greedy = q.argmax(-1)
+            live = acted > 0
             rows.append({
                 "env_steps": done_steps,
                 "values_right_share": float(greedy_right(q, optimal).mean()),
@@ -330,8 +334,9 @@ def simulate(
                 "optimum": tabular.optimum(),
                 "greedy_gap": (tabular.value(np.eye(n_actions)[greedy]) - floor) / span,
                 "q_error": float(np.abs(q - q_star).mean()),
-                "q_error_gamma": float(np.abs(q - q_gamma).mean()),
-                "right_share_gamma": float(greedy_right(q, optimal_gamma).mean()),
+                "q_error_gamma": float(np.abs(q - q_gamma)[live].mean()),
+                "right_share_gamma": float(greedy_right(q, optimal_gamma)[live].mean()),
+                "least_visits": int(acted[live].min()),
             })  # fmt: skip
     return rows
 

@@ -36,7 +36,7 @@ def test_rows_every_interval_with_the_values_figures() -> None:
         assert 0.0 <= row["values_right_share"] <= 1.0
         assert row["optimum"] == 1.0 and row["greedy_value"] <= 1.0
         assert row["q_error"] >= 0.0 and row["q_error_gamma"] >= 0.0
-        assert 0.0 <= row["right_share_gamma"] <= 1.0
+        assert 0.0 <= row["right_share_gamma"] <= 1.0 and row["least_visits"] >= 1
     assert _run(0, follow=True) == rows  # one seed, one run
 
 
