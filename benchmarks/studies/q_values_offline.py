@@ -20,6 +20,7 @@ random-to-optimum gap) and of the behaviour, and the mean absolute error of the 
 ``Q*`` (undiscounted, so a floor of ~``1 - gamma^h``); over the states acted in so far (a
 terminal state's values are never a target), their error against ``Q*`` at their own discount
 (what they are fitted to), the share whose greedy move is right there, and the fewest visits.
+A run's last row also holds every state's values, ``Q*`` at their discount and visits.
 """
 
 from __future__ import annotations
@@ -338,6 +339,10 @@ def simulate(
                 "right_share_gamma": float(greedy_right(q, optimal_gamma)[live].mean()),
                 "least_visits": int(acted[live].min()),
             })  # fmt: skip
+    if rows:  # the end state by state: where the values are off, and how often each was seen
+        q = critic.values([str(s) for s in range(n_states)])
+        rows[-1].update(state_values=q.round(4).tolist(), state_q_gamma=q_gamma.round(4).tolist(),
+                        state_visits=acted.tolist())  # fmt: skip
     return rows
 
 

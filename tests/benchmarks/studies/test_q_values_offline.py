@@ -37,6 +37,8 @@ def test_rows_every_interval_with_the_values_figures() -> None:
         assert row["optimum"] == 1.0 and row["greedy_value"] <= 1.0
         assert row["q_error"] >= 0.0 and row["q_error_gamma"] >= 0.0
         assert 0.0 <= row["right_share_gamma"] <= 1.0 and row["least_visits"] >= 1
+    assert len(rows[-1]["state_values"]) == len(rows[-1]["state_q_gamma"]) == 16
+    assert sum(rows[-1]["state_visits"]) == 512
     assert _run(0, follow=True) == rows  # one seed, one run
 
 
