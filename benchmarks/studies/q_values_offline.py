@@ -154,6 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--plot", type=Path, default=None, help="also draw every run's greedy gap here (PNG)")
     add("--kl-step", type=float, default=0.05, help="the target behaviour's step, nats")
+    add(
+        "--floor",
+        type=float,
+        default=0.0,
+        help="the target behaviour's least probability of every move after each update, "
+        "as PPO's min_action_prob holds it (0: none)",
+    )
     add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
     add("--jsonl", type=Path, default=None, help="append every row here")
     add(
@@ -253,6 +260,16 @@ def discounted_q_values(tabular: TabularModel, gamma: float, sweeps: int = 2000)
     return q
 
 
+def with_floor(probs: np.ndarray, least: float) -> np.ndarray:
+    """``probs`` mixed with the uniform distribution so that every move keeps ``least``, the
+    order of the moves unchanged.
+
+    >>> with_floor(np.array([1.0, 0.0, 0.0, 0.0]), 0.1).round(3).tolist()
+    [0.7, 0.1, 0.1, 0.1]
+    """
+    return least + (1 - least * probs.shape[-1]) * probs  # type: ignore[no-any-return]
+
+
 def simulate(
     env: Any,
     critic: QCritic,
@@ -262,10 +279,12 @@ def simulate(
     follow: bool,
     kl_step: float = 0.05,
     every: int = 256,
+    least: float = 0.0,
 ) -> list[dict[str, Any]]:
     """``steps`` env steps of ``N_ENVS`` envs on ``env``'s transition model acting with
-    ``behaviour[s, a]`` (tilted by the values after each rollout when ``follow``), the critic
-    trained as a PPO run trains it; a row of figures every ``every`` env steps."""
+    ``behaviour[s, a]`` (tilted by the values after each rollout when ``follow``, then mixed
+    with ``least`` on every move), the critic trained as a PPO run trains it; a row of
+    figures every ``every`` env steps."""
     tabular = TabularModel.of(env)
     transitions, initial = env.unwrapped.P, tabular.initial
     q_star = tabular.q_values()
@@ -321,7 +340,7 @@ def simulate(
                 states, table / (float(np.std(seen)) or 1.0), visits, probs, kl_step
             )
             for key, target in targets.items():
-                policy[int(key)] = target / target.sum()
+                policy[int(key)] = with_floor(target / target.sum(), least)
         if done_steps % every == 0:
             q = critic.values([str(s) for s in range(n_states)])
             greedy = q.argmax(-1)
@@ -394,6 +413,7 @@ def setting_name(row: dict[str, Any]) -> str:
     changed += "" if gamma == Q_GAMMA else f" gamma {gamma:g}"
     changed += f" gap {row['gap_increase']:g}" if row.get("gap_increase") else ""
     changed += "" if row.get("zero_start") else " random start"
+    changed += f" floor {row['floor']:g}" if row.get("floor") else ""
     return f"n={row['n_steps']}{cut}{ratio}{changed}{' dueling' if row['dueling'] else ''}"
 
 
@@ -461,12 +481,13 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                     )  # fmt: skip
                     rows = simulate(
                         env, critic, start, args.steps, seed, behaviour == "target",
-                        args.kl_step,
+                        args.kl_step, least=args.floor,
                     )  # fmt: skip
                     key = {"task": task, "behaviour": behaviour, "seed": seed,
                            "n_steps": n_steps, "dueling": dueling, "cut": cut,
                            "replay_ratio": ratio, "critic": changed, "gamma": gamma,
-                           "gap_increase": gap, "zero_start": not args.random_start}  # fmt: skip
+                           "gap_increase": gap, "zero_start": not args.random_start,
+                           "floor": args.floor}  # fmt: skip
                     out += [{**key, **row} for row in rows]
                     worst = min(r["greedy_value"] for r in rows)
                     print(

@@ -16,6 +16,7 @@ from benchmarks.studies.q_values_offline import (
     offline_critic,
     plot,
     simulate,
+    with_floor,
 )
 from gym_llm.envs.tabular import TabularModel
 
@@ -65,6 +66,23 @@ def test_following_the_values_moves_the_behaviour() -> None:
     still, moved = _run(1, follow=False), _run(1, follow=True)
     assert {r["behaviour_value"] for r in still} == {still[0]["behaviour_value"]}
     assert len({r["behaviour_value"] for r in moved}) > 1
+
+
+def test_a_floor_keeps_every_move_in_a_committed_behaviour() -> None:
+    env = gym.make("FrozenLake-v1", is_slippery=False)
+
+    def behaviour_values(least: float) -> list[float]:
+        torch.manual_seed(0)
+        critic = offline_critic(torch.eye(16), 4, n_steps=1, seed=0)
+        always_right = np.tile([0.01, 0.01, 0.97, 0.01], (16, 1))
+        rows = simulate(env, critic, always_right, 256, 0, True, every=128, least=least)
+        return [r["behaviour_value"] for r in rows]
+
+    # no reward is seen, so the values stay 0 and only the floor moves the behaviour
+    assert behaviour_values(0.0) == [behaviour_values(0.0)[0]] * 2
+    assert behaviour_values(0.2)[0] != behaviour_values(0.0)[0]
+    assert with_floor(np.array([0.5, 0.5]), 0.0).tolist() == [0.5, 0.5]
+    assert np.isclose(with_floor(np.array([0.9, 0.1, 0.0]), 0.2), [0.56, 0.24, 0.2]).all()
 
 
 def test_dueling_head_centres_the_action_part() -> None:
