@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -21,7 +22,7 @@ from benchmarks.studies.q_values_offline import (
 from gym_llm.envs.tabular import TabularModel
 
 
-def _run(seed: int, follow: bool) -> list[dict[str, float]]:
+def _run(seed: int, follow: bool) -> list[dict[str, Any]]:
     env = gym.make("FrozenLake-v1", is_slippery=False)
     torch.manual_seed(seed)
     features = torch.eye(16)  # one feature per state: every state told apart
