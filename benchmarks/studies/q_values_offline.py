@@ -267,6 +267,11 @@ def with_floor(probs: np.ndarray, least: float) -> np.ndarray:
     >>> with_floor(np.array([1.0, 0.0, 0.0, 0.0]), 0.1).round(3).tolist()
     [0.7, 0.1, 0.1, 0.1]
     """
+    if not 0 <= least * probs.shape[-1] < 1:
+        raise ValueError(
+            f"a floor of {least} on each of {probs.shape[-1]} moves leaves no mass to follow the "
+            f"values: pass --floor in [0, {1 / probs.shape[-1]:g})"
+        )
     return least + (1 - least * probs.shape[-1]) * probs  # type: ignore[no-any-return]
 
 

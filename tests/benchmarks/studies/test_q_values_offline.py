@@ -9,6 +9,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 from benchmarks.studies.q_values_offline import (
@@ -84,6 +85,8 @@ def test_a_floor_keeps_every_move_in_a_committed_behaviour() -> None:
     assert behaviour_values(0.2)[0] != behaviour_values(0.0)[0]
     assert with_floor(np.array([0.5, 0.5]), 0.0).tolist() == [0.5, 0.5]
     assert np.isclose(with_floor(np.array([0.9, 0.1, 0.0]), 0.2), [0.56, 0.24, 0.2]).all()
+    with pytest.raises(ValueError, match="--floor in"):
+        with_floor(np.array([0.5, 0.5]), 0.5)
 
 
 def test_dueling_head_centres_the_action_part() -> None:
