@@ -65,12 +65,18 @@ class TabularModel:
         """The best expected return within the horizon (finite-horizon value iteration)."""
         return float(self.initial @ self.q_values().max(-1))
 
-    def q_values(self) -> np.ndarray:
+    def q_values(self, gamma: float = 1.0, sweeps: int | None = None) -> np.ndarray:
         """``Q*[s, a]`` with the whole horizon left: what each first action is worth when played
-        optimally after (the target of value learning, and which actions are right)."""
+        optimally after (the target of value learning, and which actions are right).
+
+        ``gamma`` discounts each later step; ``sweeps`` backups replace the horizon's, so a
+        large number gives the discounted values with no step limit (the fixed point of a TD
+        target that bootstraps through truncation)."""
+        if not 0 <= gamma <= 1:
+            raise ValueError(f"gamma must be a discount in [0, 1], got {gamma}.")
         v = np.zeros(len(self.reward))
         q = self.reward.copy()
-        for _ in range(self.horizon):
-            q = self.reward + self.cont @ v
+        for _ in range(self.horizon if sweeps is None else sweeps):
+            q = self.reward + gamma * (self.cont @ v)
             v = q.max(-1)
         return q

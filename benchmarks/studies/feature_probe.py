@@ -79,11 +79,7 @@ def decision_table(
     model = TabularModel.of(gym.make(env_id, **env_kwargs))
     live = (model.cont.sum(-1) > 0).any(-1) | (model.reward != 0).any(-1)
     states = np.flatnonzero(live).tolist()
-    q, v = model.reward.copy(), np.zeros(len(model.reward))
-    for _ in range(model.horizon):
-        q = model.reward + gamma * (model.cont @ v)
-        v = q.max(-1)
-    return states, q[states]
+    return states, model.q_values(gamma)[states]
 
 
 def greedy_return(

@@ -250,14 +250,8 @@ def offline_critic(
     return critic
 
 
-def discounted_q_values(tabular: TabularModel, gamma: float, sweeps: int = 2000) -> np.ndarray:
-    """``Q*_gamma[s, a]`` with no step limit: the fixed point the values' TD target aims at
-    (a truncated episode bootstraps), against which their error and their greedy move are
-    judged; :meth:`TabularModel.q_values` is the undiscounted return within the horizon."""
-    q = tabular.reward.copy()
-    for _ in range(sweeps):
-        q = tabular.reward + gamma * tabular.cont @ q.max(-1)
-    return q
+#: Backups for the values' own discount with no step limit (gamma^2000 < 1e-8 at gamma 0.99).
+SWEEPS = 2000
 
 
 def with_floor(probs: np.ndarray, least: float) -> np.ndarray:
@@ -294,7 +288,7 @@ def simulate(
     transitions, initial = env.unwrapped.P, tabular.initial
     q_star = tabular.q_values()
     optimal = optimal_actions(q_star)
-    q_gamma = discounted_q_values(tabular, critic.gamma)
+    q_gamma = tabular.q_values(critic.gamma, sweeps=SWEEPS)  # a truncated episode bootstraps
     optimal_gamma = optimal_actions(q_gamma)
     n_states, n_actions = q_star.shape
     floor = tabular.value(np.full((n_states, n_actions), 1 / n_actions))  # the random policy

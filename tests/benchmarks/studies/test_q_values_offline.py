@@ -14,13 +14,11 @@ import torch
 
 from benchmarks.studies.q_values_offline import (
     DuelingHead,
-    discounted_q_values,
     offline_critic,
     plot,
     simulate,
     with_floor,
 )
-from gym_llm.envs.tabular import TabularModel
 
 
 def _run(seed: int, follow: bool) -> list[dict[str, Any]]:
@@ -43,17 +41,6 @@ def test_rows_every_interval_with_the_values_figures() -> None:
     assert len(rows[-1]["state_values"]) == len(rows[-1]["state_q_gamma"]) == 16
     assert sum(rows[-1]["state_visits"]) == 512
     assert _run(0, follow=True) == rows  # one seed, one run
-
-
-def test_discounted_values_are_the_discounted_path_to_the_goal() -> None:
-    """Not slippery, the goal 6 moves from the start: ``Q*_gamma`` of the start's best move is
-    ``gamma^5`` (the reward on the sixth), of moving into the wall one step later."""
-    tabular = TabularModel.of(gym.make("FrozenLake-v1", is_slippery=False))
-    q = discounted_q_values(tabular, 0.9)
-    assert np.isclose(q[0].max(), 0.9**5)
-    assert np.isclose(q[0, 0], 0.9**6)  # left: stays in the corner, then 6 moves
-    assert np.isclose(q[14, 2], 1.0)  # right of 14 is the goal
-    assert np.allclose(q[[5, 7, 11, 12, 15]], 0.0)  # holes and the goal end the episode
 
 
 def test_plot_draws_one_panel_per_behaviour(tmp_path: Path) -> None:
