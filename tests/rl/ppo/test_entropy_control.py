@@ -197,18 +197,28 @@ def _smallest_probability(model: PPO) -> float:
     return float(ev.choice_log_probs.exp().min(-1).values.mean())
 
 
-def test_the_floor_lifts_the_actions_a_certain_policy_has_cornered(model_dir: Path) -> None:
+@pytest.mark.parametrize(
+    "update", [{}, {"advantage_estimator": "auto"}], ids=["clipped-surrogate", "action-values"]
+)
+def test_the_floor_lifts_the_actions_a_certain_policy_has_cornered(
+    model_dir: Path, update: dict[str, Any]
+) -> None:
+    """With either update: the clipped surrogate, or the step onto the action values' target
+    (whose cross-entropy pulls the other way)."""
     policy = {"temperature": 0.01, "choice_calibration": False, "action_head": False}
     runs = {}
     for floor in (0.0, 0.1):
         model = _ppo(
-            model_dir, min_action_prob=floor, n_epochs=2, learning_rate=1e-2, policy=policy
-        )
+            model_dir, min_action_prob=floor, n_epochs=2, learning_rate=1e-2, policy=policy,
+            **update,
+        )  # fmt: skip
         model.learn(32)
         runs[floor] = model
+    if update:  # "auto" resolved to the action values' step here
+        assert (runs[0.1].advantage_estimator, runs[0.1].policy_update) == ("q", "target")
     plain, floored = _smallest_probability(runs[0.0]), _smallest_probability(runs[0.1])
     assert plain < 0.01  # the temperature corners one action in most states ...
-    assert floored > 0.05  # ... and the floor lifts it (measured: 1e-20 against 0.42)
+    assert floored > 0.05  # ... and the floor lifts it (measured: 1e-20 or 3e-11 against 0.42)
     assert runs[0.1].logger.name_to_value["train/floor_loss"] > 0
     assert "train/floor_loss" not in runs[0.0].logger.name_to_value
 
