@@ -40,7 +40,11 @@ import torch
 from benchmarks.cli_args import new_parser, seed_list
 from benchmarks.studies.noisy_advantages import greedy_right, optimal_actions
 from gym_llm.envs.tabular import TabularModel
-from gym_llm.evaluation.exact import exact_random_value
+from gym_llm.evaluation.exact import (
+    BlackjackTable,
+    exact_evaluation_supported,
+    exact_random_value,
+)
 from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.q_head import QHead
 from gym_llm.rl.dqn.config import DQNConfig
@@ -101,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="ID:KEY=VALUE,...",
         help="instead of --task, an env that lists its transitions (e.g. "
-        "FrozenLake-v1:is_slippery=False)",
+        "FrozenLake-v1:is_slippery=False), or Blackjack-v1 (its exact model)",
     )
     add("--behaviour", nargs="+", choices=BEHAVIOURS, default=list(BEHAVIOURS))
     add("--seeds", type=seed_list, default=[0, 1, 2, 3], help="e.g. 0-3 or 0,2")
@@ -196,8 +200,17 @@ def task_tables(task: str, model: str) -> tuple[Any, np.ndarray, torch.Tensor]:
     from gym_llm.wrappers import TextObservationWrapper
 
     env_id, kwargs = env_key(task)
-    plain = gym.make(env_id, **kwargs)
-    texts = [TextObservationWrapper(plain).format(s) for s in range(len(plain.unwrapped.P))]
+    plain: Any
+    if env_id == "Blackjack-v1":  # its exact model, as a toy-text env lists its own
+        if not exact_evaluation_supported(env_id, kwargs):
+            raise ValueError("Blackjack has an exact model only with sab=False, natural=False.")
+        plain = BlackjackTable()
+        states: Sequence[Any] = plain.observations
+    else:
+        plain = gym.make(env_id, **kwargs)
+        states = range(len(plain.unwrapped.P))
+    text_env = TextObservationWrapper(gym.make(env_id, **kwargs))
+    texts = [text_env.format(s) for s in states]
     env = make_text_env(env_id, 1, env_kwargs=kwargs, seed=0)
     agent = PPO("LLMPolicy", env, advantage_estimator="q", policy_kwargs={"model": model})
     with torch.inference_mode():

@@ -135,6 +135,56 @@ def blackjack_q_values() -> dict[BlackjackState, tuple[float, float]]:
     return q
 
 
+class BlackjackTable:
+    """``Blackjack-v1`` (sab and natural False) as a toy-text env lists itself: ``P[s][a] =
+    [(prob, next, reward, terminated), ...]`` over the states of :func:`blackjack_states`, so
+    :class:`TabularModel` and simulations on the exact model treat it as they treat FrozenLake.
+    Sticking ends the episode with +1, 0 or -1 as the dealer's hand falls, so the table keeps
+    the reward's noise; an episode's end leads to ``next = len(P)``, no state."""
+
+    #: A step limit no hand reaches: from a total of 4, drawing aces busts on the 18th card.
+    horizon = 21
+    spec = None
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.observations = blackjack_states()
+        index = {state: i for i, state in enumerate(self.observations)}
+        end = len(self.observations)
+        self.P: dict[int, dict[int, list[tuple[float, int, float, bool]]]] = {}
+        for i, (total, shown, usable) in enumerate(self.observations):
+            hard = total - 10 if usable else total  # an ace that is not usable never becomes so
+            hits: dict[tuple[int, float, bool], float] = {}
+            for card in _CARDS:
+                new_total, new_usable = _total(hard + card, bool(usable) or card == 1)
+                key = (end, -1.0, True) if new_total > 21 else (
+                    index[(new_total, shown, int(new_usable))], 0.0, False)  # fmt: skip
+                hits[key] = hits.get(key, 0.0) + _P
+            self.P[i] = {
+                STICK: [(p, end, reward, True) for reward, p in _stick_outcomes(total, shown)],
+                HIT: [(p, nxt, reward, done) for (nxt, reward, done), p in hits.items()],
+            }
+        self.initial_state_distrib = np.zeros(end)
+        for first in _CARDS:
+            for second in _CARDS:
+                total, usable = _total(first + second, first == 1 or second == 1)
+                for shown in _CARDS:
+                    self.initial_state_distrib[index[(total, shown, int(usable))]] += _P**3
+
+    @property
+    def unwrapped(self) -> BlackjackTable:
+        return self
+
+
+def _stick_outcomes(player: int, shown: int) -> list[tuple[float, float]]:
+    """``(reward, probability)`` of sticking on ``player`` against ``shown``: win, draw, loss."""
+    odds = {1.0: 0.0, 0.0: 0.0, -1.0: 0.0}
+    for hidden in _CARDS:
+        for final, p in _dealer_outcomes(shown + hidden, shown == 1 or hidden == 1).items():
+            odds[float((player > final) - (player < final))] += _P * p
+    return [(reward, p) for reward, p in odds.items() if p > 0]
+
+
 def _hit_value(hard: int, ace: bool, shown: int, value: Callable[[int, bool, int], float]) -> float:
     """Expected return of hitting once, then following ``value``: a bust loses 1."""
     expected = 0.0

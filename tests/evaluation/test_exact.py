@@ -13,6 +13,7 @@ from gym_llm.evaluation.exact import (
     HIT,
     STICK,
     BlackjackState,
+    BlackjackTable,
     TabularModel,
     blackjack_chart,
     blackjack_optimum,
@@ -82,6 +83,27 @@ def test_blackjack_q_values_match_the_optimum_and_hand_computed_values() -> None
     assert q[(20, 5, 0)][HIT] == pytest.approx(stick_21 / 13 - 12 / 13)
     # Basic strategy: stick on 20 against a 10.
     assert max(q[(20, 10, 0)]) == q[(20, 10, 0)][STICK]
+
+
+def test_blackjack_as_a_table_gives_the_same_values_with_the_rewards_noise() -> None:
+    """The toy-text table of Blackjack and the recursion above are two computations of one
+    model: the same optimum, random value and ``Q*``; sticking keeps its three outcomes."""
+    table = BlackjackTable()
+    model = TabularModel.of(table)
+    assert model.initial.sum() == pytest.approx(1.0)
+    assert model.optimum() == pytest.approx(blackjack_optimum()[0], abs=1e-12)
+    assert model.value(np.full((280, 2), 0.5)) == pytest.approx(blackjack_value(lambda _: 0.5))
+    q = blackjack_q_values()
+    expected = np.array([q[s] for s in table.observations])
+    np.testing.assert_allclose(model.q_values(), expected, atol=1e-12)
+    for moves in table.P.values():
+        for outcomes in moves.values():
+            assert sum(p for p, *_ in outcomes) == pytest.approx(1.0)
+    stick = table.P[table.observations.index((20, 10, 0))][STICK]
+    assert sorted(r for _, _, r, _ in stick) == [-1.0, 0.0, 1.0]
+    assert all(done and nxt == 280 for _, nxt, _, done in stick)  # the end leads to no state
+    bust = table.P[table.observations.index((21, 5, 0))][HIT]  # a hard 21: every card busts
+    assert [(round(p, 12), *rest) for p, *rest in bust] == [(1.0, 280, -1.0, True)]
 
 
 def test_states_cover_every_decision_state_seen_in_play() -> None:

@@ -19,6 +19,7 @@ from benchmarks.studies.q_values_offline import (
     simulate,
     with_floor,
 )
+from gym_llm.evaluation.exact import BlackjackTable
 
 
 def _run(seed: int, follow: bool) -> list[dict[str, Any]]:
@@ -41,6 +42,22 @@ def test_rows_every_interval_with_the_values_figures() -> None:
     assert len(rows[-1]["state_values"]) == len(rows[-1]["state_q_gamma"]) == 16
     assert sum(rows[-1]["state_visits"]) == 512
     assert _run(0, follow=True) == rows  # one seed, one run
+
+
+def test_blackjack_runs_on_its_exact_table_with_noisy_rewards() -> None:
+    """Blackjack's table (280 states, sticking paid +1, 0 or -1) drives the same simulation: the
+    values learn that sticking on 20 beats hitting it from sampled, noisy outcomes."""
+    table = BlackjackTable()
+    torch.manual_seed(0)
+    critic = offline_critic(torch.eye(280), 2, n_steps=1, seed=0)
+    rows = simulate(table, critic, np.full((280, 2), 0.5), 2048, 0, follow=False, every=1024)
+    assert [r["env_steps"] for r in rows] == [1024, 2048]
+    assert rows[-1]["optimum"] == pytest.approx(-0.0466, abs=5e-4)
+    values = np.array(rows[-1]["state_values"])
+    hard_20 = [
+        i for i, (total, _, usable) in enumerate(table.observations) if (total, usable) == (20, 0)
+    ]
+    assert (values[hard_20, 0] > values[hard_20, 1]).mean() >= 0.8  # stick on a hard 20
 
 
 def test_plot_draws_one_panel_per_behaviour(tmp_path: Path) -> None:
