@@ -50,3 +50,23 @@ class FrozenFeatures:
                 self._rows[key] = (log_prior[i], features[i])
         rows = [self._rows[k] for k in keys]
         return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
+
+    def state_dict(self, observations: Sequence[str]) -> dict[str, Any]:
+        """The kept rows of ``observations`` (those computed so far), for a checkpoint: a
+        resumed run then reads the same bits instead of recomputing them in other batches, whose
+        float sums differ in the last bits."""
+        kept = [o for o in dict.fromkeys(observations) if o in self._rows]
+        rows = [self._rows[o] for o in kept]
+        if not rows:
+            return {"texts": [], "log_prior": torch.zeros(0), "features": torch.zeros(0)}
+        return {
+            "texts": kept,
+            "log_prior": torch.stack([r[0] for r in rows]).cpu(),
+            "features": torch.stack([r[1] for r in rows]).cpu(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The rows of :meth:`state_dict` kept again, on the policy's device."""
+        device = self.policy.device
+        for i, text in enumerate(state["texts"]):
+            self._rows[text] = (state["log_prior"][i].to(device), state["features"][i].to(device))

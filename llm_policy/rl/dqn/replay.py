@@ -86,6 +86,62 @@ class TextReplayBuffer:
         self.pos = (self.pos + 1) % self.rows
         self.full = self.full or self.pos == 0
 
+    def state_dict(self) -> dict[str, Any]:
+        """The steps held, for a checkpoint a run resumes from: each distinct text once (a
+        tensor file holds no object arrays) and every row as indices into them."""
+        held = self.rows if self.full else self.pos
+        grids = (self.observations[:held], self.next_observations[:held])
+        texts = list(dict.fromkeys(str(o) for grid in grids for o in grid.ravel()))
+        index = {text: i for i, text in enumerate(texts)}
+
+        def codes(grid: np.ndarray) -> torch.Tensor:
+            flat = [index[str(o)] for o in grid.ravel()]
+            return torch.tensor(flat, dtype=torch.int64).reshape(held, self.n_envs)
+
+        return {
+            "texts": texts,
+            "observations": codes(grids[0]),
+            "next_observations": codes(grids[1]),
+            "actions": torch.from_numpy(self.actions[:held].copy()),
+            "rewards": torch.from_numpy(self.rewards[:held].copy()),
+            "terminated": torch.from_numpy(self.terminated[:held].copy()),
+            "ended": torch.from_numpy(self.ended[:held].copy()),
+            "behaviour_probs": torch.from_numpy(self.behaviour_probs[:held].copy()),
+            "position": torch.tensor([self.pos, int(self.full)]),
+        }
+
+    def fits(self, state: dict[str, Any]) -> bool:
+        """Whether :meth:`state_dict`'s steps fit here: as many envs and actions, and room."""
+        held, n_envs = state["actions"].shape
+        n_actions = state["behaviour_probs"].shape[-1]
+        return bool(held <= self.rows and n_envs == self.n_envs and n_actions == self.n_actions)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The steps of :meth:`state_dict` back in place, in the same ring positions.
+
+        Raises:
+            ValueError: they were saved from a replay of another size, env count or action
+                count.
+        """
+        if not self.fits(state):
+            held, n_envs = state["actions"].shape
+            n_actions = state["behaviour_probs"].shape[-1]
+            raise ValueError(
+                f"The saved replay holds {held} rows of {n_envs} envs and {n_actions} actions; "
+                f"this one has room for {self.rows} rows of {self.n_envs} envs and "
+                f"{self.n_actions} actions. Load with the saved buffer_size, n_envs and actions."
+            )
+        held = state["actions"].shape[0]
+        texts = np.array(state["texts"] + [""], dtype=object)  # [""]: an array even if empty
+        self.observations[:held] = texts[state["observations"].numpy()]
+        self.next_observations[:held] = texts[state["next_observations"].numpy()]
+        self.actions[:held] = state["actions"].numpy()
+        self.rewards[:held] = state["rewards"].numpy()
+        self.terminated[:held] = state["terminated"].numpy()
+        self.ended[:held] = state["ended"].numpy()
+        self.behaviour_probs[:held] = state["behaviour_probs"].numpy()
+        self.pos, self.full = int(state["position"][0]), bool(state["position"][1])
+
     def distinct_observations(self) -> list[str]:
         """The observations held, each once, in the order they were first stored."""
         held = self.observations[: len(self) // self.n_envs]

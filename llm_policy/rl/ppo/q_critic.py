@@ -19,6 +19,7 @@ or not.
 from __future__ import annotations
 
 import copy
+import json
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -237,18 +238,34 @@ class QCritic:
         return states, table, np.array([visits[s] for s in states], dtype=np.float64)
 
     def state_dict(self) -> dict[str, Any]:
+        """The heads, their optimizer, the replay, its observations' features and the sampling
+        state: all a resumed run needs to take the same TD steps as one that never stopped."""
         return {
             "q_net": self.q_net.state_dict(),
             "q_target": self.heads.target.state_dict(),
             "optimizer": self.heads.optimizer.state_dict(),
             "td_steps": torch.tensor(self.td_steps),
+            "skipped_steps": torch.tensor(self.skipped_steps),
+            "owed": torch.tensor(self._owed, dtype=torch.float64),
+            "rng": json.dumps(self.rng.bit_generator.state),
+            "replay": (replay := self.replay.state_dict()),
+            "features": self.features.state_dict(replay["texts"]),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The replay comes back where it fits (an agent loaded with as many envs as it was
+        saved with, to resume training); otherwise, as for agents saved before it was saved,
+        it starts empty and refills."""
         self.q_net.load_state_dict(state["q_net"])
         self.heads.target.load_state_dict(state["q_target"])
         self.heads.optimizer.load_state_dict(state["optimizer"])
         self.td_steps = int(state["td_steps"])
+        if "replay" in state and self.replay.fits(state["replay"]):
+            self.replay.load_state_dict(state["replay"])
+            self.features.load_state_dict(state["features"])
+            self.rng.bit_generator.state = json.loads(state["rng"])
+            self.skipped_steps = int(state["skipped_steps"])
+            self._owed = float(state["owed"])
 
 
 def state_advantages(q: np.ndarray, probs: np.ndarray) -> np.ndarray:

@@ -69,7 +69,7 @@ def load_trained_state(model: PPO, path: str | os.PathLike[str]) -> None:
         ) from None
     if "choice_calibration" in state:  # exactly the constants the agent trained with
         policy.choice_calibration = state["choice_calibration"].to(model.device)
-    if model.q_critic is not None:  # its replay starts empty, as DQN's does
+    if model.q_critic is not None:  # with its replay, where the envs match (QCritic)
         if "q_critic" not in state:
             raise CheckpointError(
                 f"{Path(path) / 'policy.pt'} holds no action values: it was saved by an "

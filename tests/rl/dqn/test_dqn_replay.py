@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -107,3 +108,35 @@ def test_latest_steps_and_distinct_observations_read_across_the_ring() -> None:
     assert sorted(buffer.distinct_observations()) == ["a2", "a3", "a4", "b2", "b3", "b4"]
     with pytest.raises(ValueError, match="holds 3 steps"):
         buffer.latest(4)
+
+
+@pytest.mark.parametrize(
+    "rows, buffer_rows", [(0, 4), (3, 4), (6, 4)], ids=["empty", "part", "wrapped"]
+)
+def test_state_round_trips_through_a_tensor_file(
+    rows: int, buffer_rows: int, tmp_path: Path
+) -> None:
+    """Saved with ``weights_only`` tensors and a list of texts, loaded into a fresh buffer: the
+    same steps in the same ring positions, so the same draws sample the same steps."""
+    import torch
+
+    buffer = _filled(rows, buffer_rows)
+    torch.save(buffer.state_dict(), tmp_path / "replay.pt")
+    state = torch.load(tmp_path / "replay.pt", weights_only=True)
+    fresh = TextReplayBuffer(buffer_rows * 2, n_envs=2, n_actions=3)
+    fresh.load_state_dict(state)
+    assert len(fresh) == len(buffer) and (fresh.pos, fresh.full) == (buffer.pos, buffer.full)
+    assert fresh.distinct_observations() == buffer.distinct_observations()
+    if rows:
+        a, b = (x.sample(64, 2, 0.9, np.random.default_rng(1)) for x in (buffer, fresh))
+        assert a.observations == b.observations and a.next_observations == b.next_observations
+        assert torch.equal(a.returns, b.returns) and torch.equal(a.actions, b.actions)
+        assert torch.equal(a.behaviour_probs, b.behaviour_probs)
+
+
+def test_a_state_of_another_shape_is_refused() -> None:
+    state = _filled(3).state_dict()
+    with pytest.raises(ValueError, match="Load with the saved buffer_size"):
+        TextReplayBuffer(2 * 2, n_envs=2, n_actions=3).load_state_dict(state)  # 3 rows > 2
+    with pytest.raises(ValueError, match="4 actions"):
+        TextReplayBuffer(3 * 2, n_envs=2, n_actions=4).load_state_dict(state)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from gym_llm import PPO
 from gym_llm.rl.ppo.q_critic import state_advantages
@@ -208,8 +209,18 @@ def test_saved_and_loaded_with_its_values(model_dir: Path, tmp_path: Path) -> No
     )
     assert loaded.q_critic.td_steps == model.q_critic.td_steps
     resumed = PPO.load(tmp_path / "agent", env=model.env, device="cpu")
-    resumed.learn(16, reset_num_timesteps=False)  # its replay starts empty and refills
-    assert len(resumed.q_critic.replay) == 16
+    assert resumed.q_critic is not None and len(resumed.q_critic.replay) == 16  # saved with it
+    resumed.learn(16, reset_num_timesteps=False)
+    assert len(resumed.q_critic.replay) == 32
+    # an agent saved before the replay was: loads with an empty one, which refills
+    tensors = torch.load(tmp_path / "agent" / "policy.pt", weights_only=True)
+    for key in ("replay", "features", "rng", "owed", "skipped_steps"):
+        del tensors["q_critic"][key]
+    torch.save(tensors, tmp_path / "agent" / "policy.pt")
+    older = PPO.load(tmp_path / "agent", env=model.env, device="cpu")
+    assert older.q_critic is not None and len(older.q_critic.replay) == 0
+    older.learn(16, reset_num_timesteps=False)
+    assert len(older.q_critic.replay) == 16
     plain = _ppo(model_dir, advantage_estimator="gae")
     plain.save(tmp_path / "plain")
     with pytest.raises(Exception, match="holds no action values"):

@@ -81,19 +81,23 @@ def test_same_seed_same_run(model_dir: Path, mode: str, one_torch_thread: None) 
     _assert_same_weights(weights_a, weights_b)
 
 
-@pytest.mark.parametrize("mode", ["choice", "generate"])
+@pytest.mark.parametrize(
+    "mode, estimator", [("choice", "gae"), ("generate", "gae"), ("choice", "q")]
+)
 def test_resumed_run_equals_uninterrupted(
-    model_dir: Path, mode: str, tmp_path: Path, one_torch_thread: None
+    model_dir: Path, mode: str, estimator: str, tmp_path: Path, one_torch_thread: None
 ) -> None:
     """One-step episodes: every checkpoint between rollouts is between episodes, so the
-    resumed run must be the same run, bit for bit."""
+    resumed run must be the same run, bit for bit (with the action values: their replay and
+    sampling state travel with the checkpoint)."""
     env_id = "gym_llm/KeywordBandit-v0"
     clear_shared_trunk_caches()  # both runs start from the same (empty) trunk cache
-    whole, whole_record = _ppo(model_dir, mode, env_id), Record()
+    whole, whole_record = _ppo(model_dir, mode, env_id, advantage_estimator=estimator), Record()
     whole.learn(32, callback=whole_record)
 
     clear_shared_trunk_caches()
-    first, first_record = _ppo(model_dir, mode, env_id), Record()
+    first = _ppo(model_dir, mode, env_id, advantage_estimator=estimator)
+    first_record = Record()
     first.learn(16, callback=first_record)
     first.save(tmp_path / "ckpt")
     del first
@@ -109,6 +113,9 @@ def test_resumed_run_equals_uninterrupted(
     assert resumed.restarted_episodes == 0
     assert first_record.replies + second_record.replies == whole_record.replies
     _assert_same_weights(_weights(resumed), _weights(whole))
+    if estimator == "q":
+        assert whole.q_critic is not None and resumed.q_critic is not None
+        _assert_same_weights(resumed.q_critic.q_net.state_dict(), whole.q_critic.q_net.state_dict())
     whole_opt = whole.policy.optimizer.state_dict()["state"]
     resumed_opt = resumed.policy.optimizer.state_dict()["state"]
     for key, state in whole_opt.items():
