@@ -55,6 +55,8 @@ class TextReplayBuffer:
         self.terminated = np.zeros(shape, dtype=bool)
         self.ended = np.zeros(shape, dtype=bool)
         self.behaviour_probs = np.zeros((*shape, n_actions), dtype=np.float32)
+        #: False where the env returned a non-finite reward: never drawn, never summed.
+        self.valid = np.ones(shape, dtype=bool)
         self.pos, self.full = 0, False
 
     def __len__(self) -> int:
@@ -72,17 +74,25 @@ class TextReplayBuffer:
         behaviour_probs: np.ndarray,
     ) -> None:
         """One step of every env. ``next_observations`` are the observations the actions led to
-        (the final one where an episode ended, not the next episode's first)."""
+        (the final one where an episode ended, not the next episode's first).
+
+        A non-finite reward is kept out of the values: its step is never drawn, and the sums of
+        the steps before it stop there and bootstrap from its observation (the previous step is
+        marked as a cut episode end)."""
         row = self.pos
         self.observations[row] = [str(o) for o in observations]
         self.next_observations[row] = [str(o) for o in next_observations]
         self.actions[row] = np.asarray(actions).reshape(self.n_envs)
-        self.rewards[row] = np.asarray(rewards, dtype=np.float32).reshape(self.n_envs)
+        given = np.asarray(rewards, dtype=np.float32).reshape(self.n_envs)
+        self.valid[row] = np.isfinite(given)
+        self.rewards[row] = np.where(self.valid[row], given, 0.0)
         self.terminated[row] = np.asarray(terminated, dtype=bool).reshape(self.n_envs)
         self.ended[row] = self.terminated[row] | np.asarray(truncated, dtype=bool).reshape(
             self.n_envs
         )
         self.behaviour_probs[row] = np.asarray(behaviour_probs, dtype=np.float32)
+        if (self.full or row > 0) and not self.valid[row].all():
+            self.ended[(row - 1) % self.rows, ~self.valid[row]] = True
         self.pos = (self.pos + 1) % self.rows
         self.full = self.full or self.pos == 0
 
@@ -107,6 +117,7 @@ class TextReplayBuffer:
             "terminated": torch.from_numpy(self.terminated[:held].copy()),
             "ended": torch.from_numpy(self.ended[:held].copy()),
             "behaviour_probs": torch.from_numpy(self.behaviour_probs[:held].copy()),
+            "valid": torch.from_numpy(self.valid[:held].copy()),
             "position": torch.tensor([self.pos, int(self.full)]),
         }
 
@@ -140,12 +151,18 @@ class TextReplayBuffer:
         self.terminated[:held] = state["terminated"].numpy()
         self.ended[:held] = state["ended"].numpy()
         self.behaviour_probs[:held] = state["behaviour_probs"].numpy()
+        self.valid[:held] = state["valid"].numpy()
         self.pos, self.full = int(state["position"][0]), bool(state["position"][1])
 
     def distinct_observations(self) -> list[str]:
         """The observations held, each once, in the order they were first stored."""
         held = self.observations[: len(self) // self.n_envs]
         return list(dict.fromkeys(str(o) for o in held.ravel()))
+
+    def latest_valid(self, steps: int) -> np.ndarray:
+        """``(steps, n_envs)``: whether each of the newest ``steps`` vector steps had a finite
+        reward."""
+        return self.valid[(self.pos - steps + np.arange(steps)) % self.rows]
 
     def latest(self, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The newest ``steps`` vector steps, oldest first: ``(steps, n_envs)`` observations and
@@ -196,10 +213,16 @@ class TextReplayBuffer:
         held = self.rows if self.full else self.pos
         if held == 0:
             raise ValueError("The replay buffer is empty: collect steps before sampling.")
+        if not self.valid[:held].any():
+            raise ValueError("Every step held has a non-finite reward: nothing to learn from.")
         rows = rng.integers(held, size=batch_size)
         if self.full:  # row indices counted from the oldest row
             rows = (self.pos + rows) % self.rows
         envs = rng.integers(self.n_envs, size=batch_size)
+        while not (valid := self.valid[rows, envs]).all():  # draw those again (rarely any)
+            again = int((~valid).sum())
+            rows[~valid] = (self.pos * self.full + rng.integers(held, size=again)) % self.rows
+            envs[~valid] = rng.integers(self.n_envs, size=again)
         ahead = (rows[:, None] + np.arange(n_steps)[None, :]) % self.rows  # (B, n)
         written = (self.pos - 1 - rows) % self.rows + 1  # rows from each up to the newest
         available = np.arange(n_steps)[None, :] < written[:, None]

@@ -217,12 +217,14 @@ class QCritic:
     def rollout_advantages(self, steps: int) -> np.ndarray:
         """``(steps, n_envs)`` ``Q(s, a) - sum_b pi(b | s) Q(s, b)`` of the newest ``steps``
         vector steps (a rollout's turns, in its buffer's order), with the probabilities each
-        action was sampled with."""
+        action was sampled with; NaN for a turn whose reward was not finite, so PPO leaves it
+        out and counts it as it does with GAE."""
         observations, actions, probs = self.replay.latest(steps)
         table = state_advantages(
             self.values(list(observations.ravel())), probs.reshape(-1, probs.shape[-1])
         )
         chosen: np.ndarray = table[np.arange(len(table)), actions.ravel()]
+        chosen[~self.replay.latest_valid(steps).ravel()] = np.nan
         return chosen.reshape(actions.shape)
 
     def state_table(

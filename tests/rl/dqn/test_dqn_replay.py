@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from gym_llm.rl.dqn.replay import TextReplayBuffer
 
@@ -118,8 +119,6 @@ def test_state_round_trips_through_a_tensor_file(
 ) -> None:
     """Saved with ``weights_only`` tensors and a list of texts, loaded into a fresh buffer: the
     same steps in the same ring positions, so the same draws sample the same steps."""
-    import torch
-
     buffer = _filled(rows, buffer_rows)
     torch.save(buffer.state_dict(), tmp_path / "replay.pt")
     state = torch.load(tmp_path / "replay.pt", weights_only=True)
@@ -140,3 +139,27 @@ def test_a_state_of_another_shape_is_refused() -> None:
         TextReplayBuffer(2 * 2, n_envs=2, n_actions=3).load_state_dict(state)  # 3 rows > 2
     with pytest.raises(ValueError, match="4 actions"):
         TextReplayBuffer(3 * 2, n_envs=2, n_actions=4).load_state_dict(state)
+
+
+def test_a_non_finite_reward_is_never_drawn_nor_summed() -> None:
+    """Env 0's reward at t = 2 is NaN: that step is never drawn, and the 3-step sums from t = 0
+    and t = 1 stop before it and bootstrap from its observation ``a2``."""
+    buffer = TextReplayBuffer(5 * 2, n_envs=2, n_actions=2)
+    for t in range(5):
+        buffer.add(
+            [f"a{t}", f"b{t}"], [f"a{t + 1}", f"b{t + 1}"], np.array([0, 1]),
+            np.array([np.nan if t == 2 else 1.0, 1.0]), np.zeros(2, bool), np.zeros(2, bool),
+            np.full((2, 2), 0.5),
+        )  # fmt: skip
+    assert buffer.latest_valid(5)[:, 0].tolist() == [True, True, False, True, True]
+    sample = buffer.sample(2000, 3, 0.5, np.random.default_rng(0))
+    assert "a2" not in sample.observations and torch.isfinite(sample.returns).all()
+    pairs = zip(sample.returns.tolist(), sample.next_observations, strict=True)
+    seen = dict(zip(sample.observations, pairs, strict=True))
+    assert seen["a0"] == (1.5, "a2") and seen["a1"] == (1.0, "a2")  # cut before the NaN
+    assert seen["b0"] == (1.75, "b3")  # the other env's sums are untouched
+    clean = TextReplayBuffer(2, n_envs=2, n_actions=2)
+    clean.add(["x", "y"], ["x", "y"], np.zeros(2), np.array([np.nan, np.nan]),
+              np.zeros(2, bool), np.zeros(2, bool), np.full((2, 2), 0.5))  # fmt: skip
+    with pytest.raises(ValueError, match="non-finite reward"):
+        clean.sample(4, 1, 0.9, np.random.default_rng(0))

@@ -53,11 +53,13 @@ def _trainable(model: PPO) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.policy.trainable_state_dict().items()}
 
 
-def test_nan_reward_costs_its_turns_not_the_weights(model_dir: Path) -> None:
+@pytest.mark.parametrize("estimator", ["gae", "q"])
+def test_nan_reward_costs_its_turns_not_the_weights(model_dir: Path, estimator: str) -> None:
+    """With the action values too: the step stays out of their replay's draws and sums."""
     from gym_llm.envs.keyword_bandit import KeywordBanditEnv
 
     env = make_text_env(lambda: NanReward(KeywordBanditEnv(), at=3), n_envs=1, seed=0)
-    model = _ppo(model_dir, env)
+    model = _ppo(model_dir, env, advantage_estimator=estimator)
     before = _trainable(model)
     with pytest.warns(RuntimeWarning, match="non-finite reward"):
         model.learn(4)
@@ -65,10 +67,14 @@ def test_nan_reward_costs_its_turns_not_the_weights(model_dir: Path) -> None:
     assert model.nonfinite_turns == 1  # one-step episodes: only the NaN turn itself
     assert model.skipped_steps == 0  # the other turns trained
     assert any(not torch.equal(before[k], v) for k, v in _trainable(model).items())
+    if estimator == "q":
+        critic = model.q_critic
+        assert critic is not None and critic.td_steps > 0 and critic.skipped_steps == 0
+        assert all(torch.isfinite(p).all() for p in critic.q_net.parameters())
 
 
 def test_inf_advantage_is_left_out(model_dir: Path) -> None:
-    model = _ppo(model_dir)
+    model = _ppo(model_dir, advantage_estimator="gae")  # poisons GAE's advantages
     buffer = model.rollout_buffer
     compute = buffer.compute_returns_and_advantage
 
