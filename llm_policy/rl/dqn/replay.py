@@ -143,7 +143,7 @@ class TextReplayBuffer:
                 f"{self.n_actions} actions. Load with the saved buffer_size, n_envs and actions."
             )
         held = state["actions"].shape[0]
-        texts = np.array(state["texts"] + [""], dtype=object)  # [""]: an array even if empty
+        texts = np.array(state["texts"], dtype=object)
         self.observations[:held] = texts[state["observations"].numpy()]
         self.next_observations[:held] = texts[state["next_observations"].numpy()]
         self.actions[:held] = state["actions"].numpy()
