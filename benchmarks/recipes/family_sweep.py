@@ -141,6 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write one PNG of every seed's curve per task here (curves-TASK.png)",
     )
     summary.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        metavar="STEPS",
+        help="the budget a claim was made at, instead of the task kind's (reached within it; "
+        "held at it and at twice it)",
+    )
+    summary.add_argument(
         "--cut-short",
         action="store_true",
         help="also count the runs found only in the points files beside JSONL (stopped before "
@@ -149,15 +157,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def budget(task: str) -> int:
-    """A task's budget in env steps (its kind's; the walking kinds share one): the default
-    length of a run, and where "held" is read, with twice it."""
-    return STEPS.get(task.split("-")[0], WALK_STEPS)
+def budget(task: str, override: int | None = None) -> int:
+    """A task's budget in env steps (its kind's; the walking kinds share one, unless
+    ``override``, the summary's ``--budget``): the default length of a run, and where "held" is
+    read, with twice it."""
+    return override or STEPS.get(task.split("-")[0], WALK_STEPS)
 
 
-def held_count(task: str, runs: Sequence[dict[str, Any]], target: float) -> tuple[int, int]:
+def held_count(
+    task: str, runs: Sequence[dict[str, Any]], target: float, budget_steps: int | None = None
+) -> tuple[int, int]:
     """How many runs held the target (:func:`held`), of those that went to twice the budget."""
-    holds = [held(r["curve"], budget(task), target) for r in runs]
+    holds = [held(r["curve"], budget(task, budget_steps), target) for r in runs]
     return sum(h is True for h in holds), sum(h is not None for h in holds)
 
 
@@ -312,8 +323,11 @@ def summarize(path: Path, target: float = 0.9) -> list[dict[str, Any]]:
     return summarize_rows(load_rows(path), target)
 
 
-def summarize_rows(rows: Sequence[dict[str, Any]], target: float = 0.9) -> list[dict[str, Any]]:
-    """:func:`summarize` on rows already read (several files' rows pooled)."""
+def summarize_rows(
+    rows: Sequence[dict[str, Any]], target: float = 0.9, budget_steps: int | None = None
+) -> list[dict[str, Any]]:
+    """:func:`summarize` on rows already read (several files' rows pooled), the budget
+    ``budget_steps`` where given."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         groups[r["task"], r["arm"]].append(r)
@@ -321,11 +335,12 @@ def summarize_rows(rows: Sequence[dict[str, Any]], target: float = 0.9) -> list[
     for (task, arm), runs in sorted(groups.items()):
         hits = [reached_at(r["curve"], target) for r in runs]
         reached = sorted(h for h in hits if h is not None)
-        kept, went = held_count(task, runs, target)
+        kept, went = held_count(task, runs, target, budget_steps)
         table.append({
             "task": task, "arm": arm, "seeds": len(runs), "reached": len(reached),
             "median_steps": reached[len(reached) // 2] if reached else None,
-            "within_budget": sum(h <= budget(task) for h in reached),
+            "within_budget": sum(h <= budget(task, budget_steps) for h in reached),
+            "budget": budget(task, budget_steps),
             "held": kept,
             "to_twice_budget": went,
             "mean_final_gap": round(sum(r["final_gap"] for r in runs) / len(runs), 3),
@@ -376,7 +391,9 @@ def _gap_text(gap: float, target: float) -> str:
     return text.replace("-", "−")
 
 
-def per_seed_markdown(rows: Sequence[dict[str, Any]], target: float = 0.9) -> str:
+def per_seed_markdown(
+    rows: Sequence[dict[str, Any]], target: float = 0.9, budget_steps: int | None = None
+) -> str:
     """One line per task and arm, a column per seed (:func:`seed_cell`), and the held count:
     the table a reader checks a k-of-N claim against, seed by seed."""
     seeds = sorted({r["seed"] for r in rows})
@@ -388,9 +405,9 @@ def per_seed_markdown(rows: Sequence[dict[str, Any]], target: float = 0.9) -> st
         "|---|---|" + "---|" * (len(seeds) + 1),
     ]
     for (task, arm), runs in sorted(groups.items()):
-        steps = budget(task)
+        steps = budget(task, budget_steps)
         cells = [seed_cell(runs[s]["curve"], steps, target) if s in runs else "–" for s in seeds]
-        kept, went = held_count(task, list(runs.values()), target)
+        kept, went = held_count(task, list(runs.values()), target, budget_steps)
         lines.append(
             f"| {task} ({steps:,}) | {arm} | " + " | ".join(cells) + f" | {kept} of {went} |"
         )
@@ -412,7 +429,12 @@ def _rename(text: str) -> tuple[str, str]:
     return old, new
 
 
-def plot_curves(rows: Sequence[dict[str, Any]], out_dir: Path, target: float = 0.9) -> list[Path]:
+def plot_curves(
+    rows: Sequence[dict[str, Any]],
+    out_dir: Path,
+    target: float = 0.9,
+    budget_steps: int | None = None,
+) -> list[Path]:
     """One PNG per task: every seed's greedy gap against env steps (thin), the median over
     seeds per arm (bold), and the target: k of N hides *how* runs miss (never moving, or
     crossing and falling back), which the curves show at a glance."""
@@ -438,11 +460,11 @@ def plot_curves(rows: Sequence[dict[str, Any]], out_dir: Path, target: float = 0
             xs = sorted(by_step)
             medians = [sorted(by_step[x])[len(by_step[x]) // 2] for x in xs]
             reached = sum(reached_at(r["curve"], target) is not None for r in runs)
-            kept, went = held_count(task, runs, target)
+            kept, went = held_count(task, runs, target, budget_steps)
             label = f"{arm}: {reached} of {len(runs)} reach {target:.0%}"
             label += f", {kept} of {went} hold" if went else ""
             ax.plot(xs, medians, color=color, linewidth=2.2, label=label)
-        ax.axvline(budget(task), color="gray", linestyle=":", linewidth=1)
+        ax.axvline(budget(task, budget_steps), color="gray", linestyle=":", linewidth=1)
         ax.axhline(target, color="gray", linestyle="--", linewidth=1)
         ax.axhline(0.0, color="gray", linestyle=":", linewidth=1)
         ax.set_xlabel("env steps")
@@ -473,12 +495,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         ]
     renames = dict(_rename(text) for text in args.rename)
     rows = [{**r, "arm": renames.get(r["arm"], r["arm"])} for r in rows]
-    table = summarize_rows(rows, args.target)
+    table = summarize_rows(rows, args.target, args.budget)
     if args.plots is not None:
-        for path in plot_curves(rows, args.plots, args.target):
+        for path in plot_curves(rows, args.plots, args.target, args.budget):
             print(f"wrote {path}", file=sys.stderr)
     if args.per_seed:
-        print(per_seed_markdown(rows, args.target))
+        print(per_seed_markdown(rows, args.target, args.budget))
         return
     if args.markdown:
         print(markdown(table))
@@ -486,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for row in table:
         print(
             f"{row['task']:<22} {row['arm']:<14} {row['reached']:>2} of {row['seeds']:<2} "
-            f"({row['within_budget']} within {budget(row['task'])}) "
+            f"({row['within_budget']} within {row['budget']}) "
             f"median steps {row['median_steps']}  gap {row['mean_start_gap']:.2f} -> "
             f"{row['mean_final_gap']:.2f}{_held_text(row, '  ')}"
         )

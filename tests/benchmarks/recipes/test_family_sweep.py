@@ -64,6 +64,25 @@ def test_summary_counts_runs_held_at_the_budget_and_twice_it(tmp_path: Path) -> 
     assert "held" not in markdown([short])  # no run went to twice the budget: nothing said
 
 
+def test_a_claims_own_budget_replaces_the_kinds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The grid's held-out claim is made at 4,096, not the walking kinds' 2,048: a run first
+    at the target at 2,304 is within that budget and holds at 4,096 and 8,192."""
+    from benchmarks.recipes.family_sweep import main
+
+    path = tmp_path / "sweep.jsonl"
+    row = _row("grid-p2-s100", 0, "auto", [0.0] * 18 + [0.95] * 47)  # first at 2,304; to 8,192
+    path.write_text(json.dumps(row) + "\n")
+    (kind,) = summarize(path)
+    assert (kind["within_budget"], kind["held"], kind["budget"]) == (0, 0, 2048)
+    main(["summarize", str(path), "--budget", "4096"])
+    out = capsys.readouterr().out
+    assert "(1 within 4096)" in out and "held 1 of 1" in out
+    main(["summarize", str(path), "--budget", "4096", "--per-seed"])
+    assert "grid-p2-s100 (4,096)" in capsys.readouterr().out
+
+
 def test_per_seed_table_reads_each_run_at_the_budget_and_twice_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
