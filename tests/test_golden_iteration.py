@@ -96,7 +96,9 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-def _ppo_iteration(model_dir: Path, mode: str, constraint: str = "off") -> dict[str, Any]:
+def _ppo_iteration(
+    model_dir: Path, mode: str, constraint: str = "off", estimator: str = "gae"
+) -> dict[str, Any]:
     # Free text from the untrained model is invalid: a penalty makes rewards differ.
     free_text = mode == "generate" and constraint == "off"
     penalty = {"invalid_penalty": -1.0} if free_text else None
@@ -108,6 +110,7 @@ def _ppo_iteration(model_dir: Path, mode: str, constraint: str = "off") -> dict[
     model = PPO(
         LLMPolicy, env, n_steps=4, batch_size=8, n_epochs=2, seed=0, device="cpu",
         learning_rate=1e-3, ent_coef=0.01, policy_kwargs=policy_kwargs,
+        advantage_estimator=estimator,
     )  # fmt: skip
     figures, rollout = _Figures(), _Rollout()
     model.set_logger(Logger(folder=None, output_formats=[figures]))
@@ -133,6 +136,8 @@ def _dqn_iteration(model_dir: Path) -> dict[str, Any]:
 def _run(model_dir: Path) -> dict[str, Any]:
     return {
         "ppo_choice": _ppo_iteration(model_dir, "choice"),
+        # the default: the action values and the step onto their target in choice mode
+        "ppo_choice_auto": _ppo_iteration(model_dir, "choice", estimator="auto"),
         "ppo_generate": _ppo_iteration(model_dir, "generate"),
         "ppo_generate_constrained": _ppo_iteration(model_dir, "generate", "action"),
         "dqn": _dqn_iteration(model_dir),

@@ -121,9 +121,10 @@ class PPOConfig:
     #: ``"gae"`` (turn-level GAE with the critic), a critic-free one: ``"rebn"``, ``"grpo"``,
     #: ``"rloo"``, ``"gigpo"`` (:mod:`gym_llm.rl.ppo.advantages`; the critic still trains), or
     #: ``"q"`` (choice mode over one list: action values learned off-policy on a replay of the
-    #: run, :mod:`gym_llm.rl.ppo.q_critic`; for noisy returns). ``"auto"``: ``"q"`` where the
-    #: policy allows it (choice mode over one fixed list, LoRA, one process), else ``"gae"``.
-    advantage_estimator: str = "gae"
+    #: run, :mod:`gym_llm.rl.ppo.q_critic`; for noisy returns). ``"auto"``, the default:
+    #: ``"q"`` where the policy allows it (choice mode over one fixed list, LoRA, one process),
+    #: else ``"gae"``.
+    advantage_estimator: str = "auto"
     #: ``advantage_estimator="q"``: rewards summed before the action values' TD target
     #: bootstraps (DQN's ``n_steps``; :data:`Q_N_STEPS`: 3 for long noiseless paths).
     q_n_steps: int = Q_N_STEPS
