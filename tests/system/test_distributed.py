@@ -35,6 +35,7 @@ def _model(model_dir: Path, n_envs: int) -> PPO:
         seed=0,
         device="cpu",
         learning_rate=0.5,  # SGD: a step large enough to see in float32
+        advantage_estimator="gae",  # "auto" picks it in a job of several processes
         # Plain SGD: the update is linear in the averaged gradient. Adam's first step,
         # g / (|g| + eps), turns float rounding in a gradient near eps into a visible difference
         # (seen with seeds 1 and 7: 3e-6 on one weight of 256) and would test Adam, not the

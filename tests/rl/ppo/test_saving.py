@@ -21,7 +21,9 @@ model_dir = tiny_model_fixture("model_dir", WORDS)
 
 
 def test_policy_file_holds_what_training_changed(model_dir: Path) -> None:
-    plain = agent_tensors(small_ppo(model_dir, n_envs=2, policy={"action_mode": "choice"}))
+    plain = agent_tensors(
+        small_ppo(model_dir, n_envs=2, policy={"action_mode": "choice"}, advantage_estimator="gae")
+    )
     assert {"trainable", "optimizer", "advantage_scale"} <= set(plain)
     assert "q_critic" not in plain
     q = small_ppo(model_dir, n_envs=2, policy={"action_mode": "choice"}, advantage_estimator="q")
