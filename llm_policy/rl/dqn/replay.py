@@ -61,7 +61,16 @@ class TextReplayBuffer:
 
     def __len__(self) -> int:
         """Env steps held."""
-        return (self.rows if self.full else self.pos) * self.n_envs
+        return self.held_rows * self.n_envs
+
+    @property
+    def held_rows(self) -> int:
+        """Rows (vector steps) held."""
+        return self.rows if self.full else self.pos
+
+    def _latest_rows(self, steps: int) -> np.ndarray:
+        """Ring indices of the newest ``steps`` rows, oldest first."""
+        return (self.pos - steps + np.arange(steps)) % self.rows
 
     def add(
         self,
@@ -99,7 +108,7 @@ class TextReplayBuffer:
     def state_dict(self) -> dict[str, Any]:
         """The steps held, for a checkpoint a run resumes from: each distinct text once (a
         tensor file holds no object arrays) and every row as indices into them."""
-        held = self.rows if self.full else self.pos
+        held = self.held_rows
         grids = (self.observations[:held], self.next_observations[:held])
         texts = list(dict.fromkeys(str(o) for grid in grids for o in grid.ravel()))
         index = {text: i for i, text in enumerate(texts)}
@@ -162,14 +171,14 @@ class TextReplayBuffer:
     def latest_valid(self, steps: int) -> np.ndarray:
         """``(steps, n_envs)``: whether each of the newest ``steps`` vector steps had a finite
         reward."""
-        return self.valid[(self.pos - steps + np.arange(steps)) % self.rows]
+        return self.valid[self._latest_rows(steps)]
 
     def latest(self, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The newest ``steps`` vector steps, oldest first: ``(steps, n_envs)`` observations and
         actions, and ``(steps, n_envs, K)`` behaviour probabilities."""
         if not 0 < steps <= len(self) // self.n_envs:
             raise ValueError(f"The replay holds {len(self) // self.n_envs} steps, not {steps}.")
-        rows = (self.pos - steps + np.arange(steps)) % self.rows
+        rows = self._latest_rows(steps)
         return self.observations[rows], self.actions[rows], self.behaviour_probs[rows]
 
     def add_step(
@@ -210,7 +219,7 @@ class TextReplayBuffer:
         take each action there) also cuts it before the first later step whose action it would
         not take (Watkins's Q(lambda)): the rewards summed are then that policy's, not the
         behaviour's."""
-        held = self.rows if self.full else self.pos
+        held = self.held_rows
         if held == 0:
             raise ValueError("The replay buffer is empty: collect steps before sampling.")
         if not self.valid[:held].any():
