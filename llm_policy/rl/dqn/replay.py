@@ -171,7 +171,8 @@ class TextReplayBuffer:
     def latest_valid(self, steps: int) -> np.ndarray:
         """``(steps, n_envs)``: whether each of the newest ``steps`` vector steps had a finite
         reward."""
-        return self.valid[self._latest_rows(steps)]
+        valid: np.ndarray = self.valid[self._latest_rows(steps)]
+        return valid
 
     def latest(self, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The newest ``steps`` vector steps, oldest first: ``(steps, n_envs)`` observations and
