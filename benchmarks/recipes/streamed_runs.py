@@ -386,7 +386,8 @@ def summarize(files: Sequence[Path]) -> str:
 def seed_series(name: str, runs: Sequence[tuple[int, list[dict[str, Any]]]]) -> list[Series]:
     """One learner's curves: with 3 seeds or more, their mean with a 95 % band over the points
     every seed measured (a seed cut short ends the mean there, and the label says so, rather
-    than the mean changing which seeds it averages); else each seed's curve."""
+    than the mean changing which seeds it averages), with each seed's whole curve drawn thin;
+    else each seed's curve."""
     import numpy as np
 
     from gym_llm.experiments.plots import Series
@@ -400,8 +401,12 @@ def seed_series(name: str, runs: Sequence[tuple[int, list[dict[str, Any]]]]) -> 
         label = f"{name}: mean of {len(runs)} seeds"
         if shared[-1] < max(max(s) for s in steps):
             label += f" (to {shared[-1]}, where every seed got)"
+        label += "; thin: each seed"
         sems = values.std(0, ddof=1) / np.sqrt(len(runs))
-        return [Series(label, shared, values.mean(0), sems)]
+        members = [
+            ([p["env_steps"] for p in points], [p["value"] for p in points]) for _, points in runs
+        ]
+        return [Series(label, shared, values.mean(0), sems, members)]
     return [
         Series(
             f"{name} seed {seed}", [p["env_steps"] for p in points], [p["value"] for p in points]

@@ -6,6 +6,7 @@ module never fails, and plotting without it raises an error that says how to ins
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,12 +14,20 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Series:
-    """One line on a plot: an agent's mean return (± a 95% band) against env steps."""
+    """One line on a plot: an agent's mean return (± a 95% band) against env steps, and
+    optionally each seed's own curve (``members``: (steps, values) pairs), drawn thin beside
+    it so that a seed that falls back is seen, not averaged away."""
 
     label: str
     steps: Sequence[float]
     means: Sequence[float]
     sems: Sequence[float] | None = None
+    members: Sequence[tuple[Sequence[float], Sequence[float]]] = ()
+
+
+#: Legend labels wrap at this many characters, and a legend with a longer one goes below the
+#: axes, where it hides no curve.
+LABEL_WIDTH = 60
 
 
 def _pyplot() -> object:
@@ -47,7 +56,11 @@ def plot_curves(
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))  # type: ignore[attr-defined]
     for line in series:
-        ax.plot(line.steps, line.means, marker="o", label=line.label)
+        (drawn,) = ax.plot(
+            line.steps, line.means, marker="o", label=textwrap.fill(line.label, LABEL_WIDTH)
+        )
+        for steps, values in line.members:
+            ax.plot(steps, values, color=drawn.get_color(), alpha=0.35, linewidth=0.8)
         if line.sems is not None:
             low = [m - 1.96 * s for m, s in zip(line.means, line.sems, strict=True)]
             high = [m + 1.96 * s for m, s in zip(line.means, line.sems, strict=True)]
@@ -60,7 +73,8 @@ def plot_curves(
     ax.set_title(title)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    if len(series) + len(references or {}) > 5:  # below the axes, where it hides no curve
+    crowded = len(series) + len(references or {}) > 5
+    if crowded or any(len(line.label) > LABEL_WIDTH for line in series):  # below the axes
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), fontsize="small")
     else:
         ax.legend(loc="best", fontsize="small")

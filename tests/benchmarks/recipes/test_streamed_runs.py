@@ -116,7 +116,9 @@ def test_the_mean_curve_ends_where_every_seed_got() -> None:
 
     mean, *rest = seed_series("gae", [(0, points(5)), (1, points(5)), (2, points(3))])
     assert not rest and list(mean.steps) == [0, 512, 1024]
-    assert mean.label == "gae: mean of 3 seeds (to 1024, where every seed got)"
+    assert mean.label == "gae: mean of 3 seeds (to 1024, where every seed got); thin: each seed"
+    # each seed's own curve goes with the mean, to its own last point
+    assert [len(steps) for steps, _ in mean.members] == [5, 5, 3]
     assert list(seed_series("gae", [(0, points(3))] * 3)[0].means) == [0.0, 1.0, 2.0]
     assert [s.label for s in seed_series("gae", [(4, points(2))])] == ["gae seed 4"]
 
