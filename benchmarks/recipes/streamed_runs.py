@@ -404,7 +404,8 @@ def seed_series(name: str, runs: Sequence[tuple[int, list[dict[str, Any]]]]) -> 
         label += "; thin: each seed"
         sems = values.std(0, ddof=1) / np.sqrt(len(runs))
         members = [
-            ([p["env_steps"] for p in points], [p["value"] for p in points]) for _, points in runs
+            (seed_steps, [p["value"] for p in points])
+            for seed_steps, (_, points) in zip(steps, runs, strict=True)
         ]
         return [Series(label, shared, values.mean(0), sems, members)]
     return [

@@ -177,8 +177,8 @@ class TextReplayBuffer:
     def latest(self, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The newest ``steps`` vector steps, oldest first: ``(steps, n_envs)`` observations and
         actions, and ``(steps, n_envs, K)`` behaviour probabilities."""
-        if not 0 < steps <= len(self) // self.n_envs:
-            raise ValueError(f"The replay holds {len(self) // self.n_envs} steps, not {steps}.")
+        if not 0 < steps <= self.held_rows:
+            raise ValueError(f"The replay holds {self.held_rows} steps, not {steps}.")
         rows = self._latest_rows(steps)
         return self.observations[rows], self.actions[rows], self.behaviour_probs[rows]
 
