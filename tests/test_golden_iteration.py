@@ -175,15 +175,16 @@ def _compare(got: Any, want: Any, where: str) -> list[str]:
 
 
 def _compare_tensor(got: dict[str, Any], want: dict[str, Any], where: str) -> list[str]:
-    """A trained tensor's statistics on another CPU: its sum within 1e-4 of the tensor's norm.
+    """A trained tensor's statistics on another CPU: its sum within 1e-3 of the tensor's norm.
 
-    The sum of a tensor whose entries cancel (a value head's weights sum to ~0.02 at a norm of
-    ~0.03) is no scale for a relative tolerance: after Adam's steps, whose size does not depend
-    on the gradient's, float32 rounding of another CPU moved it by 4.5e-5 of the norm.
+    The sum of a tensor whose entries cancel is no scale for a relative tolerance: float32
+    rounding of another CPU, carried through Adam's steps (whose size does not depend on the
+    gradient's), moves it by up to a few 1e-4 of the norm; a changed update moves it by the
+    order of the norm. The sum of squares keeps the tight tolerance.
     """
     norm = math.sqrt(want["sumsq"])
     out = []
-    if not math.isclose(got["sum"], want["sum"], rel_tol=1e-5, abs_tol=max(1e-6, 1e-4 * norm)):
+    if not math.isclose(got["sum"], want["sum"], rel_tol=1e-5, abs_tol=max(1e-6, 1e-3 * norm)):
         out.append(f"{where}.sum: {got['sum']!r} != {want['sum']!r}")
     out.extend(_compare(got["sumsq"], want["sumsq"], f"{where}.sumsq"))
     return out
