@@ -1,9 +1,10 @@
 """The front page's picture: one held-out task, gym_llm's learners against SB3 and the optimum.
 
-Reads what the sweeps wrote (nothing is run): gym_llm DQN (``results/dqn/family-<task>.jsonl``),
-gym_llm PPO with the defaults (``results/family/held-out-4096.jsonl``), SB3 PPO and DQN at 10k
-env steps (``results/family-sb3/results.csv``), and the task's exact random and optimal returns.
-Each learner is the mean of its seeds with a band of ± one standard deviation.
+Reads what the sweeps wrote (nothing is run): ``gym_llm.DQN`` and ``gym_llm.PPO`` with the
+library's defaults (``results/dqn-noisy/rate/report/family-<task>.jsonl``,
+``results/ppo-noisy/q/default/held-out-walk-grid/<task>-s<seed>-auto.jsonl``), SB3 PPO and DQN
+at 10k env steps (``results/family-sb3/results.csv``), and the task's exact random and optimal
+returns. Each learner is the mean of its seeds with a band of ± one standard deviation.
 
     python -m benchmarks.recipes.headline_plot --task walk-p3-s101 --out benchmarks/results/headline.png
 """
@@ -32,7 +33,8 @@ def _mean_curve(
 
 def gym_llm_dqn(task: str) -> list[list[tuple[float, float]]]:
     by_seed: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for line in (RESULTS / "dqn" / f"family-{task}.jsonl").read_text().splitlines():
+    path = RESULTS / "dqn-noisy" / "rate" / "report" / f"family-{task}.jsonl"
+    for line in path.read_text().splitlines():
         row = json.loads(line)
         by_seed[row["seed"]].append((row["env_steps"], row["value"]))
     return [sorted(c) for c in by_seed.values()]
@@ -40,10 +42,10 @@ def gym_llm_dqn(task: str) -> list[list[tuple[float, float]]]:
 
 def gym_llm_ppo(task: str) -> list[list[tuple[float, float]]]:
     curves = []
-    for line in (RESULTS / "family" / "held-out-4096.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if row["task"] == task:
-            curves.append([(p["env_steps"], p["value"]) for p in row["curve"]])
+    runs = RESULTS / "ppo-noisy" / "q" / "default" / "held-out-walk-grid"
+    for path in sorted(runs.glob(f"{task}-s*-auto.jsonl")):
+        row = json.loads(path.read_text().splitlines()[-1])  # the run's last line has its curve
+        curves.append([(p["env_steps"], p["value"]) for p in row["curve"]])
     return curves
 
 
@@ -75,8 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     env = gym.make("gym_llm/Family-v0", task=args.task).unwrapped
     fig, ax = plt.subplots(figsize=(8, 4.2))
     learners = [
-        ("gym_llm DQN, SmolLM2-135M features", gym_llm_dqn(args.task), "tab:blue"),
-        ("gym_llm PPO, SmolLM2-135M", gym_llm_ppo(args.task), "tab:purple"),
+        ("gym_llm DQN (its defaults), SmolLM2-135M", gym_llm_dqn(args.task), "tab:blue"),
+        ("gym_llm PPO (its defaults), SmolLM2-135M", gym_llm_ppo(args.task), "tab:purple"),
         ("SB3 DQN (MlpPolicy on the state)", sb3(args.task, "dqn"), "tab:red"),
         ("SB3 PPO (MlpPolicy on the state)", sb3(args.task, "ppo"), "tab:orange"),
     ]
