@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.recipes.family_sweep import load_rows
+
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
@@ -41,12 +43,9 @@ def gym_llm_dqn(task: str) -> list[list[tuple[float, float]]]:
 
 
 def gym_llm_ppo(task: str) -> list[list[tuple[float, float]]]:
-    curves = []
     runs = RESULTS / "ppo-noisy" / "q" / "default" / "held-out-walk-grid"
-    for path in sorted(runs.glob(f"{task}-s*-auto.jsonl")):
-        row = json.loads(path.read_text().splitlines()[-1])  # the run's last line has its curve
-        curves.append([(p["env_steps"], p["value"]) for p in row["curve"]])
-    return curves
+    rows = load_rows(*sorted(runs.glob(f"{task}-s*-auto.jsonl")))
+    return [[(p["env_steps"], p["value"]) for p in row["curve"]] for row in rows]
 
 
 def sb3(task: str, agent: str, budget: int = 10000) -> list[list[tuple[float, float]]]:
