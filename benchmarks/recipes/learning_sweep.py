@@ -8,7 +8,8 @@ follows another trajectory. This runs the tests' own training function
 seed, one process per run (``--jobs`` at a time, one torch thread each), and reports each
 curve, whether it passes, and the margins that matter: the worst seed's best success (the test
 needs >= 0.9), its final success (>= 0.6) and the latest curve point at which a seed first
-reached 0.9.
+reached 0.9. ``--jsonl`` appends each run as it finishes and skips the runs already there
+(same mode, seed and PPO arguments), so a sweep cut short resumes.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     add("--jobs", type=int, default=2, help="runs at a time (one torch thread each)")
     add("--json", type=Path, default=None, help="write the results here")
+    add(
+        "--jsonl",
+        type=Path,
+        default=None,
+        help="append each run here as it finishes; runs already there are skipped (resume)",
+    )
     return parser
 
 
@@ -101,6 +108,17 @@ def one_run(mode: str, seed: int, ppo: dict[str, Any] | None = None) -> dict[str
     }
 
 
+def _key(mode: str, seed: int, ppo: dict[str, Any] | None) -> tuple[str, int, str]:
+    return mode, seed, json.dumps(ppo or {}, sort_keys=True)
+
+
+def load_runs(path: Path) -> list[dict[str, Any]]:
+    """The runs a ``--jsonl`` file holds (none if it does not exist yet)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for mode in sorted({r["mode"] for r in runs}):
@@ -123,8 +141,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     ppo = args.set["ppo"]
     jobs = [(mode, seed, ppo) for mode in args.modes for seed in args.seeds]
+    earlier = load_runs(args.jsonl) if args.jsonl is not None else []
+    done = {_key(r["mode"], r["seed"], r["ppo"]) for r in earlier}
+    wanted = {_key(*job) for job in jobs}
+    runs = [r for r in earlier if _key(r["mode"], r["seed"], r["ppo"]) in wanted]
+    todo = [job for job in jobs if _key(*job) not in done]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        runs = list(pool.map(one_run, *zip(*jobs, strict=True)))
+        for future in as_completed([pool.submit(one_run, *job) for job in todo]):
+            runs.append(future.result())
+            if args.jsonl is not None:
+                args.jsonl.parent.mkdir(parents=True, exist_ok=True)
+                with args.jsonl.open("a") as f:
+                    f.write(json.dumps(runs[-1]) + "\n")
+    runs.sort(key=lambda r: (args.modes.index(r["mode"]), r["seed"]))
     for run in runs:
         curve = " ".join(f"{v:.2f}" for v in run["curve"])
         print(

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from benchmarks.cli_args import seed_list as _seeds
-from benchmarks.recipes.learning_sweep import one_run, summarize
+from benchmarks.recipes import learning_sweep
+from benchmarks.recipes.learning_sweep import load_runs, main, one_run, summarize
 
 
 def test_seed_lists() -> None:
@@ -50,3 +51,45 @@ def test_ppo_arguments_reach_the_highlow_runs(monkeypatch: pytest.MonkeyPatch) -
     assert run["ppo"] == {"n_epochs": 4} and run["curve"] == [0.6, 0.9]
     one_run("head", 3, None)
     assert "n_epochs" not in seen[-1] and seen[-1]["head"] is True
+
+
+def test_jsonl_keeps_each_run_and_a_rerun_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[tuple[str, int]] = []
+
+    def fake_run(mode: str, seed: int, ppo: dict[str, Any] | None = None) -> dict[str, Any]:
+        started.append((mode, seed))
+        return {"mode": mode, "seed": seed, "ppo": ppo or {}, "before": 0.5, "curve": [0.5, 0.9],
+                "first_at_0_9": 1024, "passed": True, "seconds": 1.0}  # fmt: skip
+
+    class InProcess:  # the pool, without processes (the fake cannot be pickled)
+        def __init__(self, max_workers: int) -> None:
+            pass
+
+        def __enter__(self) -> InProcess:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def submit(self, fn: Any, *args: Any) -> Any:
+            from concurrent.futures import Future
+
+            future: Future[Any] = Future()
+            future.set_result(fn(*args))
+            return future
+
+    monkeypatch.setattr(learning_sweep, "one_run", fake_run)
+    monkeypatch.setattr(learning_sweep, "ProcessPoolExecutor", InProcess)
+    jsonl = tmp_path / "sweep.jsonl"
+    main(["--modes", "head", "--seeds", "0-1", "--jsonl", str(jsonl)])
+    assert sorted((r["mode"], r["seed"]) for r in load_runs(jsonl)) == [("head", 0), ("head", 1)]
+    result = main(["--modes", "head", "corner", "--seeds", "0-1", "--jsonl", str(jsonl)])
+    assert started == [("head", 0), ("head", 1), ("corner", 0), ("corner", 1)]  # no rerun
+    assert [(r["mode"], r["seed"]) for r in result["runs"]] == [
+        ("head", 0), ("head", 1), ("corner", 0), ("corner", 1)
+    ]  # fmt: skip
+    assert result["summary"]["head"]["runs"] == 2 and len(load_runs(jsonl)) == 4
+    main(["--modes", "head", "--seeds", "0", "--jsonl", str(jsonl), "--set", "ppo.n_epochs=2"])
+    assert started[-1] == ("head", 0)  # other PPO arguments: another run
