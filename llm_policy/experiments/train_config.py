@@ -133,14 +133,15 @@ class TrainConfig:
         if self.sft_demos is not None and self.sft_epochs <= 0:
             raise ValueError(f"sft_epochs must be > 0, got {self.sft_epochs}.")
         auto = parse_ent_coef(self.ppo.ent_coef)[1]
-        if self.algo == "dqn" and (auto or self.ppo.min_action_prob):
+        floor = self.ppo.min_action_prob != "auto" and float(self.ppo.min_action_prob) > 0
+        if self.algo == "dqn" and (auto or floor):
             raise ValueError(
                 "ppo.ent_coef='auto' and ppo.min_action_prob are PPO's; DQN has none: leave "
                 "them unset with algo='dqn'."
             )
         if self.algo == "ppo":
             among_listed = lists_a_choice(mode, bool(self.policy.action_head))
-            check_choice_among_listed(auto, self.ppo.min_action_prob > 0, among_listed)
+            check_choice_among_listed(auto, floor, among_listed)
         if self.checkpoint_every is not None and self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}.")
         if self.keep_checkpoints < 1:

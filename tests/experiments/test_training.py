@@ -121,7 +121,7 @@ def test_learning_settings_reach_ppo_and_bad_ones_fail_early(
         small_run_config(
             tiny_model_dir, {"policy.action_mode": "generate", "ppo.min_action_prob": 0.05}
         )
-    with pytest.raises(ValueError, match="min_action_prob must be in"):
+    with pytest.raises(ValueError, match="min_action_prob must be 'auto' or a number in"):
         small_run_config(tiny_model_dir, {"ppo.min_action_prob": 0.7})
     with pytest.raises(ValueError, match="set ent_coef='auto' as well"):
         small_run_config(tiny_model_dir, {"ppo.target_entropy_of": "marginal"})

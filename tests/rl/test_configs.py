@@ -11,7 +11,7 @@ import pytest
 
 from gym_llm import DQN, PPO, LLMPolicy, PolicyConfig, make_text_env
 from gym_llm.rl.dqn.config import DQNConfig
-from gym_llm.rl.ppo.config import PPOConfig, resolve_auto
+from gym_llm.rl.ppo.config import PPOConfig, resolve_auto, resolve_floor
 from tests.models import tiny_model_fixture
 
 model_dir = tiny_model_fixture("model_dir", ["high", "low"])
@@ -60,6 +60,20 @@ def test_auto_settings_resolve_to_the_action_values_only_where_they_apply() -> N
     assert resolve_auto("gae", "auto", q_applies=True) == ("gae", "clip")
     assert resolve_auto("auto", "clip", q_applies=True) == ("q", "clip")  # a given update stays
     assert resolve_auto("rloo", "target", q_applies=False) == ("rloo", "target")
+
+
+def test_the_auto_floor_comes_with_the_action_values_target_and_shrinks_over_many_actions() -> None:
+    assert resolve_floor("auto", "q", "target", 2) == 0.05
+    assert resolve_floor("auto", "q", "target", 4) == 0.05  # measured: up to four actions
+    assert resolve_floor("auto", "q", "target", 8) == pytest.approx(0.025)  # 0.2 in all
+    assert resolve_floor("auto", "q", "clip", 4) == 0.0  # only with the target it was measured on
+    assert resolve_floor("auto", "gae", "clip", 4) == 0.0
+    assert resolve_floor(0.1, "gae", "clip", 4) == 0.1  # a number stays as given
+    assert resolve_floor(0.0, "q", "target", 4) == 0.0  # so 0 turns it off
+    assert PPOConfig().min_action_prob == "auto"
+    for bad in ("often", -0.1, 0.5, True, None):
+        with pytest.raises(ValueError, match=r"min_action_prob must be 'auto' or a number"):
+            PPOConfig(min_action_prob=bad)
 
 
 def test_keywords_and_a_config_build_the_same_dqn(model_dir: Path, tmp_path: Path) -> None:

@@ -41,6 +41,32 @@ Q_REPLAY_RATIO = 16.0
 Q_GAMMA = 0.95
 
 
+#: ``min_action_prob="auto"`` with the action values and the step onto their target: each listed
+#: action keeps at least this probability, and all K floors together at most
+#: :data:`Q_FLOOR_TOTAL` (so 0.05 each up to four actions, ``0.2 / K`` beyond). Without it the
+#: target commits to the move the values rate best while they are still wrong on a noisy task,
+#: and stops visiting the moves that would correct them (RESULTS.md, "A floor on every move for
+#: PPO's action values").
+Q_FLOOR, Q_FLOOR_TOTAL = 0.05, 0.2
+
+
+def resolve_floor(floor: float | str, estimator: str, update: str, n_actions: int) -> float:
+    """``min_action_prob`` made concrete once ``"auto"`` estimator and update are: ``"auto"``
+    is :data:`Q_FLOOR` (at most ``Q_FLOOR_TOTAL / n_actions``) under ``"q"`` with ``"target"``,
+    the pair it was measured with, and 0 (off) otherwise; a number stays as given.
+
+    >>> resolve_floor("auto", "q", "target", 4), resolve_floor("auto", "q", "target", 10)
+    (0.05, 0.02)
+    >>> resolve_floor("auto", "gae", "clip", 4), resolve_floor(0.1, "gae", "clip", 4)
+    (0.0, 0.1)
+    """
+    if floor != "auto":
+        return float(floor)
+    if estimator != "q" or update != "target" or n_actions < 1:
+        return 0.0
+    return min(Q_FLOOR, Q_FLOOR_TOTAL / n_actions)
+
+
 def resolve_auto(estimator: str, update: str, q_applies: bool) -> tuple[Estimator, str]:
     """The ``"auto"`` settings made concrete once the policy is built (``q_applies``: PPO can
     learn action values with it). The estimator is ``"q"`` where it applies, else ``"gae"``;
@@ -94,8 +120,10 @@ class PPOConfig:
     #: action distribution: high for a state-dependent policy, however certain).
     target_entropy_of: str = "state"
     #: A floor on every listed action's probability in every state, held by a log-barrier in
-    #: the loss (:func:`~gym_llm.rl.ppo.loss_terms.probability_floor`); 0: off.
-    min_action_prob: float = 0.0
+    #: the loss (:func:`~gym_llm.rl.ppo.loss_terms.probability_floor`); 0: off. ``"auto"``, the
+    #: default: 0.05 (at most ``0.2 / K`` over K actions) with the action values and their
+    #: target, off otherwise (:func:`resolve_floor`).
+    min_action_prob: float | str = "auto"
     #: ``"clip"``: PPO's clipped surrogate. ``"target"`` (choice mode): cross-entropy to the old
     #: policy tilted by each state's mean advantage per action, a step of ``kl_step`` nats
     #: (:mod:`gym_llm.rl.ppo.target_update`), whose gradient does not fade at p ~ 0.
@@ -184,7 +212,8 @@ class PPOConfig:
                 f"target_entropy must be > 0 nats (or None), got {self.target_entropy}."
             )
         check_entropy_of(self.target_entropy_of, auto)
-        check_floor(self.min_action_prob)
+        if self.min_action_prob != "auto":
+            self.min_action_prob = check_floor(self.min_action_prob)
         if self.policy_update not in ("clip", "target", "auto"):
             raise ValueError(
                 f"policy_update must be 'clip', 'target' or 'auto', got {self.policy_update!r}."

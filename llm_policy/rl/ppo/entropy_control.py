@@ -139,11 +139,14 @@ def check_choice_among_listed(auto: bool, floor: bool, among_listed: bool) -> No
         )
 
 
-def check_floor(value: float) -> float:
-    """``min_action_prob``: 0 (off) or in ``(0, 1/2)``, the bound for two actions (at or over
-    ``1/K`` it would hold every action at the floor; :func:`check_listed_actions` checks K)."""
-    if not 0.0 <= value < 0.5:
-        raise ValueError(f"min_action_prob must be in [0, 0.5) (0: off), got {value!r}.")
+def check_floor(value: float | str) -> float:
+    """``min_action_prob`` given as a number: 0 (off) or in ``(0, 1/2)``, the bound for two
+    actions (at or over ``1/K`` it would hold every action at the floor;
+    :func:`check_listed_actions` checks K)."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value < 0.5:
+        raise ValueError(
+            f"min_action_prob must be 'auto' or a number in [0, 0.5) (0: off), got {value!r}."
+        )
     return float(value)
 
 

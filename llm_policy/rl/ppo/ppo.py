@@ -81,7 +81,12 @@ from gym_llm.rl.ppo.advantages import (
     dones_from_starts,
 )
 from gym_llm.rl.ppo.buffer import TextRolloutBuffer
-from gym_llm.rl.ppo.config import PPOConfig, default_learning_rate, resolve_auto
+from gym_llm.rl.ppo.config import (
+    PPOConfig,
+    default_learning_rate,
+    resolve_auto,
+    resolve_floor,
+)
 from gym_llm.rl.ppo.data_parallel import DataParallel
 from gym_llm.rl.ppo.entropy_control import (
     check_listed_actions,
@@ -327,6 +332,12 @@ class PPO(OnPolicyAlgorithm):
         )
         self.advantage_estimator, self.policy_update = resolve_auto(
             self.advantage_estimator, self.policy_update, q_unavailable(self.policy) is None
+        )
+        self.min_action_prob = resolve_floor(
+            self.min_action_prob,
+            self.advantage_estimator,
+            self.policy_update,
+            len(self.policy.actions_list),
         )
         check_listed_actions(
             self.policy,

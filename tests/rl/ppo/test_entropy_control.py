@@ -223,9 +223,27 @@ def test_the_floor_lifts_the_actions_a_certain_policy_has_cornered(
     assert "train/floor_loss" not in runs[0.0].logger.name_to_value
 
 
+def test_the_default_floor_is_on_with_the_action_values_and_saved_as_its_number(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    model = _ppo(model_dir)  # choice mode over two actions: the action values and their target
+    assert (model.advantage_estimator, model.policy_update) == ("q", "target")
+    assert model.min_action_prob == 0.05
+    model.learn(16)
+    assert model.logger.name_to_value["train/floor_loss"] >= 0
+    model.save(tmp_path / "agent")
+    assert PPO.load(tmp_path / "agent", device="cpu").min_action_prob == 0.05
+    clipped = _ppo(model_dir, policy_update="clip")  # not the pair it was measured with: off
+    assert clipped.min_action_prob == 0.0
+    policy = {"action_mode": "generate", "reply_constraint": "off", "max_new_tokens": 4}
+    assert _ppo(model_dir, policy=policy).min_action_prob == 0.0  # no action values: off
+
+
 def test_the_floor_is_checked_and_saved(model_dir: Path, tmp_path: Path) -> None:
     for bad in (-0.1, 0.5):
-        with pytest.raises(ValueError, match=r"min_action_prob must be in \[0, 0.5\)"):
+        with pytest.raises(
+            ValueError, match=r"min_action_prob must be 'auto' or a number in \[0, 0.5\)"
+        ):
             _ppo(model_dir, min_action_prob=bad)
     with pytest.raises(ValueError, match="action_head=True"):
         _ppo(
