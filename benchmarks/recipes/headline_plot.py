@@ -2,7 +2,8 @@
 
 Reads what the sweeps wrote (nothing is run): ``gym_llm.DQN`` and ``gym_llm.PPO`` with the
 library's defaults (``results/dqn-noisy/rate/report/family-<task>.jsonl``,
-``results/ppo-noisy/q/default/held-out-walk-grid/<task>-s<seed>-auto.jsonl``), SB3 PPO and DQN
+``results/ppo-noisy/q/floor/step2/held-out-walk-grid/[h200/]<task>-s<seed>-floor.jsonl``, the
+floor on every move included), SB3 PPO and DQN
 at 10k env steps (``results/family-sb3/results.csv``), and the task's exact random and optimal
 returns. Each learner is the mean of its seeds with a band of ± one standard deviation.
 
@@ -43,8 +44,8 @@ def gym_llm_dqn(task: str) -> list[list[tuple[float, float]]]:
 
 
 def gym_llm_ppo(task: str) -> list[list[tuple[float, float]]]:
-    runs = RESULTS / "ppo-noisy" / "q" / "default" / "held-out-walk-grid"
-    rows = load_rows(*sorted(runs.glob(f"{task}-s*-auto.jsonl")))
+    runs = RESULTS / "ppo-noisy" / "q" / "floor" / "step2" / "held-out-walk-grid"
+    rows = load_rows(*sorted(runs.glob(f"**/{task}-s*-floor.jsonl")))
     return [[(p["env_steps"], p["value"]) for p in row["curve"]] for row in rows]
 
 
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     ax.set_xlim(0, 10000)
     ax.set_xlabel("env steps")
     ax.set_ylabel("exact return of the greedy policy")
-    ax.set_title(f"A held-out task never tuned on: gym_llm/Family-v0 {args.task} (CPU)")
+    ax.set_title(f"A held-out task never tuned on: gym_llm/Family-v0 {args.task}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
