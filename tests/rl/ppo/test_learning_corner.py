@@ -6,8 +6,8 @@ like SmolLM2's 0.4 % for Blackjack's ``hit``. The policy gradient on a rare acti
 ``p (1 - p) A``, and the rare action is almost never sampled, so the plain policy stays at "always
 low" (success 0.5). Choice calibration subtracts each action's score after a content-free prompt,
 so the policy starts near 50/50 in every state and learns. Checked over seeds 0-9 (``python -m
-benchmarks.recipes.learning_sweep --modes corner corner-plain corner-head``, RESULTS.md; again with the action values,
-PPO's default estimator: 10 of 10, the plain policy at 0.5 on all 10): the test asserts
+benchmarks.recipes.learning_sweep --modes corner corner-plain corner-head``, RESULTS.md; again with PPO's defaults, the
+action values and the floor on every move: 10 of 10, the plain policy at 0.5 on all 10): the test asserts
 the defaults' worst seed with a margin, and that the plain policy stays in the corner.
 """
 

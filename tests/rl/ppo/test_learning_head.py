@@ -6,8 +6,8 @@ the library's LoRA policy alone it stays at 0.5 for 4,096 env steps on 7 of 10 s
 the LoRA gradient is nearly the same in every state, so states that need different words
 cancel); with ``action_head=True`` (and ``choice_calibration=True``) every seed climbs, 10 of 10
 to >= 0.9 with PPO's default 4 epochs (8 of 10 with 2). Settings checked over seeds 0-9 (``python -m
-benchmarks.recipes.learning_sweep --modes head``, RESULTS.md; again with the action values, PPO's
-default estimator: every seed reaches 1.0): the test asserts the worst seed's best
+benchmarks.recipes.learning_sweep --modes head``, RESULTS.md; again with PPO's defaults, the
+action values and the floor on every move: every seed reaches 1.0): the test asserts the worst seed's best
 success with a margin below it.
 """
 
