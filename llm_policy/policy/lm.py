@@ -75,6 +75,10 @@ class LMRunner:
         self._prefix_states: torch.Tensor | None = None
         #: The frozen layers' keys and values over the shared prefix (computed once).
         self._trunk_prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        #: The reference model's (adapter off) keys and values over the shared prefix, with the
+        #: prefix, device and frozen weights' versions they were computed for: the adapter's
+        #: training never changes them.
+        self._reference_prefix: tuple[Any, list[tuple[torch.Tensor, torch.Tensor]]] | None = None
 
     @property
     def device(self) -> torch.device:
@@ -120,6 +124,7 @@ class LMRunner:
         """The frozen layers changed: their output over the prefix, and what the trainable layers
         computed from it, are stale."""
         self._prefix_states = self._trunk_prefix_kv = self._top_prefix = None
+        self._reference_prefix = None
 
     @contextlib.contextmanager
     def reference(self) -> Iterator[None]:
@@ -168,13 +173,22 @@ class LMRunner:
         after it in a :class:`ReservedCache` if given, else a ``DynamicCache``).
 
         Without gradients (rollouts, evaluation) the prefix is encoded once per
-        :meth:`weights_version` and reused across steps. With gradients it is encoded once per
+        :meth:`weights_version` and reused across steps, and once per run in the reference
+        model (adapter off), which training never changes. With gradients it is encoded once per
         micro-batch, and the gradients of every row flow back through that one pass.
         """
         from transformers import DynamicCache
 
-        if torch.is_grad_enabled() or self.reference_mode:
+        if torch.is_grad_enabled():
             layers = self._encode_prefix()
+        elif self.reference_mode:
+            frozen = sum(
+                p._version + p.data_ptr() for p in self.lm.parameters() if not p.requires_grad
+            )
+            key = (tuple(self.prompts.shared_prefix), self.device, frozen)
+            if self._reference_prefix is None or self._reference_prefix[0] != key:
+                self._reference_prefix = (key, self._encode_prefix())
+            layers = self._reference_prefix[1]
         else:
             version = self.weights_version()
             if self._prefix_kv is None or version != self._prefix_version:

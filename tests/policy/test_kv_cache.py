@@ -146,3 +146,42 @@ def test_the_prefix_cache_follows_weights_changed_behind_its_back(tmp_path: Path
         after.token_log_probs[0],
         atol=1e-5,
     )
+
+
+def test_the_reference_prefix_is_encoded_once_and_follows_the_frozen_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The adapter-off prefix (the action values' features) is encoded once, not per call: the
+    same bits as a fresh encoding, and encoded again when a frozen weight changes."""
+    from gym_llm import LLMPolicy, make_text_env
+    from gym_llm.testing import save_tiny_model
+
+    model_dir = save_tiny_model(tmp_path / "m", words=["apple", "banana", "cherry", "grape"])
+    env = make_text_env("gym_llm/KeywordBandit-v0")
+    policy = LLMPolicy(
+        env.observation_space, env.action_space, lambda _: 1e-3, model=str(model_dir),
+        device="cpu", lora={"r": 4},
+    )  # fmt: skip
+    runner = policy.runner
+    encoded = []
+    original = runner._encode_prefix
+    monkeypatch.setattr(runner, "_encode_prefix", lambda: encoded.append(1) or original())
+    obs = [f"Options: apple, banana, cherry, grape. Target: {w}." for w in ("cherry", "grape")]
+    with torch.inference_mode():
+        first = policy.prior_choice_scores(obs[:1])
+        second = policy.prior_choice_scores(obs)
+    assert len(encoded) == 1
+    runner._reference_prefix = None  # a fresh encoding gives the same bits
+    with torch.inference_mode():
+        fresh = policy.prior_choice_scores(obs)
+    assert len(encoded) == 2
+    for a, b in zip(second, fresh, strict=True):
+        assert torch.equal(a, b)
+    torch.testing.assert_close(first[1][0], second[1][0])  # another batch: the last bits may differ
+    frozen = next(p for p in policy.runner.lm.parameters() if not p.requires_grad)
+    with torch.no_grad():
+        frozen.mul_(1.5)  # a frozen weight written in place
+    with torch.inference_mode():
+        changed = policy.prior_choice_scores(obs)
+    assert len(encoded) == 3
+    assert not torch.equal(changed[0], second[0])
