@@ -4,7 +4,9 @@ Value learning on the LM's features (``gym_llm.DQN``, and PPO's ``advantage_esti
 reads, per observation, the listed actions' log-probs with the adapter off and the last prompt
 token's hidden state below the trainable layers (:meth:`LLMPolicy.prior_choice_scores`).
 Neither changes while the adapter trains, so they are kept per observation text: every replayed
-step after the first costs a dictionary look-up.
+step after the first costs a dictionary look-up. A learner that reads the features alone (PPO's
+action values) takes them from the trunk cache, which the rollout has just filled, instead of
+running the model again with the adapter off.
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ class FrozenFeatures:
     Args:
         policy: an :class:`~gym_llm.policy.llm_policy.LLMPolicy` in choice mode with LoRA.
         limit: distinct observations kept; past it the cache starts over.
+        prior: whether the prior log-probs are wanted; ``False``: where the policy keeps a
+            trunk cache, the features come from it (the same hidden state, without a pass
+            through the layers above) and the prior is zeros, not computed.
     """
 
-    def __init__(self, policy: Any, limit: int = FEATURE_CACHE_LIMIT) -> None:
+    def __init__(self, policy: Any, limit: int = FEATURE_CACHE_LIMIT, prior: bool = True) -> None:
         if limit < 1:
             raise ValueError(f"limit must be >= 1 observation, got {limit}.")
-        self.policy, self.limit = policy, limit
+        self.policy, self.limit, self.prior = policy, limit, prior
         self._rows: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def __len__(self) -> int:
@@ -45,11 +50,22 @@ class FrozenFeatures:
             todo = list(dict.fromkeys(keys))
         for start in range(0, len(todo), _BATCH):
             batch = todo[start : start + _BATCH]
-            log_prior, features = self.policy.prior_choice_scores(batch)
+            log_prior, features = self._compute(batch)
             for i, key in enumerate(batch):
                 self._rows[key] = (log_prior[i], features[i])
         rows = [self._rows[k] for k in keys]
         return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
+
+    def _compute(self, observations: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.prior or self.policy.trunk_cache is None:
+            return self.policy.prior_choice_scores(observations)  # type: ignore[no-any-return]
+        with torch.inference_mode(False), torch.no_grad():
+            states = self.policy.trunk_states(observations)
+            features = torch.stack([s.prompt[-1] for s in states]).clone()
+        log_prior = torch.zeros(
+            (len(observations), len(self.policy.actions_list)), device=features.device
+        )
+        return log_prior, features
 
     def state_dict(self, observations: Sequence[str]) -> dict[str, Any]:
         """The kept rows of ``observations`` (those computed so far), for a checkpoint: a

@@ -113,7 +113,7 @@ class QCritic:
         self.gamma, self.replay_ratio, self.n_envs = gamma, replay_ratio, n_envs
         self.n_steps, self.cut, self.settings = n_steps, cut, settings
         self.gap_increase = gap_increase
-        self.features = FrozenFeatures(policy)
+        self.features = FrozenFeatures(policy, prior=False)  # the TD target reads no prior
         hidden = int(policy.lm.config.get_text_config().hidden_size)
         online = QHead(
             hidden, len(actions), width=settings.q_width, device=policy.device,
