@@ -24,31 +24,14 @@ import torch
 
 from benchmarks.cli_args import new_parser
 from benchmarks.speed.throughput import _make_ppo, learn_block
-from gym_llm.rl.ppo.ppo import PPO
 
 FIGURES = ("rollout_s", "update_s", "rollout_env_steps_per_s", "learn_env_steps_per_s")
-
-
-def _ppo(args: argparse.Namespace, estimator: str) -> PPO:
-    """``benchmarks.speed.throughput``'s PPO with ``advantage_estimator=estimator``."""
-    import benchmarks.speed.throughput as throughput
-
-    plain = throughput.PPO
-
-    def with_estimator(*a: Any, **k: Any) -> PPO:
-        return plain(*a, advantage_estimator=estimator, **k)
-
-    throughput.PPO = with_estimator  # type: ignore[assignment,misc]
-    try:
-        return _make_ppo(args, n_steps=args.n_steps)
-    finally:
-        throughput.PPO = plain  # type: ignore[misc]
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Per estimator: the median of each figure over the timed blocks, and each block's."""
     torch.set_num_threads(args.threads)
-    models = {e: _ppo(args, e) for e in args.estimators}
+    models = {e: _make_ppo(args, args.n_steps, advantage_estimator=e) for e in args.estimators}
     for model in models.values():
         learn_block(model)  # warm: first-call costs, the replay's and caches' first fill
     blocks: dict[str, list[dict[str, float]]] = {e: [] for e in args.estimators}

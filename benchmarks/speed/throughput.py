@@ -201,7 +201,8 @@ def _lifetime_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _make_ppo(args: argparse.Namespace, n_steps: int) -> PPO:
+def _make_ppo(args: argparse.Namespace, n_steps: int, **ppo: Any) -> PPO:
+    """PPO on ``args``' env and model; ``ppo``: more PPO arguments."""
     env = make_text_env(
         args.env, args.n_envs, env_kwargs=parse_env_kwargs(args.env_kwargs), seed=args.seed
     )
@@ -225,6 +226,7 @@ def _make_ppo(args: argparse.Namespace, n_steps: int) -> PPO:
         policy_kwargs=policy_kwargs,
         seed=args.seed,
         device=str(resolve_device(args.device)),
+        **ppo,
     )
 
 

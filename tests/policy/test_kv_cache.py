@@ -163,9 +163,14 @@ def test_the_reference_prefix_is_encoded_once_and_follows_the_frozen_weights(
         device="cpu", lora={"r": 4},
     )  # fmt: skip
     runner = policy.runner
-    encoded = []
+    encoded: list[int] = []
     original = runner._encode_prefix
-    monkeypatch.setattr(runner, "_encode_prefix", lambda: encoded.append(1) or original())
+
+    def counted() -> list[tuple[torch.Tensor, torch.Tensor]]:
+        encoded.append(1)
+        return original()
+
+    monkeypatch.setattr(runner, "_encode_prefix", counted)
     obs = [f"Options: apple, banana, cherry, grape. Target: {w}." for w in ("cherry", "grape")]
     with torch.inference_mode():
         first = policy.prior_choice_scores(obs[:1])

@@ -33,9 +33,14 @@ def test_features_without_the_prior_come_from_the_trunk_cache(
     assert policy.trunk_cache is not None
     with torch.inference_mode():
         log_prior, expected = policy.prior_choice_scores(OBS)
-    passes = []
+    passes: list[list[str]] = []
     original = policy.prior_choice_scores
-    monkeypatch.setattr(policy, "prior_choice_scores", lambda o: passes.append(o) or original(o))
+
+    def counted(observations: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        passes.append(observations)
+        return original(observations)
+
+    monkeypatch.setattr(policy, "prior_choice_scores", counted)
 
     prior, features = FrozenFeatures(policy, prior=False)(OBS + OBS[:1])
     assert not passes  # no pass with the adapter off
