@@ -1,13 +1,13 @@
-"""What each advantage estimator costs a ``learn()`` block, side by side in one process.
+"""What each advantage estimator costs a ``learn()`` block, measured side by side.
 
     python -m benchmarks.speed.estimator_cost                      # SmolLM2-135M, Blackjack, CPU
     python -m benchmarks.speed.estimator_cost --estimators gae q --device cuda --n-envs 64
 
 PPO's action values (``advantage_estimator="q"``, what ``"auto"`` picks in choice mode) add work
 to every rollout: each new observation's frozen features, and TD steps on the replay. This builds
-one PPO per estimator on the same env and seed, runs one warm ``learn()`` block each, then
-``--repeats`` timed blocks, the estimators interleaved so that a machine's load falls on all of
-them alike, and reports each one's rollout and update seconds (medians) and its ratio to the
+one PPO per estimator on the same env and seed, each in a process of its own, runs one warm
+``learn()`` block each, then ``--repeats`` timed blocks, the estimators taking turns so that a
+machine's load falls on all of them alike, and reports each one's rollout and update seconds (medians) and its ratio to the
 first estimator's.
 """
 
@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +29,45 @@ from benchmarks.speed.throughput import _make_ppo, learn_block
 
 FIGURES = ("rollout_s", "update_s", "rollout_env_steps_per_s", "learn_env_steps_per_s")
 
+_model: Any = None  # the PPO of a worker process
+
+
+def _build(args: argparse.Namespace, estimator: str) -> None:
+    """A worker's PPO, warmed by one block (first-call costs, the replay's and caches' fill)."""
+    global _model
+    torch.set_num_threads(args.threads)
+    _model = _make_ppo(args, args.n_steps, advantage_estimator=estimator)
+    learn_block(_model)
+
+
+def _block() -> dict[str, float]:
+    figures = learn_block(_model)
+    return {k: figures[k] for k in FIGURES}
+
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """Per estimator: the median of each figure over the timed blocks, and each block's."""
-    torch.set_num_threads(args.threads)
-    models = {e: _make_ppo(args, args.n_steps, advantage_estimator=e) for e in args.estimators}
-    for model in models.values():
-        learn_block(model)  # warm: first-call costs, the replay's and caches' first fill
+    """Per estimator: the median of each figure over the timed blocks, and each block's.
+
+    Each estimator's PPO lives in a process of its own, so no cache is shared (policies on
+    the same model in one process share the trunk cache, and the second would find the first's
+    observations computed); the processes take turns, one block at a time."""
+    context = multiprocessing.get_context("spawn")
+    workers = {
+        e: ProcessPoolExecutor(1, mp_context=context, initializer=_build, initargs=(args, e))
+        for e in args.estimators
+    }
     blocks: dict[str, list[dict[str, float]]] = {e: [] for e in args.estimators}
-    for _ in range(args.repeats):
-        for estimator, model in models.items():
-            blocks[estimator].append({k: learn_block(model)[k] for k in FIGURES})
+    try:
+        for worker in workers.values():
+            worker.submit(int).result()  # built and warmed, one after the other
+        for _ in range(args.repeats):
+            for estimator, worker in workers.items():
+                blocks[estimator].append(worker.submit(_block).result())
+    finally:
+        for worker in workers.values():
+            worker.shutdown()
     first = args.estimators[0]
-    out: dict[str, Any] = {"settings": {k: v for k, v in vars(args).items() if k != "json"}}
+    out: dict[str, Any] = {"settings": {k: str(v) for k, v in vars(args).items()}}
     for estimator, rows in blocks.items():
         median = {k: statistics.median(r[k] for r in rows) for k in FIGURES}
         out[estimator] = {"median": median, "blocks": rows}
