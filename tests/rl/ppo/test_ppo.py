@@ -365,8 +365,10 @@ def test_a_policy_that_ignores_its_input_is_flagged_once(tmp_path: Path) -> None
     env = make_text_env("gym_llm/HighLow-v0", 2, seed=0)
 
     def run(temperature: float) -> tuple[list[str], list[float]]:
+        # The floor on every move (on by default here) would lift the cornered action after the
+        # first update, and the alarm would rightly stop: off, the policy stays collapsed.
         model = PPO(
-            "LLMPolicy", env, n_steps=8, batch_size=16, seed=0, device="cpu",
+            "LLMPolicy", env, n_steps=8, batch_size=16, seed=0, device="cpu", min_action_prob=0,
             policy_kwargs={
                 "model": str(model_dir), "temperature": temperature, "choice_calibration": False
             },
