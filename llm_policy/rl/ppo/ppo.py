@@ -9,7 +9,8 @@ reference model (the same weights with the LoRA adapter disabled; no second copy
 
 Laid out as SB3's ``PPO``: ``collect_rollouts`` and ``train`` here; the parts it owns are the
 rollout's counts and diagnostics (:class:`~gym_llm.rl.ppo.rollout.RolloutMonitor`), the
-update's passes over each minibatch (:class:`~gym_llm.rl.ppo.passes.UpdatePasses`), the NaN
+update's passes over each minibatch (:class:`~gym_llm.rl.ppo.passes.UpdatePasses`), where its
+advantages come from (:class:`~gym_llm.rl.ppo.advantage_source.AdvantageSource`), the NaN
 guard (:class:`~gym_llm.rl.ppo.guard.NanGuard`) and data parallelism
 (:class:`~gym_llm.rl.ppo.data_parallel.DataParallel`); the saved format is
 :mod:`gym_llm.rl.common.checkpoint` (PPO's tensors in it: :mod:`gym_llm.rl.ppo.saving`), the
@@ -74,12 +75,8 @@ from gym_llm.rl.common.sharding import (
     sharded_update,
 )
 from gym_llm.rl.common.vec_env import check_text_env, wrap_text_env
-from gym_llm.rl.ppo.advantages import (
-    CRITIC_FREE,
-    Estimator,
-    critic_free_advantages,
-    dones_from_starts,
-)
+from gym_llm.rl.ppo.advantage_source import AdvantageSource
+from gym_llm.rl.ppo.advantages import Estimator
 from gym_llm.rl.ppo.buffer import TextRolloutBuffer
 from gym_llm.rl.ppo.config import (
     PPOConfig,
@@ -100,7 +97,6 @@ from gym_llm.rl.ppo.passes import UpdatePasses
 from gym_llm.rl.ppo.q_critic import QCritic, q_unavailable
 from gym_llm.rl.ppo.rollout import RolloutMonitor
 from gym_llm.rl.ppo.saving import agent_tensors, load_trained_state
-from gym_llm.rl.ppo.target_update import rollout_targets, table_targets
 from gym_llm.spaces import TextActions, TextObservations
 
 SelfPPO = TypeVar("SelfPPO", bound="PPO")
@@ -225,11 +221,7 @@ class PPO(OnPolicyAlgorithm):
         self.first_ratio_error = float("nan")
         #: Mean turns per forward/backward pass in the last update (micro_batch_size or auto).
         self.turns_per_pass = float("nan")
-        #: Running std of every advantage so far: the scale of normalize_advantage.
-        self.advantage_scale = RunningMeanStd()
         self._shuffle_rng = np.random.default_rng(seed)
-        #: Turns of the last rollout left out of the update for a non-finite advantage or return.
-        self.nonfinite_turns = 0
         #: Where the last :meth:`save` wrote (``None`` before the first); named by the NaN guard.
         self.last_checkpoint: Path | None = None
         #: Episodes that were in progress at the checkpoint and started over on resume.
@@ -271,6 +263,21 @@ class PPO(OnPolicyAlgorithm):
     def rollout_action_probs(self) -> dict[str, np.ndarray]:
         """Choice mode: each observation's action probabilities in the last rollout."""
         return self.monitor.action_probs
+
+    @property
+    def q_critic(self) -> QCritic | None:
+        """``advantage_estimator="q"``: the action values the advantages are read from."""
+        return self.advantage_source.q_critic
+
+    @property
+    def advantage_scale(self) -> RunningMeanStd:
+        """Running std of every advantage so far: the scale of ``normalize_advantage``."""
+        return self.advantage_source.scale
+
+    @property
+    def nonfinite_turns(self) -> int:
+        """Turns of the last rollout left out of the update for a non-finite advantage."""
+        return self.advantage_source.nonfinite_turns
 
     @property
     def fsdp(self) -> bool:
@@ -348,13 +355,15 @@ class PPO(OnPolicyAlgorithm):
         self.parallel.start_equal(self.policy)
         #: The update's forward/backward passes over each minibatch.
         self.passes = UpdatePasses(self.policy, self.config, self.device)
-        #: ``advantage_estimator="q"``: the action values the advantages are read from.
-        self.q_critic: QCritic | None = None
+        q_critic = None
         if self.advantage_estimator == "q":
-            self.q_critic = QCritic(
+            q_critic = QCritic(
                 self.policy, self.n_envs, self.q_gamma, self.q_n_steps, self.q_cut,
                 self.q_replay_ratio, seed=self.seed,
             )  # fmt: skip
+        #: Where the update's advantages come from (GAE, critic-free, action values), and
+        #: their running scale.
+        self.advantage_source = AdvantageSource(self.advantage_estimator, q_critic)
         self.rollout_buffer = TextRolloutBuffer(
             self.n_steps,
             self.n_envs,
@@ -444,7 +453,7 @@ class PPO(OnPolicyAlgorithm):
         listed = None if policy.scores_listed_actions else policy.actions_list
         monitor.start(listed, policy.truncated_prompts)
         dones = np.zeros(env.num_envs, dtype=bool)
-        q_critic = self.q_critic
+        estimates = self.advantage_source
         while n_steps < n_rollout_steps:
             observations: np.ndarray = self._last_obs  # type: ignore[assignment]
             with torch.inference_mode():
@@ -461,8 +470,7 @@ class PPO(OnPolicyAlgorithm):
             n_steps += 1
             monitor.observe(observations, step, rewards, infos)
             rewards = rewards.astype(np.float32) * self.reward_scale
-            if q_critic is not None:
-                q_critic.add_turns(observations, step, new_obs, rewards, dones, infos)
+            estimates.add_turns(observations, step, new_obs, rewards, dones, infos)
             for idx, done in enumerate(dones):
                 terminal = infos[idx].get("terminal_observation")
                 if done and terminal is not None and infos[idx].get("TimeLimit.truncated", False):
@@ -484,17 +492,7 @@ class PPO(OnPolicyAlgorithm):
         with torch.inference_mode():
             last_values = policy.predict_values(list(self._last_obs))  # type: ignore[arg-type]
         buffer.compute_returns_and_advantage(last_values=last_values.float(), dones=dones)
-        if q_critic is not None:
-            self._q_advantages(q_critic, buffer, n_steps)
-        elif self.advantage_estimator in CRITIC_FREE:
-            buffer.advantages = critic_free_advantages(
-                self.advantage_estimator,
-                buffer.rewards,
-                dones_from_starts(buffer.episode_starts, dones),
-                buffer.episode_starts,
-                buffer.observations_text,
-                self.gamma,
-            ).astype(np.float32)
+        estimates.after_rollout(buffer, dones, n_steps, self.num_timesteps, self.gamma, self.logger)
         # Episode statistics and counts over every process (the same in each).
         for source, records in enumerate(gather_objects(finished)):
             if source != rank():
@@ -511,14 +509,6 @@ class PPO(OnPolicyAlgorithm):
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
-
-    def _q_advantages(self, q_critic: QCritic, buffer: TextRolloutBuffer, steps: int) -> None:
-        """``advantage_estimator="q"``: train the action values on the replay (this rollout's
-        ``steps`` vector steps included), then each turn's advantage from them."""
-        figures = q_critic.train(self.num_timesteps, steps * buffer.n_envs)
-        for name, value in figures.items():
-            self.logger.record(f"train/{name}", value)
-        buffer.advantages = q_critic.rollout_advantages(steps).astype(np.float32)
 
     def _remedies(self) -> str:
         """What to try against an input-independent policy, leaving out what is already on."""
@@ -558,7 +548,7 @@ class PPO(OnPolicyAlgorithm):
     def _train(self) -> None:
         policy, buffer = self.policy, self.rollout_buffer
         lockstep = is_sharded(policy.lm)
-        centre, scale = self._advantage_normalisation()
+        centre, scale = self.advantage_source.normalisation(buffer, self.normalize_advantage)
         value_scale = self._update_value_statistics()
         targets = self._choice_targets(centre, scale) if self.policy_update == "target" else None
         policy.set_training_mode(True)
@@ -689,59 +679,11 @@ class PPO(OnPolicyAlgorithm):
 
     def _choice_targets(self, centre: float, scale: float) -> dict[str, torch.Tensor]:
         """``policy_update="target"``: each observation's target distribution over the listed
-        actions (:func:`~gym_llm.rl.ppo.target_update.rollout_targets`)."""
-        buffer, finite = self.rollout_buffer, self.rollout_buffer.finite_turns()
-        observations = [str(o) for o in buffer.observations_text.reshape(-1)[finite]]
-        if self.q_critic is not None:  # every action's advantage, played or not
-            states, table, visits = self.q_critic.state_table(
-                observations, self.rollout_action_probs
-            )
-            targets, eta, lift = table_targets(
-                states, table / scale, visits, self.rollout_action_probs, self.kl_step
-            )
-        else:
-            targets, eta, lift = rollout_targets(
-                observations,
-                [int(a[0]) for a in buffer.action_tokens.reshape(-1)[finite]],
-                (buffer.advantages.reshape(-1)[finite] - centre) / scale,
-                self.rollout_action_probs,
-                len(self.policy.actions_list),
-                self.kl_step,
-            )
-        if not targets:
-            return {}
-        self.logger.record("train/target_eta", eta)
-        self.logger.record("train/target_lift_rare", lift)
-        stacked = np.stack(list(targets.values()))  # one copy to the device
-        on_device = torch.as_tensor(stacked, dtype=torch.float32, device=self.device)
-        return dict(zip(targets, on_device, strict=True))
-
-    def _advantage_normalisation(self) -> tuple[float, float]:
-        """``(centre, scale)`` for this rollout's advantages: ``(0, 1)`` when not normalising.
-
-        Centred on the rollout's mean and scaled by the std of every advantage seen so far in
-        the run, not of this minibatch (SB3, CleanRL) or rollout (TRL): once a task is solved,
-        every reward of a rollout can be the same and its advantages are only the critic's
-        noise; dividing by *their* tiny std made that noise full-scale and collapsed solved runs
-        back onto a wrong answer (KeywordBandit; seeds measured in benchmarks/RESULTS.md).
-        """
-        advantages = self.rollout_buffer.advantages
-        advantages = advantages[np.isfinite(advantages)]  # non-finite turns are left out
-        self.nonfinite_turns = int(self.rollout_buffer.advantages.size - advantages.size)
-        if not self.normalize_advantage:
-            return 0.0, 1.0
-        if world_size() == 1:  # float32 mean as always: one-process runs stay bit-identical
-            if advantages.size <= 1:
-                return 0.0, 1.0
-            self.advantage_scale.update(advantages.reshape(-1).astype(np.float64))
-            return float(advantages.mean()), float(np.sqrt(self.advantage_scale.var)) + 1e-8
-        mean, var, count = global_moments(advantages.reshape(-1))  # over every process
-        if count <= 1:
-            return 0.0, 1.0
-        self.advantage_scale.update_from_moments(
-            np.asarray(mean, dtype=np.float64), np.asarray(var, dtype=np.float64), count
-        )
-        return mean, float(np.sqrt(self.advantage_scale.var)) + 1e-8
+        actions (:meth:`AdvantageSource.choice_targets`)."""
+        return self.advantage_source.choice_targets(
+            self.rollout_buffer, centre, scale, self.rollout_action_probs,
+            len(self.policy.actions_list), self.kl_step, self.device, self.logger,
+        )  # fmt: skip
 
     def _update_value_statistics(self) -> float:
         """``value_normalization``: pool this rollout's returns into the value head's running
