@@ -107,7 +107,14 @@ def tables_per_task(
     for task in tasks:
         tables.append(table(task))
         print(report(tables[-1]), flush=True)
-    if json_path:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(tables, indent=1))
+    write_json(json_path, tables, indent=1)
     return tables
+
+
+def write_json(path: Path | None, data: Any, *, indent: int = 2) -> None:
+    """``--json FILE``: ``data`` written to ``path`` (its folder made), nothing when not given;
+    numpy numbers are written as floats."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=indent, default=float) + "\n")

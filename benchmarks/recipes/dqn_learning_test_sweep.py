@@ -11,13 +11,12 @@ seed gets there, with a margin (256 steps).
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli_args import new_parser
+from benchmarks.cli_args import new_parser, write_json
 
 
 def sweep(seeds: int, model_dir: Path) -> list[dict[str, Any]]:
@@ -45,8 +44,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
 
     with tempfile.TemporaryDirectory() as tmp:
         rows = sweep(args.seeds, save_tiny_model(Path(tmp) / "model", words=["low", "high"]))
-    if args.json is not None:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    write_json(args.json, rows, indent=1)
     return rows
 
 

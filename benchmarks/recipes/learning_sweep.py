@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli_args import add_settings, new_parser, seed_list
+from benchmarks.cli_args import add_settings, new_parser, seed_list, write_json
 
 #: learning_sweep mode -> the corner recipe's arm (benchmarks.recipes.learning_recipes.train_corner).
 CORNER_MODES = {
@@ -165,9 +165,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for mode, figures in summary.items():
         print(f"{mode}: {figures}")
     result = {"runs": runs, "summary": summary}
+    write_json(args.json, result)
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
         print(f"wrote {args.json}")
     return result
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from stable_baselines3.common.logger import configure
 
-from benchmarks.cli_args import add_settings, keeping, new_parser
+from benchmarks.cli_args import add_settings, keeping, new_parser, write_json
 from gym_llm import PPO, make_text_env
 from gym_llm.cli.demo import quiet_progress_bar_warning
 from gym_llm.envs.high_low import HighLowEnv, exact_success
@@ -83,9 +83,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "settings": vars(args) | {"json": str(args.json)},
         "curve": curve,
     }
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
+    write_json(args.json, result)
     return result
 
 

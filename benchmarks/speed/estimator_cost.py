@@ -14,7 +14,6 @@ first estimator's.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import statistics
 from collections.abc import Sequence
@@ -24,7 +23,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.cli_args import new_parser
+from benchmarks.cli_args import new_parser, write_json
 from benchmarks.speed.throughput import _make_ppo, learn_block
 
 FIGURES = ("rollout_s", "update_s", "rollout_env_steps_per_s", "learn_env_steps_per_s")
@@ -111,9 +110,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f" learn {median['learn_env_steps_per_s']:.2f} env steps/s"
             f" (rollout x{out[estimator]['rollout_s_over_' + args.estimators[0]]:.2f})"
         )
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=1))
+    write_json(args.json, out, indent=1)
     return out
 
 

@@ -23,7 +23,6 @@ included); on a GPU also the peak CUDA memory (``--device cuda``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -32,7 +31,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.cli_args import add_model_and_env, add_settings, new_parser
+from benchmarks.cli_args import add_model_and_env, add_settings, new_parser, write_json
 from benchmarks.speed.throughput import NaiveLoop, _lifetime_rss_mb, _RolloutTimer, _sync
 from gym_llm import PPO, make_text_env
 from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
@@ -179,9 +178,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         f"  learn() vs naive: first {result['first_call_vs_naive']:.2f}x, "
         f"warm {result['warm_call_vs_naive']:.2f}x; peak RSS {result['peak_rss_mb']:,.0f} MB"
     )
+    write_json(args.json, result)
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2, default=float))
         print(f"wrote {args.json}")
     return result
 

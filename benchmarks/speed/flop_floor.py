@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cli_args import write_json
+
 
 def matmul_ceiling(size: int = 2048, repeats: int = 10) -> float:
     """This machine's fp32 matmul rate (FLOP/s) with torch's threads: the ceiling."""
@@ -86,9 +88,7 @@ def floor(args: argparse.Namespace) -> dict[str, Any]:
         "update_share_of_ceiling": update / update_s / ceiling,
         "update_distinct_rows_per_turn": policy.update_work.head_rows / turns,
     }
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
+    write_json(args.json, result)
     print(json.dumps(result, indent=2))
     return result
 

@@ -23,7 +23,6 @@ Writes every figure to ``--json`` and appends a section naming the device to ``-
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -34,7 +33,7 @@ from typing import Any
 import torch
 from stable_baselines3.common.logger import KVWriter, Logger
 
-from benchmarks.cli_args import new_parser
+from benchmarks.cli_args import new_parser, write_json
 from benchmarks.speed.throughput import PEAK_BF16_TFLOPS, PeakMemory, _make_ppo, learn_block
 from gym_llm.experiments.run import device_name
 from gym_llm.policy.models import DEFAULT_MODEL, resolve_device
@@ -220,9 +219,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     result["wall_s"] = time.perf_counter() - start
     section = report(result)
     print(section)
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
+    write_json(args.json, result)
     if args.results is not None:
         with args.results.open("a") as out:
             out.write("\n" + section)

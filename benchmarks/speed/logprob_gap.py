@@ -16,7 +16,6 @@ per-token gap and the largest value gap.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.cli_args import add_model_and_env, new_parser
+from benchmarks.cli_args import add_model_and_env, new_parser, write_json
 from gym_llm import make_text_env
 from gym_llm.cli.demo import parse_env_kwargs
 from gym_llm.experiments.run import device_name
@@ -113,9 +112,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             f"{name:<20} max |gap| {r['max_abs_gap']:.2e}  mean {r['mean_abs_gap']:.2e}  "
             f"value {r['max_value_gap']:.2e}  over {int(r['tokens'])} tokens"
         )
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
+    write_json(args.json, result)
     return result
 
 

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import resource
 import statistics
@@ -58,7 +57,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from tqdm.auto import tqdm
 
-from benchmarks.cli_args import add_model_and_env, new_parser
+from benchmarks.cli_args import add_model_and_env, new_parser, write_json
 from gym_llm import PPO, make_text_env
 from gym_llm.cli.demo import parse_env_kwargs, quiet_progress_bar_warning
 from gym_llm.experiments.run import device_name
@@ -449,9 +448,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     def write(measured: dict[str, Any]) -> None:
         if args.json is not None:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            data = summarize(args, device, measured)
-            args.json.write_text(json.dumps(data, indent=2, default=float))
+            write_json(args.json, summarize(args, device, measured))
 
     measured = run_rounds(args, on_round=write)
     result = summarize(args, device, measured)
