@@ -46,9 +46,10 @@ def parse_arm(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def cell_probabilities(model: PPO, texts: Sequence[str]) -> np.ndarray:
-    """``(cells, K)``: the policy's probabilities of the listed actions in each text."""
-    with torch.no_grad():
-        step = model.policy.act(list(texts))
+    """``(cells, K)``: the policy's probabilities of the listed actions in each text (a greedy
+    call, so reading them spends no random draw of the run being measured)."""
+    with torch.inference_mode():
+        step = model.policy.act(list(texts), deterministic=True)
     assert step.action_probs is not None, "the agent does not score listed actions"
     return np.asarray(step.action_probs, dtype=np.float64)
 
