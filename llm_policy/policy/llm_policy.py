@@ -459,6 +459,14 @@ class LLMPolicy(BasePolicy):
         return isinstance(self.actions, ChoiceActions)
 
     @property
+    def listed_replies(self) -> list[Reply]:
+        """Choice mode over one list: the reply sent for each listed action, in the list's order
+        (what a learner that picks the action itself sends, e.g. PPO's behaviour floor)."""
+        if not isinstance(self.actions, ChoiceActions) or self.per_state:
+            raise ValueError("listed_replies needs choice mode over one fixed list of actions.")
+        return list(self.actions.replies)
+
+    @property
     def chooses_among_listed(self) -> bool:
         """Whether the policy's decision is a choice among listed actions it can hold an entropy
         or a floor on: choice mode, or generate mode with the action head's action words."""

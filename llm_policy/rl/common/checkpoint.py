@@ -72,6 +72,7 @@ SAVED_HYPERPARAMETERS = (
     "target_entropy",
     "target_entropy_of",
     "min_action_prob",
+    "floor_mode",
     "policy_update",
     "kl_step",
     "micro_batch_size",

@@ -15,6 +15,7 @@ from stable_baselines3.common.type_aliases import Schedule
 
 from gym_llm.rl.common.rates import FULL_FINETUNE_LEARNING_RATE, LORA_LEARNING_RATE
 from gym_llm.rl.ppo.advantages import Estimator, check_estimator
+from gym_llm.rl.ppo.behaviour import check_floor_mode
 from gym_llm.rl.ppo.entropy_control import check_entropy_of, check_floor, parse_ent_coef
 
 #: Passes over each rollout. Four, not two, measured on the task family's tuning split (10 seeds
@@ -124,6 +125,11 @@ class PPOConfig:
     #: default: 0.05 (at most ``0.2 / K`` over K actions) with the action values and their
     #: target, off otherwise (:func:`resolve_floor`).
     min_action_prob: float | str = "auto"
+    #: Where the floor acts: ``"barrier"``, the default, a log-barrier in the loss on the
+    #: policy; ``"behaviour"``, the rollout samples from ``(1 - K·f)·pi + f`` and nothing in
+    #: the loss holds the policy there (:mod:`gym_llm.rl.ppo.behaviour`; choice mode with
+    #: ``policy_update="target"``).
+    floor_mode: str = "barrier"
     #: ``"clip"``: PPO's clipped surrogate. ``"target"`` (choice mode): cross-entropy to the old
     #: policy tilted by each state's mean advantage per action, a step of ``kl_step`` nats
     #: (:mod:`gym_llm.rl.ppo.target_update`), whose gradient does not fade at p ~ 0.
@@ -214,6 +220,7 @@ class PPOConfig:
         check_entropy_of(self.target_entropy_of, auto)
         if self.min_action_prob != "auto":
             self.min_action_prob = check_floor(self.min_action_prob)
+        check_floor_mode(self.floor_mode)
         if self.policy_update not in ("clip", "target", "auto"):
             raise ValueError(
                 f"policy_update must be 'clip', 'target' or 'auto', got {self.policy_update!r}."

@@ -77,6 +77,7 @@ from gym_llm.rl.common.sharding import (
 from gym_llm.rl.common.vec_env import check_text_env, wrap_text_env
 from gym_llm.rl.ppo.advantage_source import AdvantageSource
 from gym_llm.rl.ppo.advantages import Estimator
+from gym_llm.rl.ppo.behaviour import check_behaviour_floor, explore
 from gym_llm.rl.ppo.buffer import TextRolloutBuffer
 from gym_llm.rl.ppo.config import (
     PPOConfig,
@@ -149,6 +150,7 @@ class PPO(OnPolicyAlgorithm):
     target_entropy: ConfigField[float | None] = ConfigField()
     target_entropy_of: ConfigField[str] = ConfigField()
     min_action_prob: ConfigField[float] = ConfigField()
+    floor_mode: ConfigField[str] = ConfigField()
     policy_update: ConfigField[str] = ConfigField()
     kl_step: ConfigField[float] = ConfigField()
     vf_coef: ConfigField[float] = ConfigField()
@@ -280,6 +282,11 @@ class PPO(OnPolicyAlgorithm):
         return self.advantage_source.nonfinite_turns
 
     @property
+    def _behaviour_floor(self) -> bool:
+        """The floor acts on how the rollout samples (``floor_mode="behaviour"``)."""
+        return self.floor_mode == "behaviour" and self.min_action_prob > 0
+
+    @property
     def fsdp(self) -> bool:
         """Full fine-tuning's weights are sharded over the processes (FSDP)."""
         return self.parallel.fsdp
@@ -352,6 +359,7 @@ class PPO(OnPolicyAlgorithm):
             self.ent_coef_auto,
             self.min_action_prob,
         )
+        check_behaviour_floor(self.floor_mode, self.policy_update, self.policy)
         self.parallel.start_equal(self.policy)
         #: The update's forward/backward passes over each minibatch.
         self.passes = UpdatePasses(self.policy, self.config, self.device)
@@ -454,11 +462,14 @@ class PPO(OnPolicyAlgorithm):
         monitor.start(listed, policy.truncated_prompts)
         dones = np.zeros(env.num_envs, dtype=bool)
         estimates = self.advantage_source
+        replies = policy.listed_replies if self._behaviour_floor else []
         while n_steps < n_rollout_steps:
             observations: np.ndarray = self._last_obs  # type: ignore[assignment]
             with torch.inference_mode():
                 step = policy.act(list(observations))
-            monitor.before_step(observations, step)
+            monitor.before_step(observations, step)  # the policy's (diagnostics, the target)
+            if self._behaviour_floor:  # the rollout explores; the replay reads what it played
+                step = explore(step, self.min_action_prob, replies)
             new_obs, rewards, dones, infos = env.step(np.array(step.replies, dtype=object))
             self.num_timesteps += env.num_envs * processes  # env steps of every process
             callback.update_locals(locals())
@@ -638,7 +649,7 @@ class PPO(OnPolicyAlgorithm):
             vf_coef=self.vf_coef,
             ent_coef=self.ent_coef,
             adaptive_entropy=self.ent_coef_auto,
-            min_action_prob=self.min_action_prob,
+            min_action_prob=0.0 if self._behaviour_floor else self.min_action_prob,
             kl_coef=self.kl_coef,
         )
 

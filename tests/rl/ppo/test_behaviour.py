@@ -1,0 +1,136 @@
+"""``floor_mode="behaviour"``: the rollout samples from the policy mixed with the floor, and the
+loss holds no floor (pure functions, then PPO on a tiny model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from gym_llm import PPO
+from gym_llm.policy.outputs import PolicyStep
+from gym_llm.rl.ppo.behaviour import check_behaviour_floor, explore, floored
+from tests.builders import small_ppo
+from tests.models import tiny_model_fixture
+
+
+def test_the_module_examples_hold() -> None:
+    import doctest
+
+    from gym_llm.rl.ppo import behaviour
+
+    assert doctest.testmod(behaviour).failed == 0
+
+
+def test_floored_keeps_every_action_at_the_floor_and_the_order() -> None:
+    probs = np.array([[0.7, 0.3, 0.0], [0.2, 0.2, 0.6]], dtype=np.float32)
+    mixed = floored(probs, 0.1)
+    assert mixed.dtype == np.float32
+    np.testing.assert_allclose(mixed.sum(-1), 1.0, rtol=1e-6)
+    assert mixed.min() == pytest.approx(0.1)
+    assert (mixed.argmax(-1) == probs.argmax(-1)).all()
+    assert floored(probs, 0.0) == pytest.approx(probs)
+    with pytest.raises(ValueError, match="less than 1/3"):
+        floored(probs, 0.34)
+
+
+def _step(probs: np.ndarray, drawn: int) -> PolicyStep:
+    n = len(probs)
+    return PolicyStep(
+        replies=[f"r{drawn}"] * n,
+        actions=[np.array([drawn])] * n,
+        token_log_probs=[np.array([np.log(probs[0, drawn])], dtype=np.float32)] * n,
+        values=torch.zeros(n),
+        action_probs=probs,
+    )
+
+
+def test_explore_samples_the_mixture_and_keeps_the_policys_log_probs() -> None:
+    torch.manual_seed(0)
+    n, floor = 40_000, 0.05
+    probs = np.tile(np.array([[0.99, 0.01, 0.0, 0.0]], dtype=np.float32), (n, 1))
+    step = explore(_step(probs, 0), floor, ["r0", "r1", "r2", "r3"])
+    played = np.array([int(a[0]) for a in step.actions])
+    share = np.bincount(played, minlength=4) / n
+    # The policy drew action 0 everywhere; the behaviour is (1 - 4 * 0.05) * pi + 0.05.
+    np.testing.assert_allclose(share, [0.85, 0.05, 0.05, 0.05], atol=0.006)
+    assert step.replies == [f"r{a}" for a in played]
+    np.testing.assert_allclose(step.action_probs, floored(probs, floor))
+    log_probs = np.array([float(lp[0]) for lp in step.token_log_probs])
+    kept = played == 0
+    assert log_probs[kept] == pytest.approx(np.log(0.99), abs=1e-6)  # the policy's draw
+    assert log_probs[played == 1] == pytest.approx(np.log(0.01), abs=1e-6)  # not the floor's
+    assert (log_probs[played >= 2] < -80).all()  # the policy gives them nothing: finite, tiny
+    assert np.isfinite(log_probs).all()
+
+
+def test_explore_checks_its_input() -> None:
+    probs = np.array([[0.5, 0.5]], dtype=np.float32)
+    with pytest.raises(ValueError, match="2 actions but 3 replies"):
+        explore(_step(probs, 0), 0.1, ["a", "b", "c"])
+    no_probs = _step(probs, 0)
+    no_probs.action_probs = None
+    with pytest.raises(ValueError, match="choice among listed actions"):
+        explore(no_probs, 0.1, ["a", "b"])
+
+
+def test_the_behaviour_floor_needs_one_scored_list_and_the_target_update() -> None:
+    choice = SimpleNamespace(scores_listed_actions=True, per_state=False)
+    check_behaviour_floor("behaviour", "target", choice)
+    check_behaviour_floor("barrier", "clip", choice)  # the barrier works with either update
+    with pytest.raises(ValueError, match='needs policy_update="target"'):
+        check_behaviour_floor("behaviour", "clip", choice)
+    for policy in (
+        SimpleNamespace(scores_listed_actions=False, per_state=False),  # generate mode
+        SimpleNamespace(scores_listed_actions=True, per_state=True),  # lists of its own
+    ):
+        with pytest.raises(ValueError, match="one fixed list of scored actions"):
+            check_behaviour_floor("behaviour", "target", policy)
+
+
+model_dir = tiny_model_fixture("model_dir", ["low", "high"])
+
+
+def _ppo(model_dir: Path, **kwargs: Any) -> PPO:
+    policy = kwargs.pop("policy", {})
+    return small_ppo(
+        model_dir, "gym_llm/HighLow-v0", policy=policy, n_steps=8, batch_size=16, **kwargs
+    )
+
+
+def test_ppo_explores_with_the_floor_and_leaves_the_loss_without_it(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    # Near-certain choices (temperature 0.01, uncalibrated): the policy corners one action.
+    policy = {"temperature": 0.01, "choice_calibration": False}
+    model = _ppo(model_dir, floor_mode="behaviour", min_action_prob=0.1, policy=policy)
+    assert (model.advantage_estimator, model.policy_update) == ("q", "target")
+    model.learn(32)
+    assert "train/floor_loss" not in model.logger.name_to_value  # nothing in the loss
+    critic = model.q_critic
+    assert critic is not None
+    _, _, behaviour = critic.replay.latest(16)  # every step of the run, as sampled
+    assert behaviour.min() >= 0.1 - 1e-6  # the replay records the behaviour
+    # The policy itself (what the diagnostics and the target update read) stays cornered ...
+    policy_probs = np.stack(list(model.rollout_action_probs.values()))
+    assert policy_probs.min(-1).max() < 0.01
+    # ... and the rollout played moves it would not have drawn, stored with its log-probs.
+    stored = np.array([float(lp[0]) for lp in model.rollout_buffer.token_log_probs.reshape(-1)])
+    assert (stored < np.log(0.01)).any()
+    model.save(tmp_path / "agent")
+    loaded = PPO.load(tmp_path / "agent", device="cpu")
+    assert (loaded.floor_mode, loaded.min_action_prob) == ("behaviour", 0.1)
+
+
+def test_floor_mode_is_checked_where_it_is_set(model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="floor_mode must be 'barrier'"):
+        _ppo(model_dir, floor_mode="sampling")
+    with pytest.raises(ValueError, match='needs policy_update="target"'):
+        _ppo(model_dir, floor_mode="behaviour", min_action_prob=0.05, policy_update="clip")
+    # The barrier is the default, and a floor of 0 leaves the rollout the policy's.
+    assert _ppo(model_dir).floor_mode == "barrier"
+    assert not _ppo(model_dir, floor_mode="behaviour", min_action_prob=0)._behaviour_floor
