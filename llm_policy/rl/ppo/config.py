@@ -121,7 +121,8 @@ class PPOConfig:
     #: action distribution: high for a state-dependent policy, however certain).
     target_entropy_of: str = "state"
     #: A floor on every listed action's probability in every state, held by a log-barrier in
-    #: the loss (:func:`~gym_llm.rl.ppo.loss_terms.probability_floor`); 0: off. ``"auto"``, the
+    #: the loss (:func:`~gym_llm.rl.ppo.loss_terms.probability_floor`) or by how the rollout
+    #: samples (``floor_mode``); 0: off. ``"auto"``, the
     #: default: 0.05 (at most ``0.2 / K`` over K actions) with the action values and their
     #: target, off otherwise (:func:`resolve_floor`).
     min_action_prob: float | str = "auto"
