@@ -82,6 +82,20 @@ def test_predict_returns_strings(kb_model_dir: Path) -> None:
     assert replies.shape == (2,) and all(r in policy.actions_list for r in replies)
 
 
+def test_listed_replies_are_what_choice_mode_sends(kb_model_dir: Path) -> None:
+    """A learner that picks the action itself (PPO's behaviour floor) sends these replies."""
+    policy = _policy(kb_model_dir, action_mode="choice")
+    replies = policy.listed_replies
+    assert [str(r) for r in replies] == list(policy.actions_list)
+    with torch.inference_mode():
+        step = policy.act(OBS)
+    for reply, action in zip(step.replies, step.actions, strict=True):
+        assert reply == replies[int(action[0])]
+    generating = _policy(kb_model_dir, action_mode="generate", max_new_tokens=4)
+    with pytest.raises(ValueError, match="choice mode over one fixed list"):
+        _ = generating.listed_replies
+
+
 def test_bad_arguments(kb_model_dir: Path) -> None:
     with pytest.raises(ValueError, match="action_mode='generate'"):
         LLMPolicy(
