@@ -134,3 +134,5 @@ def test_floor_mode_is_checked_where_it_is_set(model_dir: Path) -> None:
     # The barrier is the default, and a floor of 0 leaves the rollout the policy's.
     assert _ppo(model_dir).floor_mode == "barrier"
     assert not _ppo(model_dir, floor_mode="behaviour", min_action_prob=0)._behaviour_floor
+    on_its_own = _ppo(model_dir, floor_mode="behaviour")  # the "auto" floor, now sampled
+    assert on_its_own._behaviour_floor and on_its_own.min_action_prob == 0.05
