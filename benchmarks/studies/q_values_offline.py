@@ -49,6 +49,7 @@ from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.q_head import QHead
 from gym_llm.rl.dqn.config import DQNConfig
 from gym_llm.rl.dqn.td import QHeads
+from gym_llm.rl.ppo.behaviour import floored
 from gym_llm.rl.ppo.config import Q_CUT, Q_GAMMA, Q_REPLAY_RATIO
 from gym_llm.rl.ppo.q_critic import Q_DEFAULTS, QCritic
 from gym_llm.rl.ppo.target_update import table_targets
@@ -269,7 +270,8 @@ SWEEPS = 2000
 
 def with_floor(probs: np.ndarray, least: float) -> np.ndarray:
     """``probs`` mixed with the uniform distribution so that every move keeps ``least``, the
-    order of the moves unchanged.
+    order of the moves unchanged: PPO's behaviour floor (:func:`floored`), with the error
+    naming this study's flag.
 
     >>> with_floor(np.array([1.0, 0.0, 0.0, 0.0]), 0.1).round(3).tolist()
     [0.7, 0.1, 0.1, 0.1]
@@ -279,7 +281,7 @@ def with_floor(probs: np.ndarray, least: float) -> np.ndarray:
             f"a floor of {least} on each of {probs.shape[-1]} moves leaves no mass to follow the "
             f"values: pass --floor in [0, {1 / probs.shape[-1]:g})"
         )
-    return least + (1 - least * probs.shape[-1]) * probs  # type: ignore[no-any-return]
+    return floored(probs, least)
 
 
 def simulate(
