@@ -33,7 +33,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
-from stable_baselines3.common.utils import FloatSchedule, explained_variance
+from stable_baselines3.common.utils import FloatSchedule
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn.utils import get_total_norm
 
@@ -98,26 +98,10 @@ from gym_llm.rl.ppo.passes import UpdatePasses
 from gym_llm.rl.ppo.q_critic import QCritic, q_unavailable
 from gym_llm.rl.ppo.rollout import RolloutMonitor
 from gym_llm.rl.ppo.saving import agent_tensors, load_trained_state
+from gym_llm.rl.ppo.update_log import UpdateState, record_update
 from gym_llm.spaces import TextActions, TextObservations
 
 SelfPPO = TypeVar("SelfPPO", bound="PPO")
-
-#: ``train/NAME``: the mean over the update's passes of ``stats[KEY]`` (logged where it has any).
-MEAN_FIGURES = (
-    ("policy_gradient_loss", "pg"),
-    ("value_loss", "value"),
-    ("entropy_loss", "entropy"),
-    ("approx_kl", "approx_kl"),
-    ("clip_fraction", "clip_fraction"),
-    ("floor_loss", "floor"),
-    ("kl_ref", "kl_ref"),
-)
-
-
-def _finite_mean(values: list[float]) -> float:
-    """The mean of the finite values (a skipped step's infinite norm would hide the rest)."""
-    finite = [v for v in values if np.isfinite(v)]
-    return float(np.mean(finite)) if finite else float("nan")
 
 
 class PPO(OnPolicyAlgorithm):
@@ -661,32 +645,22 @@ class PPO(OnPolicyAlgorithm):
         continue_training: bool,
         epoch: int,
     ) -> None:
-        values = self.rollout_buffer.values.flatten()
-        returns = self.rollout_buffer.returns.flatten()
-        for name, key in MEAN_FIGURES:
-            if stats[key]:
-                self.logger.record(f"train/{name}", float(np.mean(stats[key])))
-        self.logger.record("train/ent_coef", self.ent_coef)
-        self.logger.record("train/explained_variance", float(explained_variance(values, returns)))
-        # The critic's offset: explained variance cannot see a value head that is off by a
-        # constant, which is what a head too slow for the returns' scale looks like.
-        self.logger.record("train/value_offset", float(np.mean(values - returns)))
-        self.logger.record("train/return_mean", float(np.mean(returns)))
-        # Before clipping: when the value head's share is most of it, the global clip to
-        # max_grad_norm shrinks the policy's step too.
-        self.logger.record("train/grad_norm", _finite_mean(stats["grad_norm"]))
-        self.logger.record("train/value_grad_norm", _finite_mean(stats["value_grad_norm"]))
-        self.logger.record("train/first_ratio_error", self.first_ratio_error)
-        self.logger.record("train/early_stopped", int(not continue_training))
-        self.logger.record("train/epochs", epoch + 1)
-        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        self.logger.record("train/clip_range", clip)
-        self.logger.record("train/critic_warmup", int(warmup))
-        self.logger.record("train/skipped_steps", self.skipped_steps)
-        self.logger.record("train/nonfinite_turns", self.nonfinite_turns)
-        self.turns_per_pass = float(np.mean(stats["rows_per_pass"]))
-        self.logger.record("train/turns_per_pass", self.turns_per_pass)
-        self.logger.record("train/learning_rate", self.policy.optimizer.param_groups[0]["lr"])
+        state = UpdateState(
+            clip_range=clip,
+            ent_coef=self.ent_coef,
+            first_ratio_error=self.first_ratio_error,
+            early_stopped=not continue_training,
+            epochs=epoch + 1,
+            n_updates=self._n_updates,
+            critic_warmup=warmup,
+            skipped_steps=self.skipped_steps,
+            nonfinite_turns=self.nonfinite_turns,
+            learning_rate=self.policy.optimizer.param_groups[0]["lr"],
+        )
+        buffer = self.rollout_buffer
+        self.turns_per_pass = record_update(
+            self.logger, stats, buffer.values.flatten(), buffer.returns.flatten(), state
+        )
 
     def _choice_targets(self, centre: float, scale: float) -> dict[str, torch.Tensor]:
         """``policy_update="target"``: each observation's target distribution over the listed
