@@ -118,3 +118,13 @@ def write_json(path: Path | None, data: Any, *, indent: int = 2) -> None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=indent, default=float) + "\n")
+
+
+def append_jsonl(path: Path | None, *rows: Any) -> None:
+    """``--jsonl FILE``: each row appended as one JSON line (its folder made) the moment it is
+    measured, so a run cut short keeps every row written; nothing when not given."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)

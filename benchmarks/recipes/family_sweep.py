@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli_args import keeping, new_parser, seed_list
+from benchmarks.cli_args import append_jsonl, keeping, new_parser, seed_list
 from benchmarks.recipes.sweep_points import (
     append_point,
     gap_at,
@@ -288,8 +288,7 @@ def run(args: argparse.Namespace) -> None:
                 if (task, seed, parse_arm(arm)[0]) in done:
                     continue
                 row = one_run(task, seed, arm, args)
-                with args.jsonl.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
+                append_jsonl(args.jsonl, row)
                 _report(row)
 
 

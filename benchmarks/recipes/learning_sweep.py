@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli_args import add_settings, new_parser, seed_list, write_json
+from benchmarks.cli_args import add_settings, append_jsonl, new_parser, seed_list, write_json
 
 #: learning_sweep mode -> the corner recipe's arm (benchmarks.recipes.learning_recipes.train_corner).
 CORNER_MODES = {
@@ -149,10 +149,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for future in as_completed([pool.submit(one_run, *job) for job in todo]):
             runs.append(future.result())
-            if args.jsonl is not None:
-                args.jsonl.parent.mkdir(parents=True, exist_ok=True)
-                with args.jsonl.open("a") as f:
-                    f.write(json.dumps(runs[-1]) + "\n")
+            append_jsonl(args.jsonl, runs[-1])
     runs.sort(key=lambda r: (args.modes.index(r["mode"]), r["seed"]))
     for run in runs:
         curve = " ".join(f"{v:.2f}" for v in run["curve"])

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.cli_args import new_parser
+from benchmarks.cli_args import append_jsonl, new_parser
 from benchmarks.recipes.family_sweep import ENV_ID as FAMILY_ENV_ID
 from benchmarks.recipes.family_sweep import STEPS as FAMILY_STEPS
 from benchmarks.recipes.family_sweep import WALK_STEPS as FAMILY_WALK_STEPS
@@ -215,8 +215,7 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
 
     def write(row: dict[str, Any]) -> None:
-        with args.jsonl.open("a") as out:
-            out.write(json.dumps(base | row) + "\n")
+        append_jsonl(args.jsonl, base | row)
 
     def on_point(point: Any) -> None:
         write(

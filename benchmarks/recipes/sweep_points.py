@@ -14,6 +14,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cli_args import append_jsonl
+
 #: Keys of a point that stay out of the points file (large; the finished row keeps them).
 _HEAVY = ("replies",)
 
@@ -26,8 +28,7 @@ def points_path(jsonl: Path) -> Path:
 def append_point(path: Path, task: str, seed: int, arm: str, point: dict[str, Any]) -> None:
     """One line per point, flushed at once: a process killed a second later loses nothing."""
     light = {k: v for k, v in point.items() if k not in _HEAVY}
-    with path.open("a") as f:
-        f.write(json.dumps({"task": task, "seed": seed, "arm": arm, "point": light}) + "\n")
+    append_jsonl(path, {"task": task, "seed": seed, "arm": arm, "point": light})
 
 
 def reached_at(curve: list[dict[str, Any]], target: float) -> int | None:

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.cli_args import append_jsonl
+
 #: A reply for one observation (the observation carries the state's valid actions).
 Actor = Callable[[Any], str]
 
@@ -221,8 +223,7 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
 
     def write(row: dict[str, Any]) -> None:
         print(json.dumps(row), flush=True)
-        with args.jsonl.open("a") as out:
-            out.write(json.dumps(row) + "\n")
+        append_jsonl(args.jsonl, row)
 
     for seed in args.seeds:  # every game's first seed first: a run cut short covers them all
         for game in args.games:

@@ -15,7 +15,6 @@ alternate, ``--repeats`` times.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import subprocess
@@ -27,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cli_args import append_jsonl
 from benchmarks.speed.sweep_speed import ROOT, _baseline_tree, _run
 
 
@@ -78,8 +78,7 @@ def cold_one(args: argparse.Namespace) -> None:
         "update_s": round(wall - spent["rollout"], 2), "values": [0.0],
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }  # fmt: skip
-    with args.jsonl.open("a") as out:
-        out.write(json.dumps(row) + "\n")
+    append_jsonl(args.jsonl, row)
 
 
 def cold(args: argparse.Namespace) -> None:

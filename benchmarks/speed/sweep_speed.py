@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cli_args import append_jsonl
+
 _STARTED = time.perf_counter()
 ROOT = Path(__file__).resolve().parents[2]
 #: (env id, kwargs as JSON) of the two sweeps the targets name.
@@ -119,8 +121,7 @@ def one(args: argparse.Namespace) -> None:
             "process_s": round(time.perf_counter() - _STARTED, 2),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         }
-        with args.jsonl.open("a") as out:
-            out.write(json.dumps(row) + "\n")
+        append_jsonl(args.jsonl, row)
 
 
 def _one_command(
@@ -200,9 +201,8 @@ def options(args: argparse.Namespace) -> None:
             if (f"{way}:total", ENVS[env][0], -1) in _done(args.jsonl):
                 continue
             wall = go()
-            with args.jsonl.open("a") as out:
-                row = {"label": f"{way}:total", "env": ENVS[env][0], "seed": -1, "sweep_s": wall}
-                out.write(json.dumps(row | {"seeds": len(args.seeds)}) + "\n")
+            row = {"label": f"{way}:total", "env": ENVS[env][0], "seed": -1, "sweep_s": wall}
+            append_jsonl(args.jsonl, row | {"seeds": len(args.seeds)})
 
 
 def _side_by_side(env: str, args: argparse.Namespace, cores: int) -> float:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.cli_args import add_settings, new_parser
+from benchmarks.cli_args import add_settings, append_jsonl, new_parser
 from gym_llm.policy.models import DEFAULT_MODEL
 
 ENV_ID = "gym_llm/Family-v0"
@@ -327,10 +327,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     for task in args.tasks:
         row = diagnose(task, args)
         print(json.dumps(row), flush=True)
-        if args.jsonl:
-            args.jsonl.parent.mkdir(parents=True, exist_ok=True)
-            with args.jsonl.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+        append_jsonl(args.jsonl, row)
         rows.append(row)
     return rows
 

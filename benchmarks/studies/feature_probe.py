@@ -26,7 +26,6 @@ states apart well enough for a head to hold every state's values.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -36,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.cli_args import new_parser
+from benchmarks.cli_args import append_jsonl, new_parser
 from gym_llm.policy.models import DEFAULT_MODEL
 
 #: The envs the issue asks about: (env id, kwargs).
@@ -270,10 +269,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     for name in args.envs:
         measured = probe(name, args)
         rows += measured
-        if args.jsonl is not None:
-            args.jsonl.parent.mkdir(parents=True, exist_ok=True)
-            with args.jsonl.open("a") as f:
-                f.writelines(json.dumps(r) + "\n" for r in measured)
+        append_jsonl(args.jsonl, *measured)
     print(markdown(rows))
     return rows
 

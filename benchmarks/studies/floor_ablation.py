@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from benchmarks.cli_args import new_parser
+from benchmarks.cli_args import append_jsonl, new_parser
 from gym_llm import PPO, make_text_env
 from gym_llm.envs.tabular import TabularModel
 from gym_llm.evaluation.exact import exact_policy_value
@@ -113,12 +113,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                 seed=args.seed, n_envs=args.n_envs,
             )  # fmt: skip
             for row in points:
-                line = json.dumps(row)
-                print(line, flush=True)
-                if args.jsonl is not None:
-                    args.jsonl.parent.mkdir(parents=True, exist_ok=True)
-                    with args.jsonl.open("a") as out:
-                        out.write(line + "\n")
+                print(json.dumps(row), flush=True)
+                append_jsonl(args.jsonl, row)
                 rows.append(row)
     return rows
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.cli_args import append_jsonl
 from gym_llm.envs.tabular import TabularModel
 
 
@@ -215,8 +216,7 @@ class NoiseFigures:
             }
             q = critic.values(self.texts)
             row.update(value_figures(q, self.optimal, pairs))
-        with self.path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_jsonl(self.path, row)
         return row
 
     def callback(self, model: Any) -> Any:

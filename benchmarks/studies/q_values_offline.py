@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.cli_args import new_parser, seed_list
+from benchmarks.cli_args import append_jsonl, new_parser, seed_list
 from benchmarks.studies.noisy_advantages import greedy_right, optimal_actions
 from gym_llm.envs.tabular import TabularModel
 from gym_llm.evaluation.exact import (
@@ -510,10 +510,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                         f"lowest {worst:.2f}",
                         flush=True,
                     )
-                    if args.jsonl is not None:
-                        args.jsonl.parent.mkdir(parents=True, exist_ok=True)
-                        with args.jsonl.open("a") as f:
-                            f.writelines(json.dumps({**key, **r}) + "\n" for r in rows)
+                    append_jsonl(args.jsonl, *({**key, **r} for r in rows))
     if args.plot is not None:
         print(f"wrote {plot(out, args.plot)}")
     return out
