@@ -122,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     summarize = commands.add_parser("summarize", help="a markdown table from JSONL files")
     summarize.add_argument("files", nargs="+", type=Path, help="JSONL files written by run")
     summarize.add_argument("--plots", type=Path, default=None, help="one PNG per env here")
+    summarize.add_argument(
+        "--target", type=float, default=None,
+        help="judge every env in FILES against this mean return instead of its suite target "
+        "(a learner's own row: PPO's slippery FrozenLake asks 0.50 where DQN's asks 0.60)",
+    )  # fmt: skip
     diagnostics = commands.add_parser(
         "diagnostics", help="rollout/train figures of run dirs' TensorBoard logs as CSV"
     )
@@ -305,7 +310,7 @@ def wobble(points: Sequence[dict[str, Any]], budget: int, target: float) -> tupl
     return (pstdev(late) if late else float("nan")), below, len(late)
 
 
-def summarize(files: Sequence[Path]) -> str:
+def summarize(files: Sequence[Path], target: float | None = None) -> str:
     """The markdown table the README and RESULTS.md quote."""
     from statistics import mean, stdev
 
@@ -322,6 +327,7 @@ def summarize(files: Sequence[Path]) -> str:
         "90 % of gap at | last point | distilled LM @ end |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    wanted = target
     for (env, kwargs, estimator, mode, n_steps), runs in groups.items():
         target, budget = TARGETS.get((env, kwargs), (float("nan"), 0))
         refs = reference_returns(
@@ -335,6 +341,8 @@ def summarize(files: Sequence[Path]) -> str:
         if env == FAMILY_ENV_ID and level90 is not None:  # a family task: 90 % of its gap
             kind = kwargs.removeprefix("task=").split("-")[0]
             target, budget = level90, FAMILY_STEPS.get(kind, FAMILY_WALK_STEPS)
+        if wanted is not None:
+            target = wanted
         at_budget = [value_at(points, budget) for points in runs]
         at_twice = [value_at(points, 2 * budget) for points in runs]
         held = sum(
@@ -415,9 +423,9 @@ def seed_series(name: str, runs: Sequence[tuple[int, list[dict[str, Any]]]]) -> 
     ]
 
 
-def plot(files: Sequence[Path], directory: Path) -> list[Path]:
+def plot(files: Sequence[Path], directory: Path, target: float | None = None) -> list[Path]:
     """One PNG per env: per learner the mean over seeds with a 95 % band (:func:`seed_series`),
-    random play, the optimum and the target as lines."""
+    random play, the optimum and the target (``target``, else the suite's) as lines."""
     from gym_llm.evaluation.monte_carlo import reference_returns
     from gym_llm.experiments.plots import plot_curves
 
@@ -436,7 +444,9 @@ def plot(files: Sequence[Path], directory: Path) -> list[Path]:
     for (env, kwargs), series in by_env.items():
         env_kwargs = parse_env_kwargs(kwargs.split(",") if kwargs else [])
         references = reference_returns(env, env_kwargs, measure_random=False)
-        if (env, kwargs) in TARGETS:
+        if target is not None:
+            references["target"] = target
+        elif (env, kwargs) in TARGETS:
             references["target"] = TARGETS[env, kwargs][0]
         name = f"{env.split('/')[-1]}{'-' + kwargs if kwargs else ''}".replace(",", "-")
         paths.append(
@@ -453,10 +463,10 @@ def main(argv: Sequence[str] | None = None) -> Any:
         return run(args)
     if args.command == "diagnostics":
         return diagnostics(args.run_dirs, args.every, args.csv)
-    table = summarize(args.files)
+    table = summarize(args.files, args.target)
     print(table)
     if args.plots is not None:
-        for path in plot(args.files, args.plots):
+        for path in plot(args.files, args.plots, args.target):
             print(f"wrote {path}")
     return table
 

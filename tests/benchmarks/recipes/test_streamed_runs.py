@@ -174,3 +174,20 @@ def test_dqn_runs_can_take_the_library_defaults(
     assert saved["gradient_steps"] == defaults.gradient_steps
     # an arm on the library's defaults is told apart by the settings it changed
     assert "| dqn beta=0, average_tau 0.5 (choice, 8) |" in main(["summarize", str(jsonl)])
+
+
+def test_summarize_judges_against_a_target_given_instead_of_the_suites(tmp_path: Path) -> None:
+    base = {"env": "FrozenLake-v1", "env_kwargs": "is_slippery=True", "estimator": "auto",
+            "mode": "choice", "n_steps": 64, "train_s": 1.0}  # fmt: skip
+    jsonl = tmp_path / "rows.jsonl"
+    rows = [
+        base | {"seed": seed, "env_steps": steps, "value": value}
+        for seed, values in ((0, (0.1, 0.55, 0.52)), (1, (0.1, 0.65, 0.45)))
+        for steps, value in zip((0, 8192, 16384), values, strict=True)
+    ]
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    suite = main(["summarize", str(jsonl)])
+    assert "| +0.600 @ 8192 | 1 of 2 | 0 of 2 |" in suite  # the suite's (DQN's) 0.60
+    own = main(["summarize", str(jsonl), "--target", "0.5", "--plots", str(tmp_path / "p")])
+    assert "| +0.500 @ 8192 | 2 of 2 | 1 of 2 |" in own  # seed 1 falls to 0.45 at twice it
+    assert (tmp_path / "p" / "FrozenLake-v1-is_slippery=True.png").stat().st_size > 0
