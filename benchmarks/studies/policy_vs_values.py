@@ -1,0 +1,142 @@
+"""Does a saved PPO agent's policy lag its own action values, or are the values wrong?
+
+    python -m benchmarks.studies.policy_vs_values /tmp/runs/blackjack-s0/agent \\
+        --env Blackjack-v1 --env-kwargs sab=False --top 12 --json out.json
+
+For an agent trained with action values (``advantage_estimator="q"`` or ``"auto"``) on an env with
+an exact model (FrozenLake, the toy-text and text tabular envs, Blackjack): the exact value of
+the policy's greedy play and of its values' greedy play, against the optimum, and every state
+where the best move alone would raise the policy's value, with what it would gain there, the
+policy's probabilities there, the values and ``Q*``. Values right where the policy is wrong: the
+policy lags them. Values wrong too: the values are what to fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from benchmarks.cli_args import new_parser, write_json
+from gym_llm import PPO, make_text_env
+from gym_llm.envs.tabular import TabularModel
+from gym_llm.evaluation.exact import (
+    blackjack_q_values,
+    blackjack_states,
+    blackjack_value,
+    exact_optimum,
+)
+from gym_llm.experiments.specs import parse_env_kwargs
+from gym_llm.wrappers import TextObservationWrapper
+
+
+def exact_table(
+    env_id: str, env_kwargs: dict[str, Any]
+) -> tuple[list[Any], np.ndarray, np.ndarray, Callable[[np.ndarray], float]]:
+    """The env's decision states, ``Q*`` per state (rows), a best move per state (ties broken
+    by the values at discount 0.99, so that a move which only waits is not taken for best), and
+    the exact value of a deterministic policy given as one action index per state."""
+    if env_id == "Blackjack-v1":
+        states: list[Any] = list(blackjack_states())
+        table = blackjack_q_values()
+        q_star = np.array([table[s] for s in states])
+
+        def bj_value(actions: np.ndarray) -> float:
+            return blackjack_value({s: float(a) for s, a in zip(states, actions, strict=True)})
+
+        return states, q_star, q_star.argmax(1), bj_value
+    model = TabularModel.of(gym.make(env_id, **env_kwargs))
+    q_star = np.asarray(model.q_values())
+    tied = q_star >= q_star.max(1, keepdims=True) - 1e-9
+    best = np.where(tied, np.asarray(model.q_values(0.99, sweeps=1000)), -np.inf).argmax(1)
+    n_actions = q_star.shape[1]
+    return (
+        list(range(len(q_star))), q_star, best,
+        lambda a: float(model.value(np.eye(n_actions)[a])),
+    )  # fmt: skip
+
+
+def compare(agent: Path, env_id: str, env_kwargs: dict[str, Any], top: int) -> dict[str, Any]:
+    """One agent's policy, values and optimum, with the states its policy plays wrong: those
+    where the best move alone would raise the policy's value."""
+    states, q_star, best, value_of = exact_table(env_id, env_kwargs)
+    text_env = TextObservationWrapper(gym.make(env_id, **env_kwargs))
+    texts = [text_env.format(s) for s in states]
+    env = make_text_env(env_id, n_envs=1, seed=0, env_kwargs=env_kwargs)
+    model = PPO.load(agent, env=env, device="cpu")
+    if model.q_critic is None:
+        raise SystemExit(f"{agent} learned no action values (advantage_estimator 'gae').")
+    with torch.inference_mode():
+        probs = np.concatenate(
+            [
+                np.asarray(model.policy.act(texts[i : i + 64], deterministic=True).action_probs)
+                for i in range(0, len(texts), 64)
+            ]
+        )
+    values = np.asarray(model.q_critic.values(texts))
+    policy, greedy = probs.argmax(1), values.argmax(1)
+    policy_value = value_of(policy)
+
+    def gain(state: int, move: int) -> float:
+        changed = policy.copy()
+        changed[state] = move
+        return value_of(changed) - policy_value
+
+    wrong = []
+    for i in np.flatnonzero(policy != best):
+        if (fix := gain(i, best[i])) <= 1e-9:
+            continue
+        wrong.append(
+            {
+                "state": str(states[i]),
+                "gain": fix,
+                "policy": np.round(probs[i].astype(float), 3).tolist(),
+                "values": np.round(values[i].astype(float), 3).tolist(),
+                "q_star": np.round(q_star[i].astype(float), 3).tolist(),
+                "values_right": bool(gain(i, greedy[i]) >= fix - 1e-9),
+            }
+        )
+    wrong.sort(key=lambda row: -row["gain"])
+    return {
+        "agent": str(agent),
+        "policy_value": policy_value,
+        "values_value": value_of(greedy),
+        "optimum": exact_optimum(env_id, env_kwargs),
+        "states_wrong": len(wrong),
+        "values_right_there": sum(row["values_right"] for row in wrong),
+        "worst": wrong[:top],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    parser = new_parser("python -m benchmarks.studies.policy_vs_values", __doc__)
+    add = parser.add_argument
+    add("agents", nargs="+", type=Path, help="saved agents (model.save or a run's checkpoints/N)")
+    add("--env", default="FrozenLake-v1", help="the env they trained on (with an exact model)")
+    add("--env-kwargs", nargs="*", default=[], help="KEY=VALUE, as the run had them")
+    add("--top", type=int, default=10, help="how many wrong states to list, worst first")
+    add("--json", type=Path, default=None, help="write the rows here")
+    args = parser.parse_args(argv)
+    kwargs = parse_env_kwargs(args.env_kwargs)
+    rows = [compare(agent, args.env, kwargs, args.top) for agent in args.agents]
+    for row in rows:
+        print(
+            f"{row['agent']}: policy {row['policy_value']:+.4f}, its values' greedy play "
+            f"{row['values_value']:+.4f}, optimum {row['optimum']:+.4f}; {row['states_wrong']} "
+            f"states played wrong, the values right on {row['values_right_there']} of them"
+        )
+        for w in row["worst"]:
+            print(
+                f"  {w['state']}: gain {w['gain']:+.4f} policy {w['policy']} values "
+                f"{w['values']} Q* {w['q_star']} ({'values right' if w['values_right'] else 'values wrong'})"
+            )
+    write_json(args.json, rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
