@@ -310,8 +310,9 @@ def wobble(points: Sequence[dict[str, Any]], budget: int, target: float) -> tupl
     return (pstdev(late) if late else float("nan")), below, len(late)
 
 
-def summarize(files: Sequence[Path], target: float | None = None) -> str:
-    """The markdown table the README and RESULTS.md quote."""
+def summarize(files: Sequence[Path], override: float | None = None) -> str:
+    """The markdown table the README and RESULTS.md quote (``override``: one target for every
+    env, ``--target``)."""
     from statistics import mean, stdev
 
     from gym_llm.evaluation.monte_carlo import reference_returns
@@ -327,7 +328,6 @@ def summarize(files: Sequence[Path], target: float | None = None) -> str:
         "90 % of gap at | last point | distilled LM @ end |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    wanted = target
     for (env, kwargs, estimator, mode, n_steps), runs in groups.items():
         target, budget = TARGETS.get((env, kwargs), (float("nan"), 0))
         refs = reference_returns(
@@ -341,8 +341,8 @@ def summarize(files: Sequence[Path], target: float | None = None) -> str:
         if env == FAMILY_ENV_ID and level90 is not None:  # a family task: 90 % of its gap
             kind = kwargs.removeprefix("task=").split("-")[0]
             target, budget = level90, FAMILY_STEPS.get(kind, FAMILY_WALK_STEPS)
-        if wanted is not None:
-            target = wanted
+        if override is not None:
+            target = override
         at_budget = [value_at(points, budget) for points in runs]
         at_twice = [value_at(points, 2 * budget) for points in runs]
         held = sum(

@@ -19,9 +19,10 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 from benchmarks.cli_args import new_parser, write_json
+from benchmarks.studies.floor_ablation import cell_probabilities
+from benchmarks.studies.noisy_advantages import optimal_actions
 from gym_llm import PPO, make_text_env
 from gym_llm.envs.tabular import TabularModel
 from gym_llm.evaluation.exact import (
@@ -51,8 +52,8 @@ def exact_table(
         return states, q_star, q_star.argmax(1), bj_value
     model = TabularModel.of(gym.make(env_id, **env_kwargs))
     q_star = np.asarray(model.q_values())
-    tied = q_star >= q_star.max(1, keepdims=True) - 1e-9
-    best = np.where(tied, np.asarray(model.q_values(0.99, sweeps=1000)), -np.inf).argmax(1)
+    discounted = np.asarray(model.q_values(0.99, sweeps=1000))
+    best = np.where(optimal_actions(q_star), discounted, -np.inf).argmax(1)
     n_actions = q_star.shape[1]
     return (
         list(range(len(q_star))), q_star, best,
@@ -70,13 +71,9 @@ def compare(agent: Path, env_id: str, env_kwargs: dict[str, Any], top: int) -> d
     model = PPO.load(agent, env=env, device="cpu")
     if model.q_critic is None:
         raise SystemExit(f"{agent} learned no action values (advantage_estimator 'gae').")
-    with torch.inference_mode():
-        probs = np.concatenate(
-            [
-                np.asarray(model.policy.act(texts[i : i + 64], deterministic=True).action_probs)
-                for i in range(0, len(texts), 64)
-            ]
-        )
+    probs = np.concatenate(
+        [cell_probabilities(model, texts[i : i + 64]) for i in range(0, len(texts), 64)]
+    )
     values = np.asarray(model.q_critic.values(texts))
     policy, greedy = probs.argmax(1), values.argmax(1)
     policy_value = value_of(policy)
