@@ -99,6 +99,23 @@ def k3_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, mask: torch.Tens
     return masked_mean(torch.exp(delta) - delta - 1, mask)
 
 
+def listed_kl(old_probs: torch.Tensor, log_probs: torch.Tensor) -> float:
+    """KL(old || new) over the listed actions, exact per turn and averaged over turns, for
+    ``(n, K)`` old probabilities and new log-probs. The k3 estimate needs actions drawn from the
+    old policy; where the rollout drew some from elsewhere (``floor_mode="behaviour"``) this
+    reads the whole distributions instead.
+
+    >>> old = torch.tensor([[0.5, 0.5], [1.0, 0.0]])
+    >>> round(listed_kl(old, torch.log(torch.tensor([[0.9, 0.1], [0.5, 0.5]]))), 4)
+    0.602
+    """
+    with torch.no_grad():
+        old = old_probs.to(log_probs.dtype)
+        log_old = torch.log(old.clamp(min=torch.finfo(old.dtype).tiny))
+        per_turn = torch.where(old > 0, old * (log_old - log_probs), torch.zeros_like(old))
+        return float(per_turn.sum(-1).mean()) if per_turn.numel() else 0.0
+
+
 def entropy_bonus(entropy: torch.Tensor) -> torch.Tensor:
     """The entropy term of the loss: ``-mean(H)`` (minimising it raises the entropy); 0 for
     no rows (a batch of replies none of which names an action)."""

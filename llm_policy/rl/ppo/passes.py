@@ -21,6 +21,7 @@ from gym_llm.rl.common.sharding import is_sharded, lockstep_rows
 from gym_llm.rl.ppo.buffer import TextBatch, grouped_passes
 from gym_llm.rl.ppo.config import PPOConfig
 from gym_llm.rl.ppo.loss import LossSettings, ppo_loss
+from gym_llm.rl.ppo.loss_terms import listed_kl
 
 #: Memory (MB) the update's activations may take on the CPU when ``micro_batch_size=None``.
 UPDATE_MEMORY_BUDGET_MB = 1536
@@ -88,11 +89,14 @@ class UpdatePasses:
         value_scale: float,
         targets: dict[str, torch.Tensor] | None,
         stats: dict[str, list[float]],
+        old_probs: dict[str, torch.Tensor] | None = None,
     ) -> Gradients:
         """One minibatch's gradients, accumulated over passes of as many turns as fit (turns
         that share an observation share a row where the policy scores listed actions from
         stored states); each pass's loss weighted by its share of the minibatch. ``stats``
-        gets each pass's figures."""
+        gets each pass's figures. With ``old_probs`` (each observation's rollout policy over
+        the listed actions) the KL to the rollout policy is exact over those actions rather
+        than the k3 estimate from the actions played."""
         policy, config = self.policy, self.config
         lockstep = is_sharded(policy.lm)
         n = len(batch.observations)
@@ -140,13 +144,19 @@ class UpdatePasses:
                 grads.bad_cause = "loss"
             (terms.loss * (len(observations) / n)).backward()
             grads.max_ratio_error = max(grads.max_ratio_error, terms.surrogate.max_ratio_error)
-            grads.kl.append(terms.surrogate.approx_kl)
+            kl = (
+                listed_kl(torch.stack([old_probs[str(o)] for o in observations]),
+                          ev.choice_log_probs)
+                if old_probs is not None and ev.choice_log_probs is not None
+                else terms.surrogate.approx_kl
+            )  # fmt: skip
+            grads.kl.append(kl)
             stats["pg"].append(terms.policy.item())
             stats["value"].append(terms.value.item())
             stats["entropy"].append(terms.entropy.item())
             grads.entropy.append(-terms.entropy.item() * len(observations) / n)
             if config.target_entropy_of == "marginal" and terms.listed is not None:
                 grads.probs.append(terms.listed.detach().exp())
-            stats["approx_kl"].append(terms.surrogate.approx_kl)
+            stats["approx_kl"].append(kl)
             stats["clip_fraction"].append(terms.surrogate.clip_fraction)
         return grads

@@ -546,6 +546,7 @@ class PPO(OnPolicyAlgorithm):
         centre, scale = self.advantage_source.normalisation(buffer, self.normalize_advantage)
         value_scale = self._update_value_statistics()
         targets = self._choice_targets(centre, scale) if self.policy_update == "target" else None
+        old_probs = self._rollout_policy_probs()  # the KL's reading under the behaviour floor
         policy.set_training_mode(True)
         self._update_learning_rate(policy.optimizer)
         clip = self.clip_range(self._current_progress_remaining)
@@ -575,7 +576,7 @@ class PPO(OnPolicyAlgorithm):
                 policy.optimizer.zero_grad(set_to_none=True)
                 grads = self.passes.accumulate(
                     batch, (batch.advantages - centre) / scale, self._loss_settings(clip),
-                    value_scale, targets, stats,
+                    value_scale, targets, stats, old_probs,
                 )  # fmt: skip
                 if first:
                     self.first_ratio_error, first = grads.max_ratio_error, False
@@ -669,6 +670,16 @@ class PPO(OnPolicyAlgorithm):
             self.rollout_buffer, centre, scale, self.rollout_action_probs,
             len(self.policy.actions_list), self.kl_step, self.device, self.logger,
         )  # fmt: skip
+
+    def _rollout_policy_probs(self) -> dict[str, torch.Tensor] | None:
+        """Under the behaviour floor, each observation's rollout policy over the listed actions
+        (on the device): the rollout played moves the policy did not draw, so the KL is read
+        from the whole distributions, not estimated (k3) from the moves played."""
+        probs = self.rollout_action_probs
+        if not self._behaviour_floor or not probs:
+            return None
+        stacked = torch.as_tensor(np.stack(list(probs.values())), device=self.device)
+        return dict(zip(probs, stacked.float(), strict=True))
 
     def _update_value_statistics(self) -> float:
         """``value_normalization``: pool this rollout's returns into the value head's running

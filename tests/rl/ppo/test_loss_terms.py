@@ -11,6 +11,7 @@ from gym_llm.rl.ppo.loss_terms import (
     clipped_surrogate,
     entropy_bonus,
     k3_kl,
+    listed_kl,
     masked_mean,
     probability_floor,
     value_loss,
@@ -70,6 +71,25 @@ def test_k3_kl_is_zero_at_the_reference_and_matches_the_formula() -> None:
     ref = torch.log(torch.tensor([[0.25, 0.25]]))
     d = math.log(0.25) - math.log(0.5)
     assert k3_kl(logp, ref, mask).item() == pytest.approx((math.exp(d) - d - 1) / 2, rel=1e-6)
+
+
+def test_listed_kl_is_exact_and_what_k3_estimates_from_the_old_policys_draws() -> None:
+    old = torch.tensor([[0.7, 0.2, 0.1, 0.0]])
+    new = torch.tensor([[0.4, 0.3, 0.2, 0.1]])
+    want = sum(p * math.log(p / q) for p, q in zip([0.7, 0.2, 0.1], [0.4, 0.3, 0.2], strict=True))
+    assert listed_kl(old, torch.log(new)) == pytest.approx(want, rel=1e-5)
+    assert listed_kl(old, torch.log(old.clamp(min=1e-30))) == pytest.approx(0.0, abs=1e-6)
+    # k3 over actions drawn from the old policy estimates the same number ...
+    old, new = torch.tensor([[0.85, 0.05, 0.05, 0.05]]), torch.tensor([[0.55, 0.15, 0.15, 0.15]])
+    want = listed_kl(old, torch.log(new))
+    torch.manual_seed(0)
+    drawn = torch.multinomial(old[0], 200_000, replacement=True)
+    log_ratio = torch.log(new[0, drawn]) - torch.log(old[0, drawn])
+    assert ((log_ratio.exp() - 1) - log_ratio).mean().item() == pytest.approx(want, rel=0.05)
+    # ... and misreads it from uniform draws, which the exact reading does not need.
+    drawn = torch.randint(4, (200_000,))
+    log_ratio = torch.log(new[0, drawn]) - torch.log(old[0, drawn])
+    assert ((log_ratio.exp() - 1) - log_ratio).mean().item() > 3 * want
 
 
 def test_entropy_bonus_is_the_negative_mean() -> None:
