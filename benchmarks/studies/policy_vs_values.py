@@ -9,16 +9,23 @@ the policy's greedy play and of its values' greedy play, against the optimum, an
 where the best move alone would raise the policy's value, with what it would gain there, the
 policy's probabilities there, the values and ``Q*``. Values right where the policy is wrong: the
 policy lags them. Values wrong too: the values are what to fix.
+
+Each move's error is also read against how often the run played it (its count in the saved
+replay): the values against ``Q*`` at their own discount, by bands of plays, over the states
+the run visited. Values learned only from what was played are wrong where little was played.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from benchmarks.cli_args import new_parser, write_json
 from benchmarks.studies.floor_ablation import cell_probabilities
@@ -32,6 +39,7 @@ from gym_llm.evaluation.exact import (
     exact_optimum,
 )
 from gym_llm.experiments.specs import parse_env_kwargs
+from gym_llm.rl.dqn.replay import TextReplayBuffer
 from gym_llm.wrappers import TextObservationWrapper
 
 
@@ -61,6 +69,73 @@ def exact_table(
     )  # fmt: skip
 
 
+#: Bands of plays per (state, move) in the replay, by their lower edges.
+VISIT_BANDS = (0, 1, 10, 100, 1000)
+
+
+def discounted_q_star(env_id: str, env_kwargs: dict[str, Any], gamma: float) -> np.ndarray:
+    """``Q*`` per decision state (``exact_table``'s order) at the discount ``gamma``. Blackjack's
+    is undiscounted: its hands end within a few cards and a stick pays at once."""
+    if env_id == "Blackjack-v1":
+        return exact_table(env_id, env_kwargs)[1]
+    model = TabularModel.of(gym.make(env_id, **env_kwargs))
+    return np.asarray(model.q_values(gamma, sweeps=1000))
+
+
+def saved_replay(agent: Path) -> TextReplayBuffer:
+    """The action values' replay as the agent saved it (``policy.pt``), whatever env count the
+    agent is loaded with here."""
+    state = torch.load(agent / "policy.pt", map_location="cpu", weights_only=True)["q_critic"]
+    held, n_envs = state["replay"]["actions"].shape
+    replay = TextReplayBuffer(held * n_envs, n_envs, state["replay"]["behaviour_probs"].shape[-1])
+    replay.load_state_dict(state["replay"])
+    return replay
+
+
+def replay_visits(replay: TextReplayBuffer, texts: Sequence[str]) -> np.ndarray:
+    """``(S, K)``: how often each move was played in each of ``texts`` among the steps the
+    replay holds (the whole run while the run is shorter than the replay)."""
+    observations, actions, _ = replay.latest(replay.held_rows)
+    counts = Counter(
+        zip((str(o) for o in observations.ravel()), actions.ravel().tolist(), strict=True)
+    )
+    return np.array([[counts[(t, a)] for a in range(replay.n_actions)] for t in texts])
+
+
+def error_by_visits(errors: np.ndarray, visits: np.ndarray) -> list[dict[str, Any]]:
+    """The values' error per band of plays, over the states played at least once: how many
+    moves, the mean signed error (values minus ``Q*``) and the mean absolute error.
+
+    >>> rows = error_by_visits(np.array([[0.5, -0.1], [0.0, 0.2]]), np.array([[0, 20], [0, 0]]))
+    >>> [(r["plays"], r["moves"], r["mean_error"]) for r in rows]
+    [('0', 1, 0.5), ('10-99', 1, -0.1)]
+    """
+    seen = visits.sum(1) > 0
+    errors, visits = errors[seen].ravel(), visits[seen].ravel()
+    rows = []
+    edges = (*VISIT_BANDS, np.inf)
+    for low, high in pairwise(edges):
+        band = (visits >= low) & (visits < high)
+        if not band.any():
+            continue
+        label = (
+            str(low)
+            if high == low + 1
+            else f"{low}+"
+            if high == np.inf
+            else f"{low}-{int(high) - 1}"
+        )
+        rows.append(
+            {
+                "plays": label,
+                "moves": int(band.sum()),
+                "mean_error": round(float(errors[band].mean()), 4),
+                "mean_abs_error": round(float(np.abs(errors[band]).mean()), 4),
+            }
+        )
+    return rows
+
+
 def compare(agent: Path, env_id: str, env_kwargs: dict[str, Any], top: int) -> dict[str, Any]:
     """One agent's policy, values and optimum, with the states its policy plays wrong: those
     where the best move alone would raise the policy's value."""
@@ -74,7 +149,10 @@ def compare(agent: Path, env_id: str, env_kwargs: dict[str, Any], top: int) -> d
     probs = np.concatenate(
         [cell_probabilities(model, texts[i : i + 64]) for i in range(0, len(texts), 64)]
     )
-    values = np.asarray(model.q_critic.values(texts))
+    critic = model.q_critic
+    values = np.asarray(critic.values(texts))
+    visits = replay_visits(saved_replay(agent), texts)
+    errors = values / model.reward_scale - discounted_q_star(env_id, env_kwargs, critic.gamma)
     policy, greedy = probs.argmax(1), values.argmax(1)
     policy_value = value_of(policy)
 
@@ -94,6 +172,7 @@ def compare(agent: Path, env_id: str, env_kwargs: dict[str, Any], top: int) -> d
                 "policy": np.round(probs[i].astype(float), 3).tolist(),
                 "values": np.round(values[i].astype(float), 3).tolist(),
                 "q_star": np.round(q_star[i].astype(float), 3).tolist(),
+                "plays": visits[i].astype(int).tolist(),
                 "values_right": bool(gain(i, greedy[i]) >= fix - 1e-9),
             }
         )
@@ -106,6 +185,8 @@ def compare(agent: Path, env_id: str, env_kwargs: dict[str, Any], top: int) -> d
         "states_wrong": len(wrong),
         "values_right_there": sum(row["values_right"] for row in wrong),
         "worst": wrong[:top],
+        "values_gamma": critic.gamma,
+        "error_by_plays": error_by_visits(errors, visits),
     }
 
 
@@ -129,7 +210,14 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         for w in row["worst"]:
             print(
                 f"  {w['state']}: gain {w['gain']:+.4f} policy {w['policy']} values "
-                f"{w['values']} Q* {w['q_star']} ({'values right' if w['values_right'] else 'values wrong'})"
+                f"{w['values']} Q* {w['q_star']} plays {w['plays']} "
+                f"({'values right' if w['values_right'] else 'values wrong'})"
+            )
+        print(f"  the values against Q* at their discount {row['values_gamma']}, by plays:")
+        for band in row["error_by_plays"]:
+            print(
+                f"    played {band['plays']:>7} times: {band['moves']:4d} moves, mean error "
+                f"{band['mean_error']:+.3f}, mean |error| {band['mean_abs_error']:.3f}"
             )
     write_json(args.json, rows)
     return rows

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.studies.policy_vs_values import exact_table, main
+from benchmarks.studies.policy_vs_values import (
+    error_by_visits,
+    exact_table,
+    main,
+    replay_visits,
+    saved_replay,
+)
 from tests.builders import small_ppo
 from tests.models import tiny_model_fixture
 
@@ -36,5 +42,30 @@ def test_a_saved_agent_is_read_state_by_state(model_dir: Path, tmp_path: Path) -
     assert len(row["worst"]) == min(2, row["states_wrong"])
     for wrong in row["worst"]:
         assert abs(sum(wrong["policy"]) - 1) < 1e-2 and len(wrong["values"]) == 4
-        assert wrong["gain"] > 0
+        assert wrong["gain"] > 0 and len(wrong["plays"]) == 4
+    # every env step of the run is in the replay, counted once in a band of plays
+    bands = row["error_by_plays"]
+    assert bands and {band["plays"] for band in bands} <= {"0", "1-9", "10-99", "100-999", "1000+"}
+    assert all(band["mean_abs_error"] >= abs(band["mean_error"]) for band in bands)
     assert (tmp_path / "out.json").stat().st_size > 0
+
+
+def test_plays_are_counted_from_the_saved_replay(model_dir: Path, tmp_path: Path) -> None:
+    model = small_ppo(model_dir, "FrozenLake-v1", n_envs=2, n_steps=4, batch_size=8, n_epochs=1,
+                      policy={"action_mode": "choice"})  # fmt: skip
+    model.learn(8)
+    model.save(tmp_path / "agent")
+    replay = saved_replay(tmp_path / "agent")
+    assert replay.held_rows == 4 and replay.n_envs == 2  # 8 env steps of 2 envs
+    texts = list(dict.fromkeys(str(o) for o in replay.latest(4)[0].ravel()))
+    visits = replay_visits(replay, texts)
+    assert visits.shape == (len(texts), 4) and visits.sum() == 8
+
+
+def test_errors_are_banded_by_plays_over_visited_states_only() -> None:
+    errors = np.array([[0.5, -0.1, 0.0], [0.3, 0.3, 0.3], [1.0, 1.0, 1.0]])
+    visits = np.array([[0, 20, 150], [2, 0, 0], [0, 0, 0]])  # the last state was never visited
+    rows = {row["plays"]: row for row in error_by_visits(errors, visits)}
+    assert rows["0"]["moves"] == 3 and rows["0"]["mean_error"] == round((0.5 + 0.3 + 0.3) / 3, 4)
+    assert rows["1-9"]["mean_error"] == 0.3 and rows["10-99"]["mean_error"] == -0.1
+    assert rows["100-999"]["mean_abs_error"] == 0.0 and "1000+" not in rows
