@@ -79,6 +79,10 @@ class DQNConfig:
     beta: float = 0.0
     #: Hidden units of the Q head's two layers.
     q_width: int = 256
+    #: Where the TD loss turns from squared to linear, in reward units (SB3's Huber loss: 1).
+    #: Past it a rare large error pulls no harder, but on a noisy reward the fit then leans
+    #: from the mean toward the median; ``inf``: the squared error, whose fit is the mean.
+    huber_delta: float = 1.0
     #: Env steps between distillation rounds of the posterior into the LoRA policy
     #: (:mod:`gym_llm.rl.dqn.distill`); 0: none while learning (call ``distill`` yourself).
     distill_interval: int = 0
@@ -103,6 +107,11 @@ class DQNConfig:
         for name in ("n_steps", "batch_size", "q_width"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if not self.huber_delta > 0:
+            raise ValueError(
+                f"huber_delta must be > 0 reward units (inf: the squared error), got "
+                f"{self.huber_delta}."
+            )
         if not 0 < self.average_tau <= 1:
             raise ValueError(f"average_tau must be in (0, 1], got {self.average_tau}.")
         if not self.alpha > 0:

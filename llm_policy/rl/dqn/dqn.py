@@ -88,6 +88,7 @@ class DQN(OffPolicyAlgorithm):
     alpha: ConfigField[float] = ConfigField()
     beta: ConfigField[float] = ConfigField()
     q_width: ConfigField[int] = ConfigField()
+    huber_delta: ConfigField[float] = ConfigField()
     distill_interval: ConfigField[int] = ConfigField()
     distill_steps: ConfigField[int] = ConfigField()
     distill_final_steps: ConfigField[int] = ConfigField()
@@ -302,6 +303,7 @@ class DQN(OffPolicyAlgorithm):
             done = td_step(
                 self.heads, sample, self.features, alpha=self.alpha, beta=self.beta,
                 max_grad_norm=self.max_grad_norm, average_tau=self.average_tau,
+                huber_delta=self.huber_delta,
             )  # fmt: skip
             if done is None:  # a non-finite reward or value never reaches the weights
                 self.skipped_steps += 1

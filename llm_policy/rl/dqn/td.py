@@ -7,6 +7,7 @@ frozen features.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +32,20 @@ class QHeads:
     optimizer: torch.optim.Optimizer
 
 
+def td_loss(q: torch.Tensor, target: torch.Tensor, huber_delta: float) -> torch.Tensor:
+    """The Huber loss with threshold ``huber_delta`` (SB3's, at 1); ``inf``: half the squared
+    error. Its minimiser over a noisy target is the mean only where every error stays within
+    ``huber_delta``, and the median where none does.
+
+    >>> q, target = torch.zeros(1), torch.tensor([3.0])
+    >>> float(td_loss(q, target, 1.0)), float(td_loss(q, target, math.inf))
+    (2.5, 4.5)
+    """
+    if math.isinf(huber_delta):
+        return 0.5 * torch.nn.functional.mse_loss(q, target)
+    return torch.nn.functional.huber_loss(q, target, delta=huber_delta)
+
+
 def td_step(
     heads: QHeads,
     sample: ReplaySample,
@@ -41,6 +56,7 @@ def td_step(
     max_grad_norm: float,
     average_tau: float,
     gap_increase: float = 0.0,
+    huber_delta: float = 1.0,
 ) -> tuple[float, float] | None:
     """One optimizer step of ``heads.online`` towards the double-Q target; ``(loss, mean Q)``,
     or ``None`` when the loss was not finite (the step never reaches the weights).
@@ -62,7 +78,7 @@ def td_step(
                 target, heads.target(obs_features), sample.actions.to(device), gap_increase
             )
     q = heads.online(obs_features).gather(-1, sample.actions.to(device)[:, None])[:, 0]
-    loss = torch.nn.functional.smooth_l1_loss(q, target)
+    loss = td_loss(q, target, huber_delta)
     if not torch.isfinite(loss):
         return None
     heads.optimizer.zero_grad()

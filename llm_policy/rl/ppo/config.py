@@ -175,6 +175,9 @@ class PPOConfig:
     #: ``advantage_estimator="q"``: the action values' discount (:data:`Q_GAMMA`); ``gamma``
     #: stays the discount of the returns the value head learns.
     q_gamma: float = Q_GAMMA
+    #: ``advantage_estimator="q"``: the TD loss's Huber threshold in reward units (DQN's
+    #: ``huber_delta``; ``inf``: the squared error, whose fit is a noisy reward's mean).
+    q_huber_delta: float = 1.0
     #: Clip the value loss around the rollout's values (SB3's ``clip_range_vf``); ``None``: off.
     clip_range_vf: float | None = None
     #: Every reward is multiplied by this before advantages and returns (logged episode returns
@@ -232,6 +235,10 @@ class PPOConfig:
         if not self.q_replay_ratio > 0:
             raise ValueError(f"q_replay_ratio must be > 0, got {self.q_replay_ratio}.")
         self.q_gamma = float(self.q_gamma)
+        if not self.q_huber_delta > 0:
+            raise ValueError(
+                f"q_huber_delta must be > 0 (inf: squared error), got {self.q_huber_delta}."
+            )
         if not 0 <= self.q_gamma <= 1:
             raise ValueError(f"q_gamma must be a discount in [0, 1], got {self.q_gamma}.")
         if not self.kl_step > 0:

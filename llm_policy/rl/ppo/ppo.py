@@ -24,6 +24,7 @@ import json
 import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -95,7 +96,7 @@ from gym_llm.rl.ppo.entropy_control import (
 from gym_llm.rl.ppo.guard import NanGuard
 from gym_llm.rl.ppo.loss import LossSettings
 from gym_llm.rl.ppo.passes import UpdatePasses
-from gym_llm.rl.ppo.q_critic import QCritic, q_unavailable
+from gym_llm.rl.ppo.q_critic import Q_DEFAULTS, QCritic, q_unavailable
 from gym_llm.rl.ppo.rollout import RolloutMonitor
 from gym_llm.rl.ppo.saving import agent_tensors, load_trained_state
 from gym_llm.rl.ppo.update_log import UpdateState, record_update
@@ -147,6 +148,7 @@ class PPO(OnPolicyAlgorithm):
     q_cut: ConfigField[float] = ConfigField()
     q_replay_ratio: ConfigField[float] = ConfigField()
     q_gamma: ConfigField[float] = ConfigField()
+    q_huber_delta: ConfigField[float] = ConfigField()
     clip_range_vf: ConfigField[float | None] = ConfigField()
     reward_scale: ConfigField[float] = ConfigField()
     critic_warmup_steps: ConfigField[int] = ConfigField()
@@ -352,6 +354,7 @@ class PPO(OnPolicyAlgorithm):
             q_critic = QCritic(
                 self.policy, self.n_envs, self.q_gamma, self.q_n_steps, self.q_cut,
                 self.q_replay_ratio, seed=self.seed,
+                settings=replace(Q_DEFAULTS, huber_delta=float(self.q_huber_delta)),
             )  # fmt: skip
         #: Where the update's advantages come from (GAE, critic-free, action values), and
         #: their running scale.

@@ -183,7 +183,7 @@ class QCritic:
             done = td_step(
                 self.heads, sample, self.features, alpha=1.0, beta=0.0,
                 max_grad_norm=settings.max_grad_norm, average_tau=1.0,
-                gap_increase=self.gap_increase,
+                gap_increase=self.gap_increase, huber_delta=settings.huber_delta,
             )  # fmt: skip
             self.td_steps += 1
             if done is None:

@@ -195,6 +195,8 @@ def test_the_averaged_head_is_saved_and_an_older_agent_acts_with_its_online_head
 def test_average_tau_outside_zero_to_one_is_refused(model_dir: Path) -> None:
     with pytest.raises(ValueError, match="average_tau must be in"):
         dqn_high_low(model_dir, average_tau=0.0)
+    with pytest.raises(ValueError, match="huber_delta must be > 0"):
+        dqn_high_low(model_dir, huber_delta=0.0)
 
 
 def test_by_default_each_env_gets_one_td_step_per_phase(model_dir: Path) -> None:

@@ -13,6 +13,7 @@ from gym_llm.rl.dqn.targets import (
     n_step_returns,
     posterior_logits,
 )
+from gym_llm.rl.dqn.td import td_loss
 
 
 def test_posterior_is_prior_to_the_beta_times_exp_q_over_alpha() -> None:
@@ -91,3 +92,21 @@ def test_advantage_learning_keeps_the_greedy_moves_and_widens_the_gaps() -> None
     for share in (-0.1, 1.0):
         with pytest.raises(ValueError, match="gap_increase"):
             advantage_learning(torch.zeros(1), torch.zeros(1, 2), torch.tensor([0]), share)
+
+
+def test_the_huber_fit_of_a_noisy_reward_leans_to_the_median_and_the_squared_fit_is_the_mean() -> (
+    None
+):
+    # A move that wins (+1) 40 % of the time and loses (-1) otherwise: its value is -0.2.
+    targets = torch.tensor([1.0] * 4 + [-1.0] * 6)
+    grid = torch.linspace(-1, 1, 2001)
+
+    def fit(delta: float) -> float:
+        losses = [float(td_loss(q.expand(10), targets, delta)) for q in grid]
+        return float(grid[int(torch.tensor(losses).argmin())])
+
+    assert fit(math.inf) == pytest.approx(-0.2, abs=1e-3)  # the mean
+    # SB3's threshold: the win's error (1.2) is past it and pulls no harder than 1, so the
+    # fit settles where 0.6 (q + 1) = 0.4, a third below the value.
+    assert fit(1.0) == pytest.approx(-1 / 3, abs=1e-3)
+    assert fit(2.5) == pytest.approx(-0.2, abs=1e-3)  # every error within it: the mean again

@@ -4,6 +4,7 @@ it learns from, and its place in a PPO run, save and load (tiny model)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,25 @@ def test_the_values_have_their_own_discount(model_dir: Path, tmp_path: Path) -> 
     assert old is not None and old.gamma == 0.97
     with pytest.raises(ValueError, match=r"q_gamma must be a discount in \[0, 1\]"):
         _ppo(model_dir, q_gamma=1.5)
+
+
+def test_the_values_loss_threshold_reaches_the_critic_and_is_saved(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    model = _ppo(model_dir, q_huber_delta=math.inf)
+    assert model.q_critic is not None and model.q_critic.settings.huber_delta == math.inf
+    model.save(tmp_path / "agent")
+    loaded = PPO.load(tmp_path / "agent", device="cpu").q_critic
+    assert loaded is not None and loaded.settings.huber_delta == math.inf
+    # an agent saved before the setting existed keeps SB3's Huber loss
+    config = tmp_path / "agent" / "config.json"
+    saved = json.loads(config.read_text())
+    del saved["hyperparameters"]["q_huber_delta"]
+    config.write_text(json.dumps(saved))
+    old = PPO.load(tmp_path / "agent", device="cpu").q_critic
+    assert old is not None and old.settings.huber_delta == 1.0
+    with pytest.raises(ValueError, match="q_huber_delta must be > 0"):
+        _ppo(model_dir, q_huber_delta=0.0)
 
 
 def test_the_values_start_at_zero_and_stay_there_until_a_reward(model_dir: Path) -> None:
