@@ -136,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=NUMBER",
         help="the critic's DQN settings changed for every run, e.g. target_update_interval=25 "
-        "learning_rate_decay=0 learning_rate=3e-4",
+        "learning_rate_decay=0 learning_rate=3e-4 huber_delta=1 (SB3's Huber loss; PPO's "
+        "is inf, the squared error; rows written before it existed used 1)",
     )
     add(
         "--gamma",

@@ -239,6 +239,8 @@ class SavedConfig:
         hyper.setdefault("q_replay_ratio", 8.0)
         # ... and before q_gamma existed, discounted their action values by gamma.
         hyper.setdefault("q_gamma", hyper.get("gamma", 0.99))
+        # ... and before q_huber_delta existed, fitted them with SB3's Huber loss.
+        hyper.setdefault("q_huber_delta", 1.0)
         return hyper
 
     def load_policy_kwargs(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@ defaults except ``n_steps`` (64: an LLM step costs a forward pass), ``n_epochs``
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,11 @@ Q_REPLAY_RATIO = 16.0
 #: of discount), less than the values' own error on the frozen model's nearly identical
 #: features, so the greedy move follows the error (RESULTS.md, "The action values' discount").
 Q_GAMMA = 0.95
+#: ``advantage_estimator="q"``: the values' TD loss is the squared error (a Huber threshold of
+#: ``inf``). SB3's Huber loss (threshold 1) fits a noisy ±1 reward between its mean and its
+#: median: on Blackjack it underrated sticking by ~0.2 where the replay's own outcomes were
+#: right (RESULTS.md, "Why the values underrate sticking on Blackjack").
+Q_HUBER_DELTA = math.inf
 
 
 #: ``min_action_prob="auto"`` with the action values and the step onto their target: each listed
@@ -176,8 +182,9 @@ class PPOConfig:
     #: stays the discount of the returns the value head learns.
     q_gamma: float = Q_GAMMA
     #: ``advantage_estimator="q"``: the TD loss's Huber threshold in reward units (DQN's
-    #: ``huber_delta``; ``inf``: the squared error, whose fit is a noisy reward's mean).
-    q_huber_delta: float = 1.0
+    #: ``huber_delta``; :data:`Q_HUBER_DELTA`, ``inf``: the squared error, whose fit is a noisy
+    #: reward's mean; 1: SB3's Huber loss).
+    q_huber_delta: float = Q_HUBER_DELTA
     #: Clip the value loss around the rollout's values (SB3's ``clip_range_vf``); ``None``: off.
     clip_range_vf: float | None = None
     #: Every reward is multiplied by this before advantages and returns (logged episode returns

@@ -36,10 +36,11 @@ from gym_llm.rl.dqn.config import DQNConfig
 from gym_llm.rl.dqn.replay import TextReplayBuffer
 from gym_llm.rl.dqn.schedules import harmonic_rate_factor
 from gym_llm.rl.dqn.td import QHeads, td_step
-from gym_llm.rl.ppo.config import Q_CUT, Q_N_STEPS, Q_REPLAY_RATIO
+from gym_llm.rl.ppo.config import Q_CUT, Q_HUBER_DELTA, Q_N_STEPS, Q_REPLAY_RATIO
 
-#: The Q head's settings: DQN's defaults, chosen on the task family's tuning split.
-Q_DEFAULTS = DQNConfig()
+#: The Q head's settings: DQN's defaults, chosen on the task family's tuning split, with the
+#: squared error for a loss (:data:`~gym_llm.rl.ppo.config.Q_HUBER_DELTA`).
+Q_DEFAULTS = DQNConfig(huber_delta=Q_HUBER_DELTA)
 
 
 def q_unavailable(policy: Any) -> str | None:

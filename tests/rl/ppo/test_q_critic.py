@@ -178,8 +178,10 @@ def test_the_values_have_their_own_discount(model_dir: Path, tmp_path: Path) -> 
 def test_the_values_loss_threshold_reaches_the_critic_and_is_saved(
     model_dir: Path, tmp_path: Path
 ) -> None:
-    model = _ppo(model_dir, q_huber_delta=math.inf)
+    model = _ppo(model_dir)  # the squared error by default, not SB3's Huber loss
     assert model.q_critic is not None and model.q_critic.settings.huber_delta == math.inf
+    huber = _ppo(model_dir, q_huber_delta=1.0).q_critic
+    assert huber is not None and huber.settings.huber_delta == 1.0
     model.save(tmp_path / "agent")
     loaded = PPO.load(tmp_path / "agent", device="cpu").q_critic
     assert loaded is not None and loaded.settings.huber_delta == math.inf
