@@ -27,7 +27,7 @@ from gym_llm.rl.ppo.advantages import (
 )
 from gym_llm.rl.ppo.buffer import TextRolloutBuffer
 from gym_llm.rl.ppo.q_critic import QCritic
-from gym_llm.rl.ppo.target_update import rollout_targets, table_targets
+from gym_llm.rl.ppo.target_update import rollout_targets, rows_on_device, table_targets
 
 
 class AdvantageSource:
@@ -141,6 +141,4 @@ class AdvantageSource:
             return {}
         logger.record("train/target_eta", eta)
         logger.record("train/target_lift_rare", lift)
-        stacked = np.stack(list(targets.values()))  # one copy to the device
-        on_device = torch.as_tensor(stacked, dtype=torch.float32, device=device)
-        return dict(zip(targets, on_device, strict=True))
+        return rows_on_device(targets, device)

@@ -43,6 +43,11 @@ class Gradients:
     max_ratio_error: float = 0.0
 
 
+def _rows(table: dict[str, torch.Tensor], observations: Sequence[str]) -> torch.Tensor:
+    """``(n, K)``: each observation's row of a per-observation table, in the pass's order."""
+    return torch.stack([table[str(o)] for o in observations])
+
+
 def pad_log_probs(arrays: list[np.ndarray], width: int, device: torch.device) -> torch.Tensor:
     """Per-token log-probs of different lengths as one ``(n, width)`` tensor, zeros after each."""
     out = torch.zeros((len(arrays), width), dtype=torch.float32)
@@ -121,7 +126,7 @@ class UpdatePasses:
                 batch.old_token_log_probs[part], ev.token_log_probs.shape[1], self.device
             )
             wanted = (
-                torch.stack([targets[str(o)] for o in observations])
+                _rows(targets, observations)
                 if targets is not None and ev.choice_log_probs is not None
                 else None
             )
@@ -145,11 +150,10 @@ class UpdatePasses:
             (terms.loss * (len(observations) / n)).backward()
             grads.max_ratio_error = max(grads.max_ratio_error, terms.surrogate.max_ratio_error)
             kl = (
-                listed_kl(torch.stack([old_probs[str(o)] for o in observations]),
-                          ev.choice_log_probs)
+                listed_kl(_rows(old_probs, observations), ev.choice_log_probs)
                 if old_probs is not None and ev.choice_log_probs is not None
                 else terms.surrogate.approx_kl
-            )  # fmt: skip
+            )
             grads.kl.append(kl)
             stats["pg"].append(terms.policy.item())
             stats["value"].append(terms.value.item())

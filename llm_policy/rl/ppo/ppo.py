@@ -99,6 +99,7 @@ from gym_llm.rl.ppo.passes import UpdatePasses
 from gym_llm.rl.ppo.q_critic import Q_DEFAULTS, QCritic, q_unavailable
 from gym_llm.rl.ppo.rollout import RolloutMonitor
 from gym_llm.rl.ppo.saving import agent_tensors, load_trained_state
+from gym_llm.rl.ppo.target_update import rows_on_device
 from gym_llm.rl.ppo.update_log import UpdateState, record_update
 from gym_llm.spaces import TextActions, TextObservations
 
@@ -679,10 +680,7 @@ class PPO(OnPolicyAlgorithm):
         (on the device): the rollout played moves the policy did not draw, so the KL is read
         from the whole distributions, not estimated (k3) from the moves played."""
         probs = self.rollout_action_probs
-        if not self._behaviour_floor or not probs:
-            return None
-        stacked = torch.as_tensor(np.stack(list(probs.values())), device=self.device)
-        return dict(zip(probs, stacked.float(), strict=True))
+        return rows_on_device(probs, self.device) if self._behaviour_floor and probs else None
 
     def _update_value_statistics(self) -> float:
         """``value_normalization``: pool this rollout's returns into the value head's running

@@ -142,3 +142,17 @@ def target_cross_entropy(log_probs: torch.Tensor, target: torch.Tensor) -> torch
     [[0.5, -0.5]]
     """
     return -(target.to(log_probs.dtype) * log_probs).sum(-1).mean()
+
+
+def rows_on_device(table: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+    """Each observation's row of ``table`` as float32 on ``device``, copied there at once
+    (the targets, or the rollout policy the behaviour floor's KL reads).
+
+    >>> rows = rows_on_device({"x": np.array([0.25, 0.75])}, torch.device("cpu"))
+    >>> rows["x"].dtype, rows["x"].tolist()
+    (torch.float32, [0.25, 0.75])
+    """
+    if not table:
+        return {}
+    stacked = torch.as_tensor(np.stack(list(table.values())), dtype=torch.float32, device=device)
+    return dict(zip(table, stacked, strict=True))
