@@ -121,8 +121,9 @@ def test_ppo_explores_with_the_floor_and_leaves_the_loss_without_it(
     # ... and the rollout played moves it would not have drawn, stored with its log-probs.
     stored = np.array([float(lp[0]) for lp in model.rollout_buffer.token_log_probs.reshape(-1)])
     assert (stored < np.log(0.01)).any()
-    # Its KL to the rollout policy is read from the whole distributions: the k3 estimate from
-    # these moves read 3.5 nats on this run, for a policy that barely moved.
+    # Its KL to the rollout policy is read from the whole distributions: on this seed the k3
+    # estimate from these moves read 0.18 nats, the exact KL 3e-6. (Over seeds 0-9 the exact
+    # KL reaches 0.047 where the policy really moved, so this bound holds for this seed only.)
     assert model.logger.name_to_value["train/approx_kl"] < 0.01
     model.save(tmp_path / "agent")
     loaded = PPO.load(tmp_path / "agent", device="cpu")
