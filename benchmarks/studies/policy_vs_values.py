@@ -33,6 +33,7 @@ from benchmarks.studies.noisy_advantages import optimal_actions
 from gym_llm import PPO, make_text_env
 from gym_llm.envs.tabular import TabularModel
 from gym_llm.evaluation.exact import (
+    BlackjackTable,
     blackjack_q_values,
     blackjack_states,
     blackjack_value,
@@ -74,12 +75,10 @@ VISIT_BANDS = (0, 1, 10, 100, 1000)
 
 
 def discounted_q_star(env_id: str, env_kwargs: dict[str, Any], gamma: float) -> np.ndarray:
-    """``Q*`` per decision state (``exact_table``'s order) at the discount ``gamma``. Blackjack's
-    is undiscounted: its hands end within a few cards and a stick pays at once."""
-    if env_id == "Blackjack-v1":
-        return exact_table(env_id, env_kwargs)[1]
-    model = TabularModel.of(gym.make(env_id, **env_kwargs))
-    return np.asarray(model.q_values(gamma, sweeps=1000))
+    """``Q*`` per decision state (``exact_table``'s order) at the discount ``gamma``: what the
+    values are meant to learn (a hit's worth discounted by the cards drawn after it)."""
+    plain = BlackjackTable() if env_id == "Blackjack-v1" else gym.make(env_id, **env_kwargs)
+    return np.asarray(TabularModel.of(plain).q_values(gamma, sweeps=1000))
 
 
 def saved_replay(agent: Path) -> TextReplayBuffer:

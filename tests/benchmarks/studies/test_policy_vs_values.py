@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.studies.policy_vs_values import (
+    discounted_q_star,
     error_by_visits,
     exact_table,
     main,
@@ -27,6 +28,15 @@ def test_exact_tables_best_moves_reach_the_optimum() -> None:
     states, q_star, best, value_of = exact_table("Blackjack-v1", {"sab": False})
     assert len(states) == 280 and abs(value_of(best) - (-0.0466)) < 1e-3
     assert value_of(np.zeros(280, dtype=int)) < -0.15  # always stick
+
+
+def test_blackjacks_discounted_q_star_discounts_hits_only() -> None:
+    _, q_star, _, _ = exact_table("Blackjack-v1", {"sab": False})
+    np.testing.assert_allclose(discounted_q_star("Blackjack-v1", {}, 1.0), q_star, atol=1e-9)
+    q95 = discounted_q_star("Blackjack-v1", {}, 0.95)
+    np.testing.assert_allclose(q95[:, 0], q_star[:, 0], atol=1e-12)  # a stick pays at once
+    # A hit that can go on is paid later, discounted: the values are compared with these.
+    assert np.abs(q95[:, 1] - q_star[:, 1]).max() > 0.01
 
 
 def test_a_saved_agent_is_read_state_by_state(model_dir: Path, tmp_path: Path) -> None:
