@@ -112,7 +112,11 @@ def run_side_by_side(
                 seed = queue.pop(0)
                 argv = seed_command(command, seed)
                 out = open(log.with_name(f"{log.stem}-s{seed}.out"), "ab")  # noqa: SIM115
-                process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+                try:
+                    process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+                except OSError as error:
+                    out.close()
+                    raise ValueError(f"cannot start {argv[0]!r}: {error}") from error
                 running[seed] = (process, time.monotonic(), out)
                 append_jsonl(log, {"event": "start", "seed": seed, "command": argv,
                                    "at": dt.datetime.now().isoformat(timespec="seconds")})  # fmt: skip

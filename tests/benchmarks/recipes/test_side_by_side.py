@@ -74,6 +74,8 @@ def test_bad_input_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     log = tmp_path / "sweep.jsonl"
     with pytest.raises(ValueError, match="no \\{seed\\}"):
         run_side_by_side([sys.executable, "-c", "pass"], [0, 1], 2, log)
+    with pytest.raises(ValueError, match="cannot start 'no-such-program-here'"):
+        run_side_by_side(["no-such-program-here", "{seed}"], [0], 1, log)
     with pytest.raises(ValueError, match="--jobs must be at least 1"):
         run_side_by_side(_command(tmp_path), [0], 0, log)
     with pytest.raises(SystemExit):
