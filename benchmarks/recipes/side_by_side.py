@@ -122,29 +122,34 @@ def run_side_by_side(
                                    "at": dt.datetime.now().isoformat(timespec="seconds")})  # fmt: skip
             if late:
                 queue.clear()
-            for seed, (process, started, out) in list(running.items()):
-                rc = process.poll()
-                if rc is None:
-                    continue
-                out.close()
-                del running[seed]
-                status[seed] = rc
-                append_jsonl(log, {
-                    "event": "end", "seed": seed, "command": seed_command(command, seed),
-                    "rc": rc, "seconds": round(time.monotonic() - started, 1),
-                    "at": dt.datetime.now().isoformat(timespec="seconds"),
-                })  # fmt: skip
+            for seed in [seed for seed, run in running.items() if run[0].poll() is not None]:
+                status[seed] = _ended(log, command, seed, *running.pop(seed))
             time.sleep(POLL_S)
     finally:  # interrupted: the runs under way stop too, and say so
         for seed, (process, started, out) in running.items():
             process.terminate()
-            rc = process.wait()
-            out.close()
-            status[seed] = rc
-            append_jsonl(log, {"event": "end", "seed": seed,
-                               "command": seed_command(command, seed), "rc": rc,
-                               "seconds": round(time.monotonic() - started, 1)})  # fmt: skip
+            process.wait()
+            status[seed] = _ended(log, command, seed, process, started, out)
     return status
+
+
+def _ended(
+    log: Path,
+    command: Sequence[str],
+    seed: int,
+    process: subprocess.Popen[bytes],
+    started: float,
+    out: Any,
+) -> int:
+    """Close a finished run's output and log its end; its exit status."""
+    out.close()
+    rc = int(process.returncode)
+    append_jsonl(log, {
+        "event": "end", "seed": seed, "command": seed_command(command, seed), "rc": rc,
+        "seconds": round(time.monotonic() - started, 1),
+        "at": dt.datetime.now().isoformat(timespec="seconds"),
+    })  # fmt: skip
+    return rc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
