@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli_args import append_jsonl, seed_list
+from benchmarks.cli_args import append_jsonl, new_parser, seed_list
 
 #: Seconds between looks at the running processes.
 POLL_S = 0.2
@@ -153,13 +153,10 @@ def _ended(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.recipes.side_by_side",
-        description="Run COMMAND once per seed, --jobs at a time, {seed} replaced in it.",
-        epilog="Everything after -- is the command; quote nothing, {seed} may appear anywhere.",
-    )
+    parser = new_parser("python -m benchmarks.recipes.side_by_side", __doc__)
+    parser.epilog = "Everything after -- is the command, with {seed} where the seed goes."
     parser.add_argument("--seeds", type=seed_list, required=True, help="e.g. 0-9 or 0,3,7")
-    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument(
         "--log", type=Path, required=True,
