@@ -101,9 +101,9 @@ def k3_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, mask: torch.Tens
 
 def listed_kl(old_probs: torch.Tensor, log_probs: torch.Tensor) -> float:
     """KL(old || new) over the listed actions, exact per turn and averaged over turns, for
-    ``(n, K)`` old probabilities and new log-probs. The k3 estimate needs actions drawn from the
-    old policy; where the rollout drew some from elsewhere (``floor_mode="behaviour"``) this
-    reads the whole distributions instead.
+    ``(n, K)`` old probabilities and new log-probs. The k3 estimate is noisy and needs actions
+    drawn from the old policy; where the update holds the whole distributions (the target
+    update, whose rollout may draw from a floor) this reads them instead.
 
     >>> old = torch.tensor([[0.5, 0.5], [1.0, 0.0]])
     >>> round(listed_kl(old, torch.log(torch.tensor([[0.9, 0.1], [0.5, 0.5]]))), 4)

@@ -550,7 +550,7 @@ class PPO(OnPolicyAlgorithm):
         centre, scale = self.advantage_source.normalisation(buffer, self.normalize_advantage)
         value_scale = self._update_value_statistics()
         targets = self._choice_targets(centre, scale) if self.policy_update == "target" else None
-        old_probs = self._rollout_policy_probs()  # the KL's reading under the behaviour floor
+        old_probs = self._rollout_policy_probs()  # the target update's exact KL
         policy.set_training_mode(True)
         self._update_learning_rate(policy.optimizer)
         clip = self.clip_range(self._current_progress_remaining)
@@ -676,11 +676,11 @@ class PPO(OnPolicyAlgorithm):
         )  # fmt: skip
 
     def _rollout_policy_probs(self) -> dict[str, torch.Tensor] | None:
-        """Under the behaviour floor, each observation's rollout policy over the listed actions
-        (on the device): the rollout played moves the policy did not draw, so the KL is read
-        from the whole distributions, not estimated (k3) from the moves played."""
-        probs = self.rollout_action_probs
-        return rows_on_device(probs, self.device) if self._behaviour_floor and probs else None
+        """The target update's rollout policy per observation over the listed actions (on the
+        device): with whole distributions the KL is exact, not estimated (k3) from the moves
+        played (which, under the behaviour floor, the policy did not all draw)."""
+        probs, target = self.rollout_action_probs, self.policy_update == "target"
+        return rows_on_device(probs, self.device) if target and probs else None
 
     def _update_value_statistics(self) -> float:
         """``value_normalization``: pool this rollout's returns into the value head's running

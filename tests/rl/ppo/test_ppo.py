@@ -268,6 +268,35 @@ def test_target_kl_stops_early(model_dir: Path) -> None:
     assert model.logger.name_to_value["train/epochs"] < 5
 
 
+@pytest.mark.parametrize("update", ["target", "clip"])
+def test_the_target_update_reads_its_kl_from_the_rollout_policy(
+    model_dir: Path, update: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The target update holds each observation's rollout distribution over the listed actions,
+    so the passes read its KL (logged, and what ``target_kl`` stops on) exactly from them; the
+    clipped surrogate's stays the k3 estimate from the moves played (no distributions given).
+    That the passes' figure is then the exact KL is checked in ``test_behaviour``."""
+    model = _ppo(model_dir, policy_update=update, n_epochs=2)
+    given: list[dict[str, torch.Tensor] | None] = []
+    accumulate = model.passes.accumulate
+
+    def spy(*args: Any) -> Any:
+        given.append(args[-1])  # old_probs, the last argument PPO passes
+        return accumulate(*args)
+
+    monkeypatch.setattr(model.passes, "accumulate", spy)
+    model.learn(16)
+    assert given, "the update ran no pass"
+    if update == "clip":
+        assert given == [None] * len(given)
+        return
+    rollout = model.rollout_action_probs
+    for old in given:
+        assert old is not None and set(old) == set(rollout)
+        for observation, row in old.items():
+            np.testing.assert_allclose(row.numpy(), rollout[observation], rtol=1e-6)
+
+
 def test_from_spaces_builds_an_agent_without_an_env(model_dir: Path) -> None:
     """The public way to build PPO without an env (Agent and PPO.load use it), then train it
     once an env is set."""
