@@ -116,12 +116,19 @@ def test_ppo_explores_with_the_floor_and_leaves_the_loss_without_it(
     assert critic is not None
     _, _, behaviour = critic.replay.latest(16)  # every step of the run, as sampled
     assert behaviour.min() >= 0.1 - 1e-6  # the replay records the behaviour
-    # The policy itself (what the diagnostics and the target update read) stays cornered ...
-    policy_probs = np.stack(list(model.rollout_action_probs.values()))
-    assert policy_probs.min(-1).max() < 0.01
-    # ... and the rollout played moves it would not have drawn, stored with its log-probs.
-    stored = np.array([float(lp[0]) for lp in model.rollout_buffer.token_log_probs.reshape(-1)])
-    assert (stored < np.log(0.01)).any()
+    # The last rollout (8 vector steps): the replay holds the floored policy each move was drawn
+    # from, while what the diagnostics, the target update and the stored log-probs read is the
+    # policy itself.
+    observations, played, behaviour = critic.replay.latest(8)
+    policy = model.rollout_action_probs
+    stored = model.rollout_buffer.token_log_probs
+    for t, e in np.ndindex(observations.shape):
+        own = policy[str(observations[t, e])]
+        np.testing.assert_allclose(behaviour[t, e], floored(own[None], 0.1)[0], rtol=1e-5)
+        assert np.exp(float(stored[t, e][0])) == pytest.approx(
+            own[played[t, e]], rel=1e-4, abs=1e-6
+        )
+    assert min(p.min() for p in policy.values()) < 0.1  # a policy below the floor somewhere
     # Its KL to the rollout policy is read from the whole distributions, not estimated (k3)
     # from moves the policy did not draw: the passes' figure is sum_a p_old (log p_old - log p).
     old = model._rollout_policy_probs()
