@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import inspect
 import warnings
 from pathlib import Path
 from typing import Any
@@ -280,9 +281,9 @@ def test_the_target_update_reads_its_kl_from_the_rollout_policy(
     given: list[dict[str, torch.Tensor] | None] = []
     accumulate = model.passes.accumulate
 
-    def spy(*args: Any) -> Any:
-        given.append(args[-1])  # old_probs, the last argument PPO passes
-        return accumulate(*args)
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        given.append(inspect.signature(accumulate).bind(*args, **kwargs).arguments["old_probs"])
+        return accumulate(*args, **kwargs)
 
     monkeypatch.setattr(model.passes, "accumulate", spy)
     model.learn(16)
