@@ -123,10 +123,10 @@ def test_ppo_explores_with_the_floor_and_leaves_the_loss_without_it(
     policy = model.rollout_action_probs
     stored = model.rollout_buffer.token_log_probs
     for t, e in np.ndindex(observations.shape):
-        own = policy[str(observations[t, e])]
+        own: np.ndarray = policy[str(observations[t, e])]
         np.testing.assert_allclose(behaviour[t, e], floored(own[None], 0.1)[0], rtol=1e-5)
         assert np.exp(float(stored[t, e][0])) == pytest.approx(
-            own[played[t, e]], rel=1e-4, abs=1e-6
+            float(own[int(played[t, e])]), rel=1e-4, abs=1e-6
         )
     assert min(p.min() for p in policy.values()) < 0.1  # a policy below the floor somewhere
     # Its KL to the rollout policy is read from the whole distributions, not estimated (k3)
