@@ -120,6 +120,14 @@ def write_json(path: Path | None, data: Any, *, indent: int = 2) -> None:
     path.write_text(json.dumps(data, indent=indent, default=float) + "\n")
 
 
+def read_jsonl(path: Path) -> list[Any]:
+    """The rows of a JSONL file (blank lines skipped); none when it does not exist yet, as
+    for a sweep that resumes from its own file."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def append_jsonl(path: Path | None, *rows: Any) -> None:
     """``--jsonl FILE``: each row appended as one JSON line (its folder made) the moment it is
     measured, so a run cut short keeps every row written; nothing when not given."""

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli_args import append_jsonl, keeping, new_parser, seed_list
+from benchmarks.cli_args import append_jsonl, keeping, new_parser, read_jsonl, seed_list
 from benchmarks.recipes.sweep_points import (
     append_point,
     gap_at,
@@ -173,10 +173,7 @@ def held_count(
 
 
 def _done(path: Path) -> set[tuple[str, int, str]]:
-    if not path.exists():
-        return set()
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {(r["task"], r["seed"], r["arm"]) for r in rows}
+    return {(r["task"], r["seed"], r["arm"]) for r in read_jsonl(path)}
 
 
 def parse_arm(text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:

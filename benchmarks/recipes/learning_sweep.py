@@ -24,7 +24,14 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli_args import add_settings, append_jsonl, new_parser, seed_list, write_json
+from benchmarks.cli_args import (
+    add_settings,
+    append_jsonl,
+    new_parser,
+    read_jsonl,
+    seed_list,
+    write_json,
+)
 
 #: learning_sweep mode -> the corner recipe's arm (benchmarks.recipes.learning_recipes.train_corner).
 CORNER_MODES = {
@@ -114,9 +121,7 @@ def _key(mode: str, seed: int, ppo: dict[str, Any] | None) -> tuple[str, int, st
 
 def load_runs(path: Path) -> list[dict[str, Any]]:
     """The runs a ``--jsonl`` file holds (none if it does not exist yet)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path)
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:

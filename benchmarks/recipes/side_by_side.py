@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import shlex
 import subprocess
@@ -27,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cli_args import append_jsonl, new_parser, seed_list
+from benchmarks.cli_args import append_jsonl, new_parser, read_jsonl, seed_list
 
 #: Seconds between looks at the running processes.
 POLL_S = 0.2
@@ -44,17 +43,13 @@ def seed_command(command: Sequence[str], seed: int) -> list[str]:
 
 def finished_seeds(log: Path, command: Sequence[str]) -> set[int]:
     """The seeds whose run of this very command ended with status 0 in ``log``."""
-    if not log.exists():
-        return set()
-    done: set[int] = set()
-    for line in log.read_text().splitlines():
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        same = row.get("command") == seed_command(command, row["seed"])
-        if row.get("event") == "end" and row.get("rc") == 0 and same:
-            done.add(int(row["seed"]))
-    return done
+    return {
+        int(row["seed"])
+        for row in read_jsonl(log)
+        if row.get("event") == "end"
+        and row.get("rc") == 0
+        and row.get("command") == seed_command(command, row["seed"])
+    }
 
 
 def launch_deadline(text: str | None, now: dt.datetime) -> dt.datetime | None:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.cli_args import append_jsonl
+from benchmarks.cli_args import append_jsonl, read_jsonl
 
 #: A reply for one observation (the observation carries the state's valid actions).
 Actor = Callable[[Any], str]
@@ -70,10 +70,7 @@ def llm_actor(model: Any) -> Actor:
 
 
 def _done(path: Path) -> set[tuple[str, int]]:
-    if not path.is_file():
-        return set()
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {(r["game"], r["seed"]) for r in rows if r.get("final")}
+    return {(r["game"], r["seed"]) for r in read_jsonl(path) if r.get("final")}
 
 
 def run_one(
