@@ -241,6 +241,8 @@ class SavedConfig:
         hyper.setdefault("q_gamma", hyper.get("gamma", 0.99))
         # ... and before q_huber_delta existed, fitted them with SB3's Huber loss.
         hyper.setdefault("q_huber_delta", 1.0)
+        # ... and before floor_mode existed, held the floor by a barrier in the loss.
+        hyper.setdefault("floor_mode", "barrier")
         return hyper
 
     def load_policy_kwargs(self) -> dict[str, Any]:

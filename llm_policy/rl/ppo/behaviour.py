@@ -24,18 +24,36 @@ import torch
 
 from gym_llm.policy.outputs import PolicyStep
 
-#: Where ``min_action_prob`` acts: a barrier in the loss on the policy, or a mix in the rollout.
-FLOOR_MODES = ("barrier", "behaviour")
+#: Where ``min_action_prob`` acts: a barrier in the loss on the policy, or a mix in the rollout
+#: (``"auto"``: the mix where it applies, else the barrier; :func:`resolve_floor_mode`).
+FLOOR_MODES = ("auto", "barrier", "behaviour")
 
 
 def check_floor_mode(mode: str) -> str:
     """``floor_mode`` as given, or a ``ValueError`` naming the choices."""
     if mode not in FLOOR_MODES:
         raise ValueError(
-            f"floor_mode must be 'barrier' (a log-barrier in the loss) or 'behaviour' (the "
-            f"rollout samples from the policy mixed with the floor), got {mode!r}."
+            f"floor_mode must be 'auto' (the default), 'barrier' (a log-barrier in the loss) or "
+            f"'behaviour' (the rollout samples from the policy mixed with the floor), got {mode!r}."
         )
     return mode
+
+
+def resolve_floor_mode(mode: str, update: str, policy: Any) -> str:
+    """``floor_mode`` made concrete once the update is: ``"auto"`` is ``"behaviour"`` where it
+    applies (the target update over one fixed list of scored actions) and ``"barrier"``
+    elsewhere; a named mode stays as given (and :func:`check_behaviour_floor` says why one
+    cannot apply).
+
+    >>> from types import SimpleNamespace
+    >>> choice = SimpleNamespace(scores_listed_actions=True, per_state=False)
+    >>> resolve_floor_mode("auto", "target", choice), resolve_floor_mode("auto", "clip", choice)
+    ('behaviour', 'barrier')
+    """
+    if mode != "auto":
+        return mode
+    listed_once = policy.scores_listed_actions and not getattr(policy, "per_state", False)
+    return "behaviour" if update == "target" and listed_once else "barrier"
 
 
 def check_behaviour_floor(mode: str, update: str, policy: Any) -> None:

@@ -132,11 +132,12 @@ class PPOConfig:
     #: default: 0.05 (at most ``0.2 / K`` over K actions) with the action values and their
     #: target, off otherwise (:func:`resolve_floor`).
     min_action_prob: float | str = "auto"
-    #: Where the floor acts: ``"barrier"``, the default, a log-barrier in the loss on the
-    #: policy; ``"behaviour"``, the rollout samples from ``(1 - K·f)·pi + f`` and nothing in
-    #: the loss holds the policy there (:mod:`gym_llm.rl.ppo.behaviour`; choice mode with
-    #: ``policy_update="target"``).
-    floor_mode: str = "barrier"
+    #: Where the floor acts: ``"behaviour"``, the rollout samples from ``(1 - K·f)·pi + f``
+    #: and nothing in the loss holds the policy there (:mod:`gym_llm.rl.ppo.behaviour`; choice
+    #: mode with ``policy_update="target"``); ``"barrier"``, a log-barrier in the loss on the
+    #: policy. ``"auto"``, the default: the first where it applies, else the second
+    #: (:func:`~gym_llm.rl.ppo.behaviour.resolve_floor_mode`).
+    floor_mode: str = "auto"
     #: ``"clip"``: PPO's clipped surrogate. ``"target"`` (choice mode): cross-entropy to the old
     #: policy tilted by each state's mean advantage per action, a step of ``kl_step`` nats
     #: (:mod:`gym_llm.rl.ppo.target_update`), whose gradient does not fade at p ~ 0.

@@ -78,7 +78,7 @@ from gym_llm.rl.common.sharding import (
 from gym_llm.rl.common.vec_env import check_text_env, wrap_text_env
 from gym_llm.rl.ppo.advantage_source import AdvantageSource
 from gym_llm.rl.ppo.advantages import Estimator
-from gym_llm.rl.ppo.behaviour import check_behaviour_floor, explore
+from gym_llm.rl.ppo.behaviour import check_behaviour_floor, explore, resolve_floor_mode
 from gym_llm.rl.ppo.buffer import TextRolloutBuffer
 from gym_llm.rl.ppo.config import (
     PPOConfig,
@@ -346,6 +346,7 @@ class PPO(OnPolicyAlgorithm):
             self.ent_coef_auto,
             self.min_action_prob,
         )
+        self.floor_mode = resolve_floor_mode(self.floor_mode, self.policy_update, self.policy)
         check_behaviour_floor(self.floor_mode, self.policy_update, self.policy)
         self.parallel.start_equal(self.policy)
         #: The update's forward/backward passes over each minibatch.

@@ -153,12 +153,34 @@ def test_ppo_explores_with_the_floor_and_leaves_the_loss_without_it(
 
 
 def test_floor_mode_is_checked_where_it_is_set(model_dir: Path) -> None:
-    with pytest.raises(ValueError, match="floor_mode must be 'barrier'"):
+    with pytest.raises(ValueError, match="floor_mode must be 'auto'"):
         _ppo(model_dir, floor_mode="sampling")
     with pytest.raises(ValueError, match='needs policy_update="target"'):
         _ppo(model_dir, floor_mode="behaviour", min_action_prob=0.05, policy_update="clip")
-    # The barrier is the default, and a floor of 0 leaves the rollout the policy's.
-    assert _ppo(model_dir).floor_mode == "barrier"
+    # The default samples the floor where it can (the action values and their target) and
+    # holds it by the barrier where it cannot (the clipped surrogate, a floor set by hand).
+    default = _ppo(model_dir)
+    assert (default.floor_mode, default._behaviour_floor) == ("behaviour", True)
+    clipped = _ppo(model_dir, min_action_prob=0.05, policy_update="clip")
+    assert (clipped.floor_mode, clipped.min_action_prob) == ("barrier", 0.05)
+    assert _ppo(model_dir, floor_mode="barrier").floor_mode == "barrier"  # named, kept
+    # A floor of 0 leaves the rollout the policy's.
     assert not _ppo(model_dir, floor_mode="behaviour", min_action_prob=0)._behaviour_floor
     on_its_own = _ppo(model_dir, floor_mode="behaviour")  # the "auto" floor, now sampled
     assert on_its_own._behaviour_floor and on_its_own.min_action_prob == 0.05
+
+
+def test_the_resolved_floor_mode_is_saved_and_older_agents_keep_the_barrier(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    import json
+
+    _ppo(model_dir).save(tmp_path / "agent")
+    assert PPO.load(tmp_path / "agent", device="cpu").floor_mode == "behaviour"
+    config = tmp_path / "agent" / "config.json"
+    saved = json.loads(config.read_text())
+    assert saved["hyperparameters"]["floor_mode"] == "behaviour"  # as resolved, not "auto"
+    del saved["hyperparameters"]["floor_mode"]  # saved before the setting existed
+    config.write_text(json.dumps(saved))
+    old = PPO.load(tmp_path / "agent", device="cpu")
+    assert (old.floor_mode, old._behaviour_floor) == ("barrier", False)

@@ -51,7 +51,10 @@ def test_turn_advantages_come_from_the_trained_action_values(model_dir: Path) ->
     assert critic.td_steps == 8  # 16 env steps replayed 16 times each, 32 per TD step
     observations = [str(o) for o in buffer.observations_text.reshape(-1)]
     actions = np.array([int(a[0]) for a in buffer.action_tokens.reshape(-1)])
-    probs = np.stack([model.rollout_action_probs[o] for o in observations])
+    # The baseline is the mean under what each move was sampled from (the policy mixed with
+    # the default floor, recorded by the replay).
+    _, _, sampled = critic.replay.latest(buffer.buffer_size)
+    probs = sampled.reshape(-1, sampled.shape[-1])
     q = critic.values(observations)
     expected = q[np.arange(len(q)), actions] - (probs * q).sum(-1)
     np.testing.assert_allclose(buffer.advantages.reshape(-1), expected, rtol=1e-5, atol=1e-6)
