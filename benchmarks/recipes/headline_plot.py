@@ -2,8 +2,8 @@
 
 Reads what the sweeps wrote (nothing is run): ``gym_llm.DQN`` and ``gym_llm.PPO`` with the
 library's defaults (``results/dqn-noisy/rate/report/family-<task>.jsonl``,
-``results/ppo-noisy/q/floor/step2/held-out-walk-grid/[h200/]<task>-s<seed>-floor.jsonl``, the
-floor on every move included), SB3 PPO and DQN
+``results/ppo-noisy/q/floor/behaviour/held-out-walk-grid/<task>-s<seed>-behaviour.jsonl``,
+the floor on every move drawing moves in the rollout), SB3 PPO and DQN
 at 10k env steps (``results/family-sb3/results.csv``), and the task's exact random and optimal
 returns. Each learner is the mean of its seeds with a band of ± one standard deviation.
 
@@ -44,8 +44,8 @@ def gym_llm_dqn(task: str) -> list[list[tuple[float, float]]]:
 
 
 def gym_llm_ppo(task: str) -> list[list[tuple[float, float]]]:
-    runs = RESULTS / "ppo-noisy" / "q" / "floor" / "step2" / "held-out-walk-grid"
-    rows = load_rows(*sorted(runs.glob(f"**/{task}-s*-floor.jsonl")))
+    runs = RESULTS / "ppo-noisy" / "q" / "floor" / "behaviour" / "held-out-walk-grid"
+    rows = load_rows(*sorted(runs.glob(f"{task}-s*-behaviour.jsonl")))
     return [[(p["env_steps"], p["value"]) for p in row["curve"]] for row in rows]
 
 
