@@ -52,8 +52,12 @@ def resolve_floor_mode(mode: str, update: str, policy: Any) -> str:
     """
     if mode != "auto":
         return mode
-    listed_once = policy.scores_listed_actions and not getattr(policy, "per_state", False)
-    return "behaviour" if update == "target" and listed_once else "barrier"
+    return "behaviour" if update == "target" and _scores_one_list(policy) else "barrier"
+
+
+def _scores_one_list(policy: Any) -> bool:
+    """The policy scores one fixed list of actions, the only place the floor can be sampled."""
+    return bool(policy.scores_listed_actions and not getattr(policy, "per_state", False))
 
 
 def check_behaviour_floor(mode: str, update: str, policy: Any) -> None:
@@ -62,7 +66,7 @@ def check_behaviour_floor(mode: str, update: str, policy: Any) -> None:
     would be the policy's over the behaviour's)."""
     if mode != "behaviour":
         return
-    if not policy.scores_listed_actions or getattr(policy, "per_state", False):
+    if not _scores_one_list(policy):
         raise ValueError(
             'floor_mode="behaviour" samples among one fixed list of scored actions: use choice '
             'mode with an env whose actions are listed once, or floor_mode="barrier".'

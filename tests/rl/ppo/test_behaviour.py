@@ -3,6 +3,7 @@ loss holds no floor (pure functions, then PPO on a tiny model)."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -173,8 +174,6 @@ def test_floor_mode_is_checked_where_it_is_set(model_dir: Path) -> None:
 def test_the_resolved_floor_mode_is_saved_and_older_agents_keep_the_barrier(
     model_dir: Path, tmp_path: Path
 ) -> None:
-    import json
-
     _ppo(model_dir).save(tmp_path / "agent")
     assert PPO.load(tmp_path / "agent", device="cpu").floor_mode == "behaviour"
     config = tmp_path / "agent" / "config.json"
