@@ -197,30 +197,35 @@ def _smallest_probability(model: PPO) -> float:
     return float(ev.choice_log_probs.exp().min(-1).values.mean())
 
 
-@pytest.mark.parametrize(
-    "update", [{}, {"advantage_estimator": "auto"}], ids=["clipped-surrogate", "action-values"]
-)
+@pytest.mark.parametrize("estimator", ["gae", "auto"], ids=["clipped-surrogate", "action-values"])
 def test_the_floor_lifts_the_actions_a_certain_policy_has_cornered(
-    model_dir: Path, update: dict[str, Any]
+    model_dir: Path, estimator: str
 ) -> None:
     """The barrier, with either update: the clipped surrogate, or the step onto the action
-    values' target (whose cross-entropy pulls the other way)."""
+    values' target (whose cross-entropy pulls the other way). The temperature scales every
+    logit step a hundredfold, so the rate is small and the steps many: at 1e-2 the lift
+    overshoots, and what it left on a seed was noise (under 0.05 on 7 of 10)."""
     policy = {"temperature": 0.01, "choice_calibration": False, "action_head": False}
-    runs = {}
+    runs, first_floor_loss = {}, {}
     for floor in (0.0, 0.1):
         model = _ppo(
-            model_dir, min_action_prob=floor, floor_mode="barrier", n_epochs=2,
-            learning_rate=1e-2, policy=policy, **update,
+            model_dir, min_action_prob=floor, floor_mode="barrier", n_epochs=8,
+            learning_rate=3e-4, policy=policy, advantage_estimator=estimator,
         )  # fmt: skip
-        model.learn(32)
+        model.learn(16)  # one update, on the cornered policy
+        first_floor_loss[floor] = model.logger.name_to_value.get("train/floor_loss")
+        model.learn(16, reset_num_timesteps=False)
         runs[floor] = model
-    if update:  # "auto" resolved to the action values' step here
-        assert (runs[0.1].advantage_estimator, runs[0.1].policy_update) == ("q", "target")
+    pair = {"gae": ("gae", "clip"), "auto": ("q", "target")}[estimator]  # "auto" resolved here
+    assert (runs[0.1].advantage_estimator, runs[0.1].policy_update) == pair
     plain, floored = _smallest_probability(runs[0.0]), _smallest_probability(runs[0.1])
     assert plain < 0.01  # the temperature corners one action in most states ...
-    assert floored > 0.05  # ... and the floor lifts it (measured: 1e-20 or 3e-11 against 0.42)
-    assert runs[0.1].logger.name_to_value["train/floor_loss"] > 0
-    assert "train/floor_loss" not in runs[0.0].logger.name_to_value
+    assert floored > 0.05  # ... and the floor lifts it (seeds 0-9: ≤ 3e-4 against ≥ 0.13)
+    assert first_floor_loss[0.1] is not None and first_floor_loss[0.1] > 0  # the term pulled
+    assert "train/floor_loss" in runs[0.1].logger.name_to_value  # (0 once the floor is met)
+    assert (
+        first_floor_loss[0.0] is None and "train/floor_loss" not in runs[0.0].logger.name_to_value
+    )
 
 
 def test_the_default_floor_is_on_with_the_action_values_and_saved_as_its_number(
