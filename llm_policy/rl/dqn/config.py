@@ -1,14 +1,16 @@
 """``DQNConfig``: every setting of :class:`gym_llm.DQN`, one documented field each, checked once.
 
 ``DQN(LLMPolicy, env, alpha=0.05)`` and ``DQN(LLMPolicy, env, DQNConfig(alpha=0.05))`` are the
-same agent: keyword arguments replace fields. SB3's DQN arguments keep their meaning; four
+same agent: keyword arguments replace fields. SB3's DQN arguments keep their meaning; five
 defaults differ, for budgets of 10³–10⁴ env steps: the target network every 100 env steps (SB3:
-10,000), ε over the first 20 % (SB3: 10 %), one TD step per env per phase (SB3: one), and a
-rate that halves by 1,024 env steps (SB3: constant). :data:`SB3_DEFAULTS` gives SB3's back.
+10,000), ε over the first 20 % (SB3: 10 %), one TD step per env per phase (SB3: one), a rate
+that halves by 1,024 env steps (SB3: constant) and the squared TD error (SB3: Huber).
+:data:`SB3_DEFAULTS` gives SB3's back.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +25,7 @@ SB3_DEFAULTS: dict[str, Any] = {
     "target_update_interval": 10_000,
     "exploration_fraction": 0.1,
     "gradient_steps": 1,
+    "huber_delta": 1.0,
 }
 
 
@@ -79,10 +82,10 @@ class DQNConfig:
     beta: float = 0.0
     #: Hidden units of the Q head's two layers.
     q_width: int = 256
-    #: Where the TD loss turns from squared to linear, in reward units (SB3's Huber loss: 1).
-    #: Past it a rare large error pulls no harder, but on a noisy reward the fit then leans
-    #: from the mean toward the median; ``inf``: the squared error, whose fit is the mean.
-    huber_delta: float = 1.0
+    #: Where the TD loss turns from squared to linear, in reward units; ``inf`` (default): the
+    #: squared error, whose fit is the mean of a noisy reward. SB3's Huber loss (1) lets a rare
+    #: large error pull no harder, and its fit leans from the mean toward the median.
+    huber_delta: float = math.inf
     #: Env steps between distillation rounds of the posterior into the LoRA policy
     #: (:mod:`gym_llm.rl.dqn.distill`); 0: none while learning (call ``distill`` yourself).
     distill_interval: int = 0

@@ -3,6 +3,8 @@ what it stored, and keeps a non-finite TD error away from the weights."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -229,3 +231,20 @@ def test_the_rate_decays_with_env_steps_and_learn_in_pieces_reads_the_same(
     assert DQN.load(tmp_path / "agent").learning_rate_decay == 128
     with pytest.raises(ValueError, match="learning_rate_decay must be >= 0"):
         dqn_high_low(model_dir, learning_rate_decay=-1)
+
+
+def test_the_squared_error_is_the_default_and_older_agents_keep_huber(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    from gym_llm.rl.dqn.config import SB3_DEFAULTS
+
+    model = dqn_high_low(model_dir)
+    assert model.huber_delta == math.inf
+    assert dqn_high_low(model_dir, **SB3_DEFAULTS).huber_delta == 1.0  # SB3's Huber loss
+    model.save(tmp_path / "agent")
+    assert DQN.load(tmp_path / "agent").huber_delta == math.inf
+    config = tmp_path / "agent" / "config.json"
+    saved = json.loads(config.read_text())
+    del saved["hyperparameters"]["huber_delta"]  # saved before the setting existed
+    config.write_text(json.dumps(saved))
+    assert DQN.load(tmp_path / "agent").huber_delta == 1.0
