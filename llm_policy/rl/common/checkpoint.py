@@ -245,6 +245,13 @@ class SavedConfig:
         hyper.setdefault("floor_mode", "barrier")
         return hyper
 
+    def dqn_constructor_kwargs(self) -> dict[str, Any]:
+        """The hyper-parameters as ``DQN(...)`` takes them."""
+        hyper = dict(self.hyperparameters)
+        # Agents saved before huber_delta existed fitted SB3's Huber loss.
+        hyper.setdefault("huber_delta", 1.0)
+        return hyper
+
     def load_policy_kwargs(self) -> dict[str, Any]:
         """``policy_kwargs`` that rebuild the saved policy."""
         # Agents saved before trainable_layers existed trained every layer; before the action

@@ -390,8 +390,7 @@ class DQN(OffPolicyAlgorithm):
     ) -> SelfDQN:
         """Rebuild an agent saved by :meth:`save`; ``env`` is optional (needed to keep training)."""
         saved = SavedConfig.read(path, DQN_FORMAT, DQN_HYPERPARAMETERS)
-        # Agents saved before huber_delta existed fitted SB3's Huber loss.
-        hyper = {"huber_delta": 1.0, **saved.hyperparameters, **kwargs}
+        hyper = {**saved.dqn_constructor_kwargs(), **kwargs}
         if isinstance(hyper.get("train_freq"), list):
             hyper["train_freq"] = tuple(hyper["train_freq"])
         policy_kwargs = saved.load_policy_kwargs()

@@ -22,6 +22,7 @@ from benchmarks.recipes.learning_recipes import (
 )
 from gym_llm import DQN, make_text_env
 from gym_llm.rl.common.checkpoint_files import CheckpointError
+from gym_llm.rl.dqn.config import SB3_DEFAULTS
 from tests.models import tiny_model_fixture
 
 HIGH_LOW = "gym_llm/HighLow-v0"
@@ -236,8 +237,6 @@ def test_the_rate_decays_with_env_steps_and_learn_in_pieces_reads_the_same(
 def test_the_squared_error_is_the_default_and_older_agents_keep_huber(
     model_dir: Path, tmp_path: Path
 ) -> None:
-    from gym_llm.rl.dqn.config import SB3_DEFAULTS
-
     model = dqn_high_low(model_dir)
     assert model.huber_delta == math.inf
     assert dqn_high_low(model_dir, **SB3_DEFAULTS).huber_delta == 1.0  # SB3's Huber loss
