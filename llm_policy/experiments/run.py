@@ -123,12 +123,29 @@ def versions() -> dict[str, str]:
 
 
 def device_name(device: torch.device) -> str:
-    """A human-readable device for result tables (GPU model, or CPU with its core count)."""
+    """A human-readable device for result tables: the GPU model, or the CPU's model, the vector
+    instructions torch dispatches to and the core count. The same seed gives other floats on
+    another CPU model or instruction set, so a run repeats bit for bit only where these match."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     import os
 
-    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    model = cpu_model() or platform.processor() or platform.machine()
+    return f"CPU ({model}, {torch.backends.cpu.get_cpu_capability()}, {os.cpu_count()} cores)"
+
+
+def cpu_model(cpuinfo: str | None = None) -> str | None:
+    """The CPU's model name from ``/proc/cpuinfo`` (Linux), or None where it cannot be read."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+            return value.strip()
+    return None
 
 
 def judges_replies(env: gym.Env[Any, Any]) -> bool:

@@ -8,10 +8,11 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
+import torch
 
 from gym_llm import PPO
 from gym_llm.evaluation.exact import exact_policy_value
-from gym_llm.experiments.run import run
+from gym_llm.experiments.run import cpu_model, device_name, run
 from gym_llm.spaces import TextActions, TextObservations
 from tests.builders import small_run_config
 
@@ -239,3 +240,14 @@ def test_invalid_penalty_reaches_the_training_reward_only(
     assert returns and max(returns) < -40.0
     # ... and the evaluations score the game's own reward.
     assert result.after.exact is not None and -1.0 <= result.after.exact <= 1.5
+
+
+def test_the_cpu_is_named_by_model_and_instruction_set() -> None:
+    """Runs repeat bit for bit only on the same CPU model and vector instructions, so both are
+    recorded with every result."""
+    info = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14\nflags\t: fpu\n"
+    assert cpu_model(info) == "AMD EPYC 9R14"
+    assert cpu_model("processor\t: 0\n") is None
+    name = device_name(torch.device("cpu"))
+    assert name.startswith("CPU (") and name.endswith(" cores)")
+    assert torch.backends.cpu.get_cpu_capability() in name
