@@ -247,10 +247,10 @@ class SavedConfig:
 
     def dqn_constructor_kwargs(self) -> dict[str, Any]:
         """The hyper-parameters as ``DQN(...)`` takes them."""
-        hyper = dict(self.hyperparameters)
-        # Agents saved before huber_delta existed fitted SB3's Huber loss.
-        hyper.setdefault("huber_delta", 1.0)
-        return hyper
+        # Agents saved before a setting existed trained as it did then: SB3's Huber loss, a
+        # constant rate. (Every other DQN setting still has the default it was added with.)
+        old = {"huber_delta": 1.0, "learning_rate_decay": 0}
+        return {**old, **self.hyperparameters}
 
     def load_policy_kwargs(self) -> dict[str, Any]:
         """``policy_kwargs`` that rebuild the saved policy."""

@@ -241,9 +241,12 @@ def test_the_squared_error_is_the_default_and_older_agents_keep_huber(
     assert model.huber_delta == math.inf
     assert dqn_high_low(model_dir, **SB3_DEFAULTS).huber_delta == 1.0  # SB3's Huber loss
     model.save(tmp_path / "agent")
-    assert DQN.load(tmp_path / "agent").huber_delta == math.inf
+    loaded = DQN.load(tmp_path / "agent")
+    assert loaded.huber_delta == math.inf and loaded.learning_rate_decay == 1024
     config = tmp_path / "agent" / "config.json"
     saved = json.loads(config.read_text())
-    del saved["hyperparameters"]["huber_delta"]  # saved before the setting existed
+    for setting in ("huber_delta", "learning_rate_decay"):  # saved before the settings existed
+        del saved["hyperparameters"][setting]
     config.write_text(json.dumps(saved))
-    assert DQN.load(tmp_path / "agent").huber_delta == 1.0
+    older = DQN.load(tmp_path / "agent")
+    assert older.huber_delta == 1.0 and older.learning_rate_decay == 0  # as they trained then
