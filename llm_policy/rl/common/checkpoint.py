@@ -235,15 +235,20 @@ class SavedConfig:
         """The hyper-parameters as ``PPO(...)`` takes them."""
         hyper = dict(self.hyperparameters)
         hyper["clip_range"] = hyper.pop("clip_range_value")
-        # Agents saved before q_replay_ratio existed replayed each env step 8 times.
-        hyper.setdefault("q_replay_ratio", 8.0)
-        # ... and before q_gamma existed, discounted their action values by gamma.
-        hyper.setdefault("q_gamma", hyper.get("gamma", 0.99))
-        # ... and before q_huber_delta existed, fitted them with SB3's Huber loss.
-        hyper.setdefault("q_huber_delta", 1.0)
-        # ... and before floor_mode existed, held the floor by a barrier in the loss.
-        hyper.setdefault("floor_mode", "barrier")
-        return hyper
+        # Agents saved before a setting existed trained as it did then: GAE advantages and the
+        # clipped surrogate, no floor (or, once there was one, a barrier in the loss), action
+        # values replayed 8 times, discounted by gamma and fitted with SB3's Huber loss. (Every
+        # other PPO setting still has the default it was added with.)
+        old = {
+            "advantage_estimator": "gae",
+            "policy_update": "clip",
+            "min_action_prob": 0.0,
+            "floor_mode": "barrier",
+            "q_replay_ratio": 8.0,
+            "q_gamma": hyper.get("gamma", 0.99),
+            "q_huber_delta": 1.0,
+        }
+        return {**old, **hyper}
 
     def dqn_constructor_kwargs(self) -> dict[str, Any]:
         """The hyper-parameters as ``DQN(...)`` takes them."""

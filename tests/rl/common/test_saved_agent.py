@@ -59,3 +59,27 @@ def test_a_reply_pattern_the_env_declares_is_saved_with_the_spaces() -> None:
     assert saved.spaces()[1].pattern == "[a-z]{5}"
     old = SavedConfig({}, {}, 0, 0, obs, {k: v for k, v in act.items() if k != "pattern"})
     assert old.spaces()[1].pattern is None  # saved before patterns existed
+
+
+def test_agents_saved_before_a_setting_existed_load_as_they_trained() -> None:
+    """A setting whose default changed after it was added loads, where an older agent lacks it,
+    with the value that agent trained with, so a resumed run goes on as it was."""
+    from gym_llm.rl.common.checkpoint import SavedConfig
+
+    ppo = SavedConfig({"clip_range_value": 0.2, "gamma": 0.9}, {}, 0, 0, {}, {})
+    assert ppo.constructor_kwargs() == {
+        "clip_range": 0.2,
+        "gamma": 0.9,
+        "advantage_estimator": "gae",
+        "policy_update": "clip",
+        "min_action_prob": 0.0,
+        "floor_mode": "barrier",
+        "q_replay_ratio": 8.0,
+        "q_gamma": 0.9,
+        "q_huber_delta": 1.0,
+    }
+    saved_now = {"clip_range_value": 0.2, "advantage_estimator": "q", "min_action_prob": 0.05}
+    kwargs = SavedConfig(saved_now, {}, 0, 0, {}, {}).constructor_kwargs()
+    assert (kwargs["advantage_estimator"], kwargs["min_action_prob"]) == ("q", 0.05)  # kept
+    dqn = SavedConfig({"gamma": 0.9}, {}, 0, 0, {}, {}).dqn_constructor_kwargs()
+    assert dqn == {"gamma": 0.9, "huber_delta": 1.0, "learning_rate_decay": 0}
