@@ -91,6 +91,46 @@ SAVED_HYPERPARAMETERS = (
 )
 
 
+#: What the first saved PPO held. Each hyper-parameter saved since is in PPO_BEFORE_ADDED.
+FIRST_SAVED_HYPERPARAMETERS = (
+    "learning_rate",
+    "n_steps",
+    "batch_size",
+    "n_epochs",
+    "gamma",
+    "gae_lambda",
+    "clip_range_value",
+    "normalize_advantage",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "target_kl",
+    "kl_coef",
+    "micro_batch_size",
+    "n_logged_samples",
+    "seed",
+)
+
+#: How a PPO saved before a hyper-parameter existed trained, so it loads as it was (``q_gamma``:
+#: ``gamma``). Fixed once written: a later default does not change what older agents did.
+PPO_BEFORE_ADDED: dict[str, Any] = {
+    "target_entropy": None,
+    "target_entropy_of": "state",
+    "min_action_prob": 0.0,  # no floor
+    "floor_mode": "barrier",
+    "policy_update": "clip",
+    "kl_step": 0.05,
+    "advantage_estimator": "gae",
+    "q_n_steps": 1,
+    "q_cut": 0.0,  # Watkins' cut
+    "q_replay_ratio": 8.0,
+    "q_huber_delta": 1.0,  # SB3's Huber loss
+    "clip_range_vf": None,
+    "reward_scale": 1.0,
+    "critic_warmup_steps": 0,
+    "max_consecutive_skips": 10,
+}
+
 #: The ``format`` field of a saved DQN's ``config.json``.
 DQN_FORMAT = "gym_llm.DQN/1"
 
@@ -122,6 +162,41 @@ DQN_HYPERPARAMETERS = (
     "distill_batch_size",
     "distill_learning_rate",
 )
+
+
+#: What the first saved DQN held. Each hyper-parameter saved since is in DQN_BEFORE_ADDED.
+FIRST_DQN_HYPERPARAMETERS = (
+    "learning_rate",
+    "buffer_size",
+    "learning_starts",
+    "batch_size",
+    "tau",
+    "gamma",
+    "train_freq",
+    "gradient_steps",
+    "n_steps",
+    "target_update_interval",
+    "exploration_fraction",
+    "exploration_initial_eps",
+    "exploration_final_eps",
+    "max_grad_norm",
+    "alpha",
+    "beta",
+    "q_width",
+)
+
+#: How a DQN saved before a hyper-parameter existed trained, so it loads as it was. Fixed once
+#: written: a later default does not change what older agents did.
+DQN_BEFORE_ADDED: dict[str, Any] = {
+    "learning_rate_decay": 0,  # a constant rate
+    "average_tau": 1.0,  # no averaged head
+    "huber_delta": 1.0,  # SB3's Huber loss
+    "distill_interval": 0,
+    "distill_steps": 4,
+    "distill_final_steps": 0,  # no last round on the final values
+    "distill_batch_size": 32,
+    "distill_learning_rate": 5e-4,
+}
 
 
 def resolve_class(path: str) -> type[Any]:
@@ -232,30 +307,18 @@ class SavedConfig:
         return json.dumps(record, indent=2, default=str)
 
     def constructor_kwargs(self) -> dict[str, Any]:
-        """The hyper-parameters as ``PPO(...)`` takes them."""
+        """The hyper-parameters as ``PPO(...)`` takes them; a setting the agent was saved
+        without, the value it trained with (:data:`PPO_BEFORE_ADDED`)."""
         hyper = dict(self.hyperparameters)
         hyper["clip_range"] = hyper.pop("clip_range_value")
-        # Agents saved before a setting existed trained as it did then: GAE advantages and the
-        # clipped surrogate, no floor (or, once there was one, a barrier in the loss), action
-        # values replayed 8 times, discounted by gamma and fitted with SB3's Huber loss. (Every
-        # other PPO setting still has the default it was added with.)
-        old = {
-            "advantage_estimator": "gae",
-            "policy_update": "clip",
-            "min_action_prob": 0.0,
-            "floor_mode": "barrier",
-            "q_replay_ratio": 8.0,
-            "q_gamma": hyper.get("gamma", 0.99),
-            "q_huber_delta": 1.0,
-        }
-        return {**old, **hyper}
+        # before q_gamma existed, action values were discounted by gamma
+        older = PPO_BEFORE_ADDED | {"q_gamma": hyper.get("gamma", 0.99)}
+        return {**older, **hyper}
 
     def dqn_constructor_kwargs(self) -> dict[str, Any]:
-        """The hyper-parameters as ``DQN(...)`` takes them."""
-        # Agents saved before a setting existed trained as it did then: SB3's Huber loss, a
-        # constant rate. (Every other DQN setting still has the default it was added with.)
-        old = {"huber_delta": 1.0, "learning_rate_decay": 0}
-        return {**old, **self.hyperparameters}
+        """The hyper-parameters as ``DQN(...)`` takes them; a setting the agent was saved
+        without, the value it trained with (:data:`DQN_BEFORE_ADDED`)."""
+        return {**DQN_BEFORE_ADDED, **self.hyperparameters}
 
     def load_policy_kwargs(self) -> dict[str, Any]:
         """``policy_kwargs`` that rebuild the saved policy."""

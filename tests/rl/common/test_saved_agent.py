@@ -62,24 +62,23 @@ def test_a_reply_pattern_the_env_declares_is_saved_with_the_spaces() -> None:
 
 
 def test_agents_saved_before_a_setting_existed_load_as_they_trained() -> None:
-    """A setting whose default changed after it was added loads, where an older agent lacks it,
-    with the value that agent trained with, so a resumed run goes on as it was."""
+    """A saved agent that lacks a setting loads with the value it trained with, so a resumed run
+    goes on as it was; every setting saved since the first format has such a value."""
+    from gym_llm.rl.common import checkpoint as c
     from gym_llm.rl.common.checkpoint import SavedConfig
 
-    ppo = SavedConfig({"clip_range_value": 0.2, "gamma": 0.9}, {}, 0, 0, {}, {})
-    assert ppo.constructor_kwargs() == {
-        "clip_range": 0.2,
-        "gamma": 0.9,
-        "advantage_estimator": "gae",
-        "policy_update": "clip",
-        "min_action_prob": 0.0,
-        "floor_mode": "barrier",
-        "q_replay_ratio": 8.0,
-        "q_gamma": 0.9,
-        "q_huber_delta": 1.0,
-    }
+    added = set(c.SAVED_HYPERPARAMETERS) - set(c.FIRST_SAVED_HYPERPARAMETERS)
+    assert added == set(c.PPO_BEFORE_ADDED) | {"q_gamma"}
+    assert set(c.DQN_HYPERPARAMETERS) - set(c.FIRST_DQN_HYPERPARAMETERS) == set(c.DQN_BEFORE_ADDED)
+
+    first = dict.fromkeys(c.FIRST_SAVED_HYPERPARAMETERS, 1) | {"gamma": 0.9}
+    ppo = SavedConfig(first, {}, 0, 0, {}, {}).constructor_kwargs()
+    assert (ppo["advantage_estimator"], ppo["policy_update"]) == ("gae", "clip")
+    assert (ppo["min_action_prob"], ppo["floor_mode"]) == (0.0, "barrier")
+    assert (ppo["q_gamma"], ppo["q_huber_delta"], ppo["clip_range"]) == (0.9, 1.0, 1)
     saved_now = {"clip_range_value": 0.2, "advantage_estimator": "q", "min_action_prob": 0.05}
     kwargs = SavedConfig(saved_now, {}, 0, 0, {}, {}).constructor_kwargs()
     assert (kwargs["advantage_estimator"], kwargs["min_action_prob"]) == ("q", 0.05)  # kept
     dqn = SavedConfig({"gamma": 0.9}, {}, 0, 0, {}, {}).dqn_constructor_kwargs()
-    assert dqn == {"gamma": 0.9, "huber_delta": 1.0, "learning_rate_decay": 0}
+    assert (dqn["huber_delta"], dqn["learning_rate_decay"], dqn["gamma"]) == (1.0, 0, 0.9)
+    assert dqn["distill_final_steps"] == 0
