@@ -39,6 +39,7 @@ import torch
 
 from benchmarks.cli_args import append_jsonl, new_parser, seed_list
 from benchmarks.studies.noisy_advantages import greedy_right, optimal_actions
+from benchmarks.studies.policy_vs_values import error_by_visits
 from gym_llm.envs.tabular import TabularModel
 from gym_llm.evaluation.exact import (
     BlackjackTable,
@@ -314,6 +315,7 @@ def simulate(
     state = rng.choice(n_states, size=N_ENVS, p=initial)
     clock = np.zeros(N_ENVS, dtype=int)
     acted = np.zeros(n_states, dtype=int)  # acted in: a terminal state never is
+    played = np.zeros((n_states, n_actions), dtype=int)
     seen: list[float] = []
     rows: list[dict[str, Any]] = []
     done_steps = 0
@@ -321,6 +323,7 @@ def simulate(
         for _ in range(ROLLOUT):
             actions = np.array([rng.choice(n_actions, p=policy[s]) for s in state])
             np.add.at(acted, state, 1)
+            np.add.at(played, (state, actions), 1)
             new, rewards, dones, infos = [], [], [], []
             for i, (s, a) in enumerate(zip(state, actions, strict=True)):
                 outcomes = transitions[int(s)][int(a)]
@@ -376,7 +379,8 @@ def simulate(
     if rows:  # the end state by state: where the values are off, and how often each was seen
         q = critic.values([str(s) for s in range(n_states)])
         rows[-1].update(state_values=q.round(4).tolist(), state_q_gamma=q_gamma.round(4).tolist(),
-                        state_visits=acted.tolist())  # fmt: skip
+                        state_visits=acted.tolist(), move_plays=played.tolist(),
+                        error_by_plays=error_by_visits(q - q_gamma, played))  # fmt: skip
     return rows
 
 

@@ -41,6 +41,10 @@ def test_rows_every_interval_with_the_values_figures() -> None:
         assert 0.0 <= row["right_share_gamma"] <= 1.0 and row["least_visits"] >= 1
     assert len(rows[-1]["state_values"]) == len(rows[-1]["state_q_gamma"]) == 16
     assert sum(rows[-1]["state_visits"]) == 512
+    plays = np.array(rows[-1]["move_plays"])
+    assert plays.shape == (16, 4) and (plays.sum(1) == rows[-1]["state_visits"]).all()
+    bands = rows[-1]["error_by_plays"]  # the values' error by how often each move was played
+    assert sum(b["moves"] for b in bands) == int((plays[plays.sum(1) > 0] >= 0).sum())
     assert _run(0, follow=True) == rows  # one seed, one run
 
 
