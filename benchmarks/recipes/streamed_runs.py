@@ -1,6 +1,8 @@
 """The suite's runs, streamed: every curve point is appended to a JSONL file the moment it is
 measured, so a run cut off at a deadline (a lent GPU's lease) keeps its points. ``--seeds``
 runs several seeds one after another in one process (sharing the model's trunk cache).
+``--resume`` goes on where a run was cut short: from its newest checkpoint, writing only points
+the file does not hold yet, and skipping seeds that finished.
 
     python -m benchmarks.recipes.streamed_runs run --env FrozenLake-v1 --env-kwargs is_slippery=False \\
         --seeds 0 1 2 --timesteps 20480 --every 1024 --estimator gigpo --n-steps 16 \\
@@ -119,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
         "DQN(LLMPolicy, env) gets them)")  # fmt: skip
     add("--jsonl", type=Path, required=True, help="append the points here")
     add("--run-dir", type=Path, required=True, help="the run's directory (agent, TensorBoard)")
+    add("--resume", action="store_true",
+        help="go on with runs cut short (a session's end): a seed whose last line in --jsonl "
+        "says done is skipped, one with a checkpoint in its run directory continues from it, "
+        "and no point already in --jsonl is written twice")  # fmt: skip
     summarize = commands.add_parser("summarize", help="a markdown table from JSONL files")
     summarize.add_argument("files", nargs="+", type=Path, help="JSONL files written by run")
     summarize.add_argument("--plots", type=Path, default=None, help="one PNG per env here")
@@ -167,6 +173,7 @@ def dqn_settings(args: argparse.Namespace) -> dict[str, Any]:
 def run_seed(args: argparse.Namespace) -> dict[str, Any]:
     from gym_llm.experiments.run import TrainConfig
     from gym_llm.experiments.run import run as train
+    from gym_llm.rl.common.checkpoint_files import latest_checkpoint
     from gym_llm.rl.dqn.config import DQNConfig
 
     is_dqn = args.algo == "dqn"
@@ -217,12 +224,18 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
               "learning_rate": args.lr, "ent_coef": args.ent_coef}  # fmt: skip
     base.update({k: v for k, v in chosen.items() if v != RECORDED[k]})
     args.jsonl.parent.mkdir(parents=True, exist_ok=True)
+    recorded, done = recorded_points(args.jsonl, base) if args.resume else (-1, None)
+    if done is not None:
+        print(f"seed {args.seed}: done in {args.jsonl}, skipped", file=sys.stderr)
+        return done
     start = time.perf_counter()
 
     def write(row: dict[str, Any]) -> None:
         append_jsonl(args.jsonl, base | row)
 
     def on_point(point: Any) -> None:
+        if point.timesteps <= recorded:  # written before the run was cut short
+            return
         write(
             {
                 "env_steps": point.timesteps,
@@ -233,7 +246,15 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
         )
 
     quiet_progress_bar_warning()
-    result = train(config, args.run_dir, progress_bar=False, on_point=on_point)
+    resume = args.resume and latest_checkpoint(args.run_dir / "checkpoints") is not None
+    if recorded >= 0 and not resume:
+        raise SystemExit(
+            f"seed {args.seed} has points up to {recorded} env steps in {args.jsonl} but no "
+            f"checkpoint in {args.run_dir / 'checkpoints'} to go on from: a new run would join "
+            "another trajectory to them. Remove its lines from the file, or write to another "
+            "--jsonl, to start it again."
+        )
+    result = train(config, args.run_dir, progress_bar=False, on_point=on_point, resume=resume)
     distilled = {}
     if config.algo == "dqn" and config.dqn.distill_interval:  # the LM alone, without the values
         from gym_llm.evaluation.exact import exact_policy_value
@@ -252,6 +273,29 @@ def run_seed(args: argparse.Namespace) -> dict[str, Any]:
     }
     write(totals)
     return base | totals
+
+
+#: What a line adds to its run's settings: a point's figures, or the run's totals.
+POINT_KEYS = frozenset({"env_steps", "train_s", "value", "elapsed_s", "done", "device",
+                        "env_steps_per_s", "distilled_value"})  # fmt: skip
+
+
+def recorded_points(jsonl: Path, base: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+    """The last env step ``jsonl`` holds for the run whose settings are ``base`` (-1: none), and
+    its totals line if it finished."""
+    last, done = -1, None
+    if not jsonl.is_file():
+        return last, done
+    for line in jsonl.read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if {k: v for k, v in row.items() if k not in POINT_KEYS} != base:
+            continue
+        last = max(last, int(row["env_steps"]))
+        if row.get("done"):
+            done = row
+    return last, done
 
 
 def read_runs(files: Sequence[Path]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:

@@ -4,6 +4,7 @@ budget it did not reach, the table, the plots and the TensorBoard diagnostics.""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +109,39 @@ def test_several_seeds_run_in_turn_in_one_process(
         (3, False), (3, False), (3, True), (4, False), (4, False), (4, True)
     ]  # fmt: skip
     assert (tmp_path / "run" / "seed3").is_dir() and (tmp_path / "run" / "seed4").is_dir()
+
+
+def test_resume_goes_on_from_the_checkpoint_and_writes_no_point_twice(
+    tiny_model_dir: Path, tmp_path: Path, one_torch_thread: None
+) -> None:
+    jsonl, run_dir = tmp_path / "cut.jsonl", tmp_path / "run"
+    flags = [
+        "run", "--model", str(tiny_model_dir), "--env", "FrozenLake-v1", "--env-kwargs",
+        "is_slippery=False", "--timesteps", "16", "--every", "8", "--n-envs", "2",
+        "--n-steps", "4", "--batch-size", "4", "--epochs", "1", "--device", "cpu",
+        "--seeds", "3", "4", "--jsonl", str(jsonl), "--run-dir", str(run_dir),
+    ]  # fmt: skip
+    main(flags)
+    uncut = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    # A session that ends mid-run: seed 3 finished, seed 4 cut after its point at 8 env steps,
+    # its newest checkpoint at 8 (the one at 16 is gone with the cut).
+    cut = [r for r in uncut if r["seed"] == 3 or (r["env_steps"] <= 8 and not r.get("done"))]
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in cut))
+    checkpoints = run_dir / "seed4" / "checkpoints"
+    shutil.rmtree(checkpoints / "16")
+    (checkpoints / "latest").write_text("8")
+    main([*flags, "--resume"])
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [(r["seed"], r["env_steps"], r.get("done", False)) for r in rows] == [
+        (3, 0, False), (3, 8, False), (3, 16, False), (3, 16, True),
+        (4, 0, False), (4, 8, False), (4, 16, False), (4, 16, True),
+    ]  # fmt: skip
+    assert [r["value"] for r in rows] == [r["value"] for r in uncut]  # the same run, continued
+    # A seed with points but nothing to go on from is refused, not joined to a new trajectory.
+    shutil.rmtree(checkpoints)
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in cut))
+    with pytest.raises(SystemExit, match="no checkpoint"):
+        main([*flags, "--resume"])
 
 
 def test_the_mean_curve_ends_where_every_seed_got() -> None:
