@@ -33,7 +33,6 @@ from typing import Any, ClassVar, SupportsFloat, TypeVar
 
 import torch
 from gymnasium import spaces
-from stable_baselines3.common.utils import configure_logger
 
 from gym_llm.policy.llm_policy import LLMPolicy
 from gym_llm.policy.prompts import Message
@@ -47,6 +46,7 @@ from gym_llm.rl.agent_config import (
     saved_arguments,
 )
 from gym_llm.rl.common.checkpoint_files import agent_path
+from gym_llm.rl.common.learn_logger import learn_logger
 from gym_llm.rl.episodes import (
     EPISODES_FILE,
     Counts,
@@ -193,7 +193,9 @@ class Agent(ResolverSettings, abc.ABC):
             **hyper,
         )
         self.ppo.set_logger(
-            configure_logger(0, None if tensorboard_log is None else str(tensorboard_log), "Agent")
+            learn_logger(
+                0, None if tensorboard_log is None else str(tensorboard_log), "Agent", True
+            )
         )
         self.policy: LLMPolicy = self.ppo.policy
         self.tokenizer = self.policy.tokenizer

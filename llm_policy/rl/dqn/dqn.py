@@ -19,6 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import GymEnv
 from stable_baselines3.common.utils import LinearSchedule, polyak_update, update_learning_rate
@@ -40,6 +41,7 @@ from gym_llm.rl.common.checkpoint_files import (
     write_agent_directory,
 )
 from gym_llm.rl.common.frozen_features import FrozenFeatures
+from gym_llm.rl.common.learn_logger import learn_logging
 from gym_llm.rl.common.vec_env import check_text_env, wrap_text_env
 from gym_llm.rl.dqn.config import DQNConfig
 from gym_llm.rl.dqn.distill import distill_steps
@@ -320,6 +322,19 @@ class DQN(OffPolicyAlgorithm):
         if losses:
             self.logger.record("train/loss", float(np.mean(losses)))
             self.logger.record("train/q_mean", float(np.mean(q_means)))
+
+    def _setup_learn(
+        self,
+        total_timesteps: int,
+        callback: Any = None,
+        reset_num_timesteps: bool = True,
+        tb_log_name: str = "run",
+        progress_bar: bool = False,
+    ) -> tuple[int, BaseCallback]:
+        with learn_logging(self, tb_log_name, reset_num_timesteps):
+            return super()._setup_learn(
+                total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+            )
 
     def learn(self, *args: Any, **kwargs: Any) -> DQN:
         """SB3's ``learn``, then, with distillation on, a last round on the final values."""

@@ -63,6 +63,7 @@ from gym_llm.rl.common.distributed import (
     same_in_every_process,
     world_size,
 )
+from gym_llm.rl.common.learn_logger import learn_logging
 from gym_llm.rl.common.run_state import (
     algorithm_state,
     generator_from_state,
@@ -384,9 +385,10 @@ class PPO(OnPolicyAlgorithm):
         if resuming and self.env is not None:
             assert pending is not None
             self.restarted_episodes = resume_envs(self, pending)
-        return super()._setup_learn(
-            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
-        )
+        with learn_logging(self, tb_log_name, reset_num_timesteps):
+            return super()._setup_learn(
+                total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+            )
 
     def predict(  # type: ignore[override]
         self,
