@@ -193,7 +193,7 @@ def parse_arm(text: str) -> tuple[str, dict[str, Any], dict[str, Any], dict[str,
 
 def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[str, Any]:
     """Train one seed on one task; the exact gap fraction every ``args.every`` env steps."""
-    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.logger import Logger
 
     from benchmarks.studies.state_replies import best_actions, reply_figures, state_replies
     from gym_llm import PPO, make_text_env
@@ -212,7 +212,7 @@ def one_run(task: str, seed: int, arm: str, args: argparse.Namespace) -> dict[st
         policy_kwargs={"model": args.model, **policy}, device=args.device, **ppo,
     )  # fmt: skip
     figures: dict[str, float] = {}
-    logger = configure(None, [])
+    logger = Logger(folder=None, output_formats=[])  # no folder: nothing is written
     logger.record = keeping(logger.record, DIAGNOSTICS, figures)
     model.set_logger(logger)
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from stable_baselines3.common.logger import configure
+from stable_baselines3.common.logger import Logger
 
 from benchmarks.cli_args import add_settings, keeping, new_parser, write_json
 from gym_llm import PPO, make_text_env
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         **args.set["ppo"],
     )
     figures: dict[str, float] = {}
-    logger = configure(None, [])  # no output: this script prints its own rows
+    logger = Logger(folder=None, output_formats=[])  # no output: this script prints its own rows
     keep = ("state_entropy", "mutual_information", "greedy_changed", "explained_variance")
     logger.record = keeping(logger.record, keep, figures)
     model.set_logger(logger)

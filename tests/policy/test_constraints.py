@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from stable_baselines3.common.logger import configure
+from stable_baselines3.common.logger import Logger
 
 from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.envs import TextGameEnv
@@ -128,7 +128,7 @@ def test_ppo_learns_with_exact_ratios_and_no_invalid_reply(model_dir: Path) -> N
         model_dir, "Blackjack-v1", n_envs=2, policy=policy, n_steps=8, batch_size=16,
         n_epochs=2, learning_rate=1e-3,
     )  # fmt: skip
-    logger = configure(None, [])
+    logger = Logger(folder=None, output_formats=[])
     model.set_logger(logger)
     seen: dict[str, float] = {}
     record = logger.record

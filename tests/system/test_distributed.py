@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from stable_baselines3.common.logger import configure
+from stable_baselines3.common.logger import Logger
 
 from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.rl.common import distributed
@@ -49,7 +49,7 @@ def _model(model_dir: Path, n_envs: int) -> PPO:
     )
     with torch.no_grad():  # a critic that predicts 0.5: a gradient even when every reward
         model.policy.value_head.bias.fill_(0.5)  # of the rollout is 0 (then so is the signal)
-    model.set_logger(configure(None, []))
+    model.set_logger(Logger(folder=None, output_formats=[]))
     model.num_timesteps = 8  # past the (zero) critic warm-up
     model._current_progress_remaining = 1.0
     return model

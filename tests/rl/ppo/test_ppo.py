@@ -351,10 +351,10 @@ def test_passes_split_by_memory_give_the_one_pass_update(
 def _learn_recording(model: PPO, keys: tuple[str, ...]) -> tuple[list[str], dict[str, list[float]]]:
     """``model.learn(32)`` with every logged value of ``keys`` kept, and the input-ignored
     warnings it raised."""
-    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.logger import Logger
 
     seen: dict[str, list[float]] = {key: [] for key in keys}
-    logger = configure(None, [])
+    logger = Logger(folder=None, output_formats=[])
     record = logger.record
 
     def keep(key: str, value: Any, exclude: Any = None) -> None:

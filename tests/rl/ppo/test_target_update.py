@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from stable_baselines3.common.logger import configure
+from stable_baselines3.common.logger import Logger
 
 import gym_llm.rl.ppo.target_update as target_update
 from benchmarks.cli_args import keeping
@@ -109,7 +109,7 @@ def test_ppo_steps_onto_the_target_and_saves_the_setting(model_dir: Path, tmp_pa
     model = _ppo(model_dir, policy_update="target", kl_step=0.1)
     seen: dict[str, float] = {}
     before = {n: p.detach().clone() for n, p in model.policy.named_parameters()}
-    logger = configure(None, [])
+    logger = Logger(folder=None, output_formats=[])
     logger.record = keeping(logger.record, ("target_eta",), seen)
     model.set_logger(logger)
     model.learn(32)
