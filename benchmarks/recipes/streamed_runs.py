@@ -122,9 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--jsonl", type=Path, required=True, help="append the points here")
     add("--run-dir", type=Path, required=True, help="the run's directory (agent, TensorBoard)")
     add("--resume", action="store_true",
-        help="go on with runs cut short (a session's end): a seed whose last line in --jsonl "
-        "says done is skipped, one with a checkpoint in its run directory continues from it, "
-        "and no point already in --jsonl is written twice")  # fmt: skip
+        help="go on with runs cut short (a session's end), given the cut run's flags (the same "
+        "--seeds, --run-dir and --jsonl): a seed whose line in --jsonl says done is skipped, one "
+        "with a checkpoint in its run directory continues from it, and no point already in "
+        "--jsonl is written twice")  # fmt: skip
     summarize = commands.add_parser("summarize", help="a markdown table from JSONL files")
     summarize.add_argument("files", nargs="+", type=Path, help="JSONL files written by run")
     summarize.add_argument("--plots", type=Path, default=None, help="one PNG per env here")
