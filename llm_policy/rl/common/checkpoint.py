@@ -91,28 +91,9 @@ SAVED_HYPERPARAMETERS = (
 )
 
 
-#: What the first saved PPO held. Each hyper-parameter saved since is in PPO_BEFORE_ADDED.
-FIRST_SAVED_HYPERPARAMETERS = (
-    "learning_rate",
-    "n_steps",
-    "batch_size",
-    "n_epochs",
-    "gamma",
-    "gae_lambda",
-    "clip_range_value",
-    "normalize_advantage",
-    "ent_coef",
-    "vf_coef",
-    "max_grad_norm",
-    "target_kl",
-    "kl_coef",
-    "micro_batch_size",
-    "n_logged_samples",
-    "seed",
-)
-
 #: How a PPO saved before a hyper-parameter existed trained, so it loads as it was (``q_gamma``:
-#: ``gamma``). Fixed once written: a later default does not change what older agents did.
+#: ``gamma``): every hyper-parameter saved since the first format. Fixed once written: a later
+#: default does not change what older agents did.
 PPO_BEFORE_ADDED: dict[str, Any] = {
     "target_entropy": None,
     "target_entropy_of": "state",
@@ -164,29 +145,9 @@ DQN_HYPERPARAMETERS = (
 )
 
 
-#: What the first saved DQN held. Each hyper-parameter saved since is in DQN_BEFORE_ADDED.
-FIRST_DQN_HYPERPARAMETERS = (
-    "learning_rate",
-    "buffer_size",
-    "learning_starts",
-    "batch_size",
-    "tau",
-    "gamma",
-    "train_freq",
-    "gradient_steps",
-    "n_steps",
-    "target_update_interval",
-    "exploration_fraction",
-    "exploration_initial_eps",
-    "exploration_final_eps",
-    "max_grad_norm",
-    "alpha",
-    "beta",
-    "q_width",
-)
-
-#: How a DQN saved before a hyper-parameter existed trained, so it loads as it was. Fixed once
-#: written: a later default does not change what older agents did.
+#: How a DQN saved before a hyper-parameter existed trained, so it loads as it was: every
+#: hyper-parameter saved since the first format. Fixed once written: a later default does not
+#: change what older agents did.
 DQN_BEFORE_ADDED: dict[str, Any] = {
     "learning_rate_decay": 0,  # a constant rate
     "average_tau": 1.0,  # no averaged head

@@ -17,6 +17,48 @@ from tests.paths import FIXTURES
 FIXTURE = FIXTURES / "saved-agent"
 
 
+#: What the first saved PPO held (gym_llm.PPO/1, 2026-11-21): a record, never to change.
+FIRST_SAVED_HYPERPARAMETERS = (
+    "learning_rate",
+    "n_steps",
+    "batch_size",
+    "n_epochs",
+    "gamma",
+    "gae_lambda",
+    "clip_range_value",
+    "normalize_advantage",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "target_kl",
+    "kl_coef",
+    "micro_batch_size",
+    "n_logged_samples",
+    "seed",
+)
+
+#: What the first saved DQN held (gym_llm.DQN/1, 2026-11-24): a record, never to change.
+FIRST_DQN_HYPERPARAMETERS = (
+    "learning_rate",
+    "buffer_size",
+    "learning_starts",
+    "batch_size",
+    "tau",
+    "gamma",
+    "train_freq",
+    "gradient_steps",
+    "n_steps",
+    "target_update_interval",
+    "exploration_fraction",
+    "exploration_initial_eps",
+    "exploration_final_eps",
+    "max_grad_norm",
+    "alpha",
+    "beta",
+    "q_width",
+)
+
+
 def _copy(tmp_path: Path) -> Path:
     shutil.copytree(FIXTURE, tmp_path / "saved-agent")
     agent = tmp_path / "saved-agent" / "agent"
@@ -67,11 +109,11 @@ def test_agents_saved_before_a_setting_existed_load_as_they_trained() -> None:
     from gym_llm.rl.common import checkpoint as c
     from gym_llm.rl.common.checkpoint import SavedConfig
 
-    added = set(c.SAVED_HYPERPARAMETERS) - set(c.FIRST_SAVED_HYPERPARAMETERS)
+    added = set(c.SAVED_HYPERPARAMETERS) - set(FIRST_SAVED_HYPERPARAMETERS)
     assert added == set(c.PPO_BEFORE_ADDED) | {"q_gamma"}
-    assert set(c.DQN_HYPERPARAMETERS) - set(c.FIRST_DQN_HYPERPARAMETERS) == set(c.DQN_BEFORE_ADDED)
+    assert set(c.DQN_HYPERPARAMETERS) - set(FIRST_DQN_HYPERPARAMETERS) == set(c.DQN_BEFORE_ADDED)
 
-    first = dict.fromkeys(c.FIRST_SAVED_HYPERPARAMETERS, 1) | {"gamma": 0.9}
+    first = dict.fromkeys(FIRST_SAVED_HYPERPARAMETERS, 1) | {"gamma": 0.9}
     ppo = SavedConfig(first, {}, 0, 0, {}, {}).constructor_kwargs()
     assert (ppo["advantage_estimator"], ppo["policy_update"]) == ("gae", "clip")
     assert (ppo["min_action_prob"], ppo["floor_mode"]) == (0.0, "barrier")
