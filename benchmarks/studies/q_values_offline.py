@@ -131,6 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="each: how many times the values replay each env step (PPO's q_replay_ratio)",
     )
     add(
+        "--replay-balance",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="each: steps replayed with probability ∝ n(s, a)^-B, n the steps held with that "
+        "state and move (0: every step alike, as PPO's default; 1: every pair alike)",
+    )
+    add(
         "--critic",
         type=critic_setting,
         nargs="+",
@@ -236,6 +244,7 @@ def offline_critic(
     gamma: float = Q_GAMMA,
     gap_increase: float = 0.0,
     zero_start: bool = True,
+    replay_balance: float = 0.0,
 ) -> QCritic:
     """A :class:`QCritic` with the run's settings whose features are looked up by state index
     (observations are the states' texts' indices as strings)."""
@@ -248,6 +257,7 @@ def offline_critic(
     critic = QCritic(
         stand_in, N_ENVS, gamma=gamma, n_steps=n_steps, cut=cut, replay_ratio=replay_ratio,
         seed=seed, settings=settings, gap_increase=gap_increase, zero_start=zero_start,
+        replay_balance=replay_balance,
     )  # fmt: skip
     prior = torch.zeros(len(features), n_actions)
 
@@ -433,6 +443,7 @@ def setting_name(row: dict[str, Any]) -> str:
     changed += f" gap {row['gap_increase']:g}" if row.get("gap_increase") else ""
     changed += "" if row.get("zero_start") else " random start"
     changed += f" floor {row['floor']:g}" if row.get("floor") else ""
+    changed += f" balance {row['replay_balance']:g}" if row.get("replay_balance") else ""
     return f"n={row['n_steps']}{cut}{ratio}{changed}{' dueling' if row['dueling'] else ''}"
 
 
@@ -458,16 +469,48 @@ def held_counts(
     return out
 
 
+def misranked(row: dict[str, Any]) -> tuple[int, int]:
+    """``(wrong, rare)`` of a run's last row: the states acted in whose greedy value is not an
+    optimal move at the values' discount, and of those the ones where every optimal move was
+    played less often than the move the values rank first.
+
+    >>> misranked({"state_values": [[0.0, 1.0], [1.0, 0.0], [1.0, 0.0]],
+    ...            "state_q_gamma": [[1.0, 0.5], [1.0, 0.0], [0.0, 1.0]],
+    ...            "state_visits": [3, 5, 0], "move_plays": [[1, 2], [4, 1], [0, 0]]})
+    (1, 1)
+    """
+    q, q_gamma = np.array(row["state_values"]), np.array(row["state_q_gamma"])
+    plays, live = np.array(row["move_plays"]), np.array(row["state_visits"]) > 0
+    optimal = optimal_actions(q_gamma)
+    greedy = q.argmax(-1)
+    wrong = live & ~greedy_right(q, optimal)
+    greedy_plays = plays[np.arange(len(q)), greedy]
+    best_plays = np.where(optimal, plays, -1).max(-1)
+    return int(wrong.sum()), int((wrong & (best_plays < greedy_plays)).sum())
+
+
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = build_parser().parse_args(argv)
     if args.summarize:
         rows = [json.loads(line) for path in args.summarize for line in path.open()]
         tasks = {row["task"] for row in rows}
         floors = {task: exact_random_value(*env_key(task)) for task in tasks}
+        wrong: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        for row in rows:
+            if row["behaviour"] == "target" and "move_plays" in row:
+                wrong.setdefault((row["task"], setting_name(row)), []).append(misranked(row))
         for (task, setting), (held, seeds) in sorted(
             held_counts(rows, floors, args.steps // 2).items()
         ):
-            print(f"{task} {setting}: held {held} of {seeds}")
+            ends = wrong.get((task, setting), [])
+            states = (
+                f"; at the end {sum(w for w, _ in ends)} misranked states acted in over "
+                f"{len(ends)} seeds, {sum(r for _, r in ends)} with the best move played "
+                "less than the values' pick"
+                if ends
+                else ""
+            )
+            print(f"{task} {setting}: held {held} of {seeds}{states}")
         return rows
     task = args.env or args.task
     env, prior_probs, features = task_tables(task, args.model)
@@ -480,14 +523,15 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     for dueling in (False, True) if args.dueling else (False,):
         # one step has nothing to cut: run once
         settings = dict.fromkeys(
-            (n, c if n > 1 else 0.0, r, g, k)
+            (n, c if n > 1 else 0.0, r, g, k, b)
             for n in args.n_steps
             for c in args.cut
             for r in args.replay_ratio
             for g in args.gamma
             for k in args.gap_increase
+            for b in args.replay_balance
         )
-        for n_steps, cut, ratio, gamma, gap in settings:
+        for n_steps, cut, ratio, gamma, gap, balance in settings:
             for behaviour in args.behaviour:
                 for seed in args.seeds:
                     start = np.full_like(prior_probs, 1 / n_actions)
@@ -496,7 +540,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                     critic = offline_critic(
                         features, n_actions, n_steps, seed, dueling, cut, ratio,
                         critic_settings, gamma=gamma, gap_increase=gap,
-                        zero_start=not args.random_start,
+                        zero_start=not args.random_start, replay_balance=balance,
                     )  # fmt: skip
                     rows = simulate(
                         env, critic, start, args.steps, seed, behaviour == "target",
@@ -506,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                            "n_steps": n_steps, "dueling": dueling, "cut": cut,
                            "replay_ratio": ratio, "critic": changed, "gamma": gamma,
                            "gap_increase": gap, "zero_start": not args.random_start,
-                           "floor": args.floor}  # fmt: skip
+                           "floor": args.floor, "replay_balance": balance}  # fmt: skip
                     out += [{**key, **row} for row in rows]
                     worst = min(r["greedy_value"] for r in rows)
                     print(

@@ -58,6 +58,7 @@ class TextReplayBuffer:
         #: False where the env returned a non-finite reward: never drawn, never summed.
         self.valid = np.ones(shape, dtype=bool)
         self.pos, self.full = 0, False
+        self._draw_cache: tuple[tuple[int, bool, float], np.ndarray] | None = None
 
     def __len__(self) -> int:
         """Env steps held."""
@@ -182,6 +183,21 @@ class TextReplayBuffer:
         rows = self._latest_rows(steps)
         return self.observations[rows], self.actions[rows], self.behaviour_probs[rows]
 
+    def _draw_probs(self, balance: float) -> np.ndarray:
+        """:func:`pair_draw_probs` of the steps held (row-major over ``[row, env]``), computed
+        once per step added."""
+        key = (self.pos, self.full, balance)
+        if self._draw_cache is None or self._draw_cache[0] != key:
+            held = self.held_rows
+            probs = pair_draw_probs(
+                self.observations[:held].ravel(),
+                self.actions[:held].ravel(),
+                self.valid[:held].ravel(),
+                balance,
+            )
+            self._draw_cache = (key, probs)
+        return self._draw_cache[1]
+
     def add_step(
         self,
         observations: Any,
@@ -212,23 +228,35 @@ class TextReplayBuffer:
         gamma: float,
         rng: np.random.Generator,
         follows: Callable[[list[str], np.ndarray], np.ndarray] | None = None,
+        balance: float = 0.0,
     ) -> ReplaySample:
-        """``batch_size`` steps drawn uniformly with their ``n_steps`` returns. Near the newest
-        row the look-ahead is cut where the data ends and bootstraps from there.
+        """``batch_size`` steps drawn with their ``n_steps`` returns. Near the newest row the
+        look-ahead is cut where the data ends and bootstraps from there.
+
+        ``balance`` (β) draws a step with probability ∝ ``n(s, a)^-β``, ``n`` the steps held
+        with its observation and action: 0 draws every step alike; 1 gives every (observation,
+        action) pair held the same share, so a move played rarely is fitted as often as one
+        played every time (:func:`pair_draw_probs`).
 
         ``follows`` (observations, actions -> whether the policy whose values are learned would
         take each action there) also cuts it before the first later step whose action it would
         not take (Watkins's Q(lambda)): the rewards summed are then that policy's, not the
         behaviour's."""
         held = self.held_rows
+        if balance < 0:
+            raise ValueError(f"balance must be >= 0 (0: every step alike), got {balance}.")
         if held == 0:
             raise ValueError("The replay buffer is empty: collect steps before sampling.")
         if not self.valid[:held].any():
             raise ValueError("Every step held has a non-finite reward: nothing to learn from.")
-        rows = rng.integers(held, size=batch_size)
-        if self.full:  # row indices counted from the oldest row
-            rows = (self.pos + rows) % self.rows
-        envs = rng.integers(self.n_envs, size=batch_size)
+        if balance > 0:  # one draw over every (row, env) held, invalid steps at probability 0
+            cells = rng.choice(held * self.n_envs, size=batch_size, p=self._draw_probs(balance))
+            rows, envs = np.divmod(cells, self.n_envs)
+        else:
+            rows = rng.integers(held, size=batch_size)
+            if self.full:  # row indices counted from the oldest row
+                rows = (self.pos + rows) % self.rows
+            envs = rng.integers(self.n_envs, size=batch_size)
         while not (valid := self.valid[rows, envs]).all():  # draw those again (rarely any)
             again = int((~valid).sum())
             rows[~valid] = (self.pos * self.full + rng.integers(held, size=again)) % self.rows
@@ -260,3 +288,27 @@ class TextReplayBuffer:
             next_observations=list(self.next_observations[bootstrap_rows, envs]),
             behaviour_probs=torch.as_tensor(self.behaviour_probs[rows, envs]),
         )
+
+
+def pair_draw_probs(
+    observations: np.ndarray, actions: np.ndarray, valid: np.ndarray, balance: float
+) -> np.ndarray:
+    """Each step's probability of being drawn, ∝ ``n(s, a)^-balance`` with ``n`` the valid
+    steps sharing its observation and action; 0 for an invalid step.
+
+    >>> pair_draw_probs(np.array(["x", "x", "x", "y"]), np.array([0, 0, 0, 0]),
+    ...                 np.ones(4, bool), 1.0).round(3).tolist()
+    [0.167, 0.167, 0.167, 0.5]
+    """
+    if balance < 0:
+        raise ValueError(f"balance must be >= 0 (0: every step alike), got {balance}.")
+    ids: dict[tuple[str, int], int] = {}  # texts hashed, not copied into a fixed-width array
+    pair = np.array(
+        [
+            ids.setdefault((str(o), int(a)), len(ids))
+            for o, a in zip(observations, actions, strict=True)
+        ]
+    )
+    counts = np.bincount(pair[valid], minlength=len(ids)).astype(np.float64)
+    weights = np.where(valid, np.maximum(counts[pair], 1.0) ** -balance, 0.0)
+    return weights / weights.sum()  # type: ignore[no-any-return]

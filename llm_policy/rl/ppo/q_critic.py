@@ -87,6 +87,9 @@ class QCritic:
         zero_start: every value starts at 0 and stays there until a reward is seen, so that
             before any reward the target update leaves the policy as it is rather than tilting
             it by the head's initial output; ``False``: a random start, as DQN's.
+        replay_balance: steps are replayed with probability ∝ ``n(s, a)^-replay_balance``
+            (``n``: the steps held with that observation and action), so that a move the
+            policy has stopped playing is still fitted (0: every step alike).
     """
 
     def __init__(
@@ -101,11 +104,12 @@ class QCritic:
         settings: DQNConfig = Q_DEFAULTS,
         gap_increase: float = 0.0,
         zero_start: bool = True,
+        replay_balance: float = 0.0,
     ) -> None:
-        if replay_ratio <= 0 or n_steps < 1 or not 0 <= cut <= 1:
+        if replay_ratio <= 0 or n_steps < 1 or not 0 <= cut <= 1 or replay_balance < 0:
             raise ValueError(
-                f"Need replay_ratio > 0, n_steps >= 1 and 0 <= cut <= 1, got {replay_ratio}, "
-                f"{n_steps} and {cut}."
+                f"Need replay_ratio > 0, n_steps >= 1, 0 <= cut <= 1 and replay_balance >= 0, "
+                f"got {replay_ratio}, {n_steps}, {cut} and {replay_balance}."
             )
         reason = q_unavailable(policy)
         if reason is not None:
@@ -113,7 +117,7 @@ class QCritic:
         actions = list(policy.action_space.actions)
         self.gamma, self.replay_ratio, self.n_envs = gamma, replay_ratio, n_envs
         self.n_steps, self.cut, self.settings = n_steps, cut, settings
-        self.gap_increase = gap_increase
+        self.gap_increase, self.replay_balance = gap_increase, replay_balance
         self.features = FrozenFeatures(policy, prior=False)  # the TD target reads no prior
         hidden = int(policy.lm.config.get_text_config().hidden_size)
         online = QHead(
@@ -180,6 +184,7 @@ class QCritic:
                 self.gamma,
                 self.rng,
                 follows=None if self.cut >= 1 else self._follows,
+                balance=self.replay_balance,
             )
             done = td_step(
                 self.heads, sample, self.features, alpha=1.0, beta=0.0,

@@ -163,3 +163,46 @@ def test_a_non_finite_reward_is_never_drawn_nor_summed() -> None:
               np.zeros(2, bool), np.zeros(2, bool), np.full((2, 2), 0.5))  # fmt: skip
     with pytest.raises(ValueError, match="non-finite reward"):
         clean.sample(4, 1, 0.9, np.random.default_rng(0))
+
+
+def _one_state_buffer(actions: list[int], buffer_steps: int | None = None) -> TextReplayBuffer:
+    """One env in one state ``s`` playing ``actions`` in turn (rewards = the step's index)."""
+    buffer = TextReplayBuffer(buffer_steps or len(actions), n_envs=1, n_actions=2)
+    for t, action in enumerate(actions):
+        buffer.add(["s"], ["s"], np.array([action]), np.array([float(t)]),
+                   np.array([False]), np.array([False]), np.full((1, 2), 0.5))  # fmt: skip
+    return buffer
+
+
+def test_balance_draws_a_rarely_played_move_as_often_as_a_frequent_one() -> None:
+    buffer = _one_state_buffer([0] * 9 + [1])  # move 1 played once in ten
+    rare = {}
+    for balance in (0.0, 0.5, 1.0):
+        sample = buffer.sample(20_000, 1, 0.9, np.random.default_rng(1), balance=balance)
+        rare[balance] = float((sample.actions == 1).float().mean())
+    assert rare[0.0] == pytest.approx(0.1, abs=0.01)
+    assert rare[0.5] == pytest.approx(1 / (1 + 9**0.5), abs=0.01)  # 9 steps at 9^-0.5 each
+    assert rare[1.0] == pytest.approx(0.5, abs=0.01)
+
+
+def test_balance_counts_the_steps_held_now_and_leaves_the_uniform_draw_as_it_was() -> None:
+    buffer = _one_state_buffer([1] + [0] * 9 + [1] * 4, buffer_steps=10)  # the ring drops 4
+    sample = buffer.sample(20_000, 1, 0.9, np.random.default_rng(2), balance=1.0)
+    assert float((sample.actions == 1).float().mean()) == pytest.approx(0.5, abs=0.01)
+    assert set(sample.returns.tolist()) == set(map(float, range(4, 14)))  # only rows held
+    plain = [buffer.sample(64, 1, 0.9, np.random.default_rng(3), balance=b).returns
+             for b in (0.0, 0.0)]  # fmt: skip
+    assert torch.equal(*plain)
+    uniform = buffer.sample(64, 1, 0.9, np.random.default_rng(3))
+    assert torch.equal(uniform.returns, plain[0])  # balance 0 is the draw without it
+
+
+def test_balance_never_draws_a_step_with_a_non_finite_reward() -> None:
+    buffer = _one_state_buffer([0, 0, 1])
+    buffer.add(["s"], ["s"], np.array([1]), np.array([np.nan]),
+               np.array([False]), np.array([False]), np.full((1, 2), 0.5))  # fmt: skip
+    sample = buffer.sample(2_000, 1, 0.9, np.random.default_rng(0), balance=1.0)
+    assert torch.isfinite(sample.returns).all()
+    assert float((sample.actions == 1).float().mean()) == pytest.approx(0.5, abs=0.04)
+    with pytest.raises(ValueError, match="balance must be >= 0"):
+        buffer.sample(4, 1, 0.9, np.random.default_rng(0), balance=-1.0)

@@ -102,10 +102,15 @@ def test_n_step_targets_sum_rewards_before_bootstrapping(
     sample = critic.replay.sample
 
     def spy(
-        batch: int, n_steps: int, gamma: float, rng: np.random.Generator, follows: Any = None
+        batch: int,
+        n_steps: int,
+        gamma: float,
+        rng: np.random.Generator,
+        follows: Any = None,
+        **kwargs: Any,
     ) -> Any:
         sampled.append((n_steps, follows is not None))
-        return sample(batch, n_steps, gamma, rng, follows)
+        return sample(batch, n_steps, gamma, rng, follows, **kwargs)
 
     monkeypatch.setattr(critic.replay, "sample", spy)
     model.learn(16)
@@ -272,3 +277,27 @@ def test_needs_choice_mode_and_lora(model_dir: Path) -> None:
         _ppo(model_dir, policy_kwargs={"action_mode": "generate"})
     with pytest.raises(ValueError, match="LoRA"):
         _ppo(model_dir, policy_kwargs={"lora": None})
+
+
+def test_replay_balance_reaches_every_replay_draw(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gym_llm.rl.ppo.q_critic import QCritic
+
+    model = _ppo(model_dir)
+    with pytest.raises(ValueError, match="replay_balance >= 0"):
+        QCritic(model.policy, 4, gamma=0.9, replay_balance=-0.5)
+    critic = model.q_critic
+    assert critic is not None and critic.replay_balance == 0.0  # every step alike by default
+    critic.replay_balance = 1.0
+    draws: list[float] = []
+    sample = critic.replay.sample
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        draws.append(kwargs["balance"])
+        return sample(*args, **kwargs)
+
+    monkeypatch.setattr(critic.replay, "sample", spy)
+    model.learn(16)
+    assert draws and set(draws) == {1.0}
+    assert critic.td_steps == len(draws)
