@@ -82,6 +82,7 @@ SAVED_HYPERPARAMETERS = (
     "q_n_steps",
     "q_cut",
     "q_replay_ratio",
+    "q_replay_balance",
     "q_gamma",
     "q_huber_delta",
     "clip_range_vf",
@@ -105,6 +106,7 @@ PPO_BEFORE_ADDED: dict[str, Any] = {
     "q_n_steps": 1,
     "q_cut": 0.0,  # Watkins' cut
     "q_replay_ratio": 8.0,
+    "q_replay_balance": 0.0,  # every step alike
     "q_huber_delta": 1.0,  # SB3's Huber loss
     "clip_range_vf": None,
     "reward_scale": 1.0,

@@ -179,6 +179,10 @@ class PPOConfig:
     #: average (TD steps x batch / env steps; :data:`Q_REPLAY_RATIO`). They train on the frozen
     #: model's features, so a TD step costs a small MLP's pass.
     q_replay_ratio: float = Q_REPLAY_RATIO
+    #: ``advantage_estimator="q"``: steps are replayed with probability ∝ ``n(s, a)^-β``, ``n``
+    #: the steps held with that observation and action (0, the default: every step alike; 1:
+    #: every (state, move) pair alike, so a move the policy has stopped playing is still fitted).
+    q_replay_balance: float = 0.0
     #: ``advantage_estimator="q"``: the action values' discount (:data:`Q_GAMMA`); ``gamma``
     #: stays the discount of the returns the value head learns.
     q_gamma: float = Q_GAMMA
@@ -242,6 +246,11 @@ class PPOConfig:
         self.q_replay_ratio = float(self.q_replay_ratio)
         if not self.q_replay_ratio > 0:
             raise ValueError(f"q_replay_ratio must be > 0, got {self.q_replay_ratio}.")
+        self.q_replay_balance = float(self.q_replay_balance)
+        if not self.q_replay_balance >= 0:
+            raise ValueError(
+                f"q_replay_balance must be >= 0 (0: every step alike), got {self.q_replay_balance}."
+            )
         self.q_gamma = float(self.q_gamma)
         if not self.q_huber_delta > 0:
             raise ValueError(

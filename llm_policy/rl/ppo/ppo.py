@@ -149,6 +149,7 @@ class PPO(OnPolicyAlgorithm):
     q_n_steps: ConfigField[int] = ConfigField()
     q_cut: ConfigField[float] = ConfigField()
     q_replay_ratio: ConfigField[float] = ConfigField()
+    q_replay_balance: ConfigField[float] = ConfigField()
     q_gamma: ConfigField[float] = ConfigField()
     q_huber_delta: ConfigField[float] = ConfigField()
     clip_range_vf: ConfigField[float | None] = ConfigField()
@@ -358,6 +359,7 @@ class PPO(OnPolicyAlgorithm):
                 self.policy, self.n_envs, self.q_gamma, self.q_n_steps, self.q_cut,
                 self.q_replay_ratio, seed=self.seed,
                 settings=replace(Q_DEFAULTS, huber_delta=float(self.q_huber_delta)),
+                replay_balance=float(self.q_replay_balance),
             )  # fmt: skip
         #: Where the update's advantages come from (GAE, critic-free, action values), and
         #: their running scale.

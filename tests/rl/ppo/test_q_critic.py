@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from gym_llm import PPO
-from gym_llm.rl.ppo.q_critic import state_advantages
+from gym_llm.rl.ppo.q_critic import QCritic, state_advantages
 from tests.builders import small_ppo
 from tests.models import tiny_model_fixture
 
@@ -279,17 +279,18 @@ def test_needs_choice_mode_and_lora(model_dir: Path) -> None:
         _ppo(model_dir, policy_kwargs={"lora": None})
 
 
-def test_replay_balance_reaches_every_replay_draw(
-    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+def test_replay_balance_reaches_every_replay_draw_and_is_saved(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gym_llm.rl.ppo.q_critic import QCritic
-
-    model = _ppo(model_dir)
+    default = _ppo(model_dir)
+    assert default.q_critic.replay_balance == 0.0  # every step alike by default
     with pytest.raises(ValueError, match="replay_balance >= 0"):
-        QCritic(model.policy, 4, gamma=0.9, replay_balance=-0.5)
+        QCritic(default.policy, 4, gamma=0.9, replay_balance=-0.5)
+    with pytest.raises(ValueError, match="q_replay_balance must be >= 0"):
+        _ppo(model_dir, q_replay_balance=-1)
+    model = _ppo(model_dir, q_replay_balance=1)
     critic = model.q_critic
-    assert critic is not None and critic.replay_balance == 0.0  # every step alike by default
-    critic.replay_balance = 1.0
+    assert critic is not None and critic.replay_balance == 1.0
     draws: list[float] = []
     sample = critic.replay.sample
 
@@ -301,3 +302,10 @@ def test_replay_balance_reaches_every_replay_draw(
     model.learn(16)
     assert draws and set(draws) == {1.0}
     assert critic.td_steps == len(draws)
+    model.save(tmp_path / "agent")
+    assert PPO.load(tmp_path / "agent", device="cpu").q_critic.replay_balance == 1.0
+    config = tmp_path / "agent" / "config.json"
+    saved = json.loads(config.read_text())
+    del saved["hyperparameters"]["q_replay_balance"]  # saved before the setting: every step alike
+    config.write_text(json.dumps(saved))
+    assert PPO.load(tmp_path / "agent", device="cpu").q_critic.replay_balance == 0.0
