@@ -58,7 +58,9 @@ class TextReplayBuffer:
         #: False where the env returned a non-finite reward: never drawn, never summed.
         self.valid = np.ones(shape, dtype=bool)
         self.pos, self.full = 0, False
-        self._draw_cache: tuple[tuple[int, bool, float], np.ndarray] | None = None
+        #: Steps added or loaded so far, which keys :meth:`_draw_probs`'s cache.
+        self._writes = 0
+        self._draw_cache: tuple[tuple[int, float], np.ndarray] | None = None
 
     def __len__(self) -> int:
         """Env steps held."""
@@ -105,6 +107,7 @@ class TextReplayBuffer:
             self.ended[(row - 1) % self.rows, ~self.valid[row]] = True
         self.pos = (self.pos + 1) % self.rows
         self.full = self.full or self.pos == 0
+        self._writes += 1
 
     def state_dict(self) -> dict[str, Any]:
         """The steps held, for a checkpoint a run resumes from: each distinct text once (a
@@ -163,6 +166,7 @@ class TextReplayBuffer:
         self.behaviour_probs[:held] = state["behaviour_probs"].numpy()
         self.valid[:held] = state["valid"].numpy()
         self.pos, self.full = int(state["position"][0]), bool(state["position"][1])
+        self._writes += 1
 
     def distinct_observations(self) -> list[str]:
         """The observations held, each once, in the order they were first stored."""
@@ -186,7 +190,7 @@ class TextReplayBuffer:
     def _draw_probs(self, balance: float) -> np.ndarray:
         """:func:`pair_draw_probs` of the steps held (row-major over ``[row, env]``), computed
         once per step added."""
-        key = (self.pos, self.full, balance)
+        key = (self._writes, balance)
         if self._draw_cache is None or self._draw_cache[0] != key:
             held = self.held_rows
             probs = pair_draw_probs(

@@ -206,3 +206,16 @@ def test_balance_never_draws_a_step_with_a_non_finite_reward() -> None:
     assert float((sample.actions == 1).float().mean()) == pytest.approx(0.5, abs=0.04)
     with pytest.raises(ValueError, match="balance must be >= 0"):
         buffer.sample(4, 1, 0.9, np.random.default_rng(0), balance=-1.0)
+
+
+def test_balance_reads_the_steps_held_after_the_ring_turns_once_between_draws() -> None:
+    buffer = _one_state_buffer([0, 0, 0, 1])  # holds 4 steps: a full turn brings back the position
+    first = buffer.sample(20_000, 1, 0.9, np.random.default_rng(0), balance=0.5)
+    for action in (1, 0, 0, 0):  # the rare move now in the first slot
+        buffer.add(["s"], ["s"], np.array([action]), np.array([0.0]),
+                   np.array([False]), np.array([False]), np.full((1, 2), 0.5))  # fmt: skip
+    second = buffer.sample(20_000, 1, 0.9, np.random.default_rng(0), balance=0.5)
+    share = 1 / (1 + 3**0.5)  # one step of a move against three of the other, at 3^-0.5 each
+    assert float((first.actions == 1).float().mean()) == pytest.approx(share, abs=0.01)
+    assert float((second.actions == 1).float().mean()) == pytest.approx(share, abs=0.01)
+    assert float(second.returns[second.actions == 1].mean()) == 0.0  # the new step, not the old
