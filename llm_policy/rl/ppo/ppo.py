@@ -271,8 +271,9 @@ class PPO(OnPolicyAlgorithm):
         return self.advantage_source.nonfinite_turns
 
     @property
-    def _behaviour_floor(self) -> bool:
-        """The floor acts on how the rollout samples (``floor_mode="behaviour"``)."""
+    def floor_in_rollout(self) -> bool:
+        """Whether the floor acts on how the rollout samples (``floor_mode="behaviour"`` with a
+        floor above 0), leaving the policy and its loss free of it."""
         return self.floor_mode == "behaviour" and self.min_action_prob > 0
 
     @property
@@ -455,13 +456,13 @@ class PPO(OnPolicyAlgorithm):
         monitor.start(listed, policy.truncated_prompts)
         dones = np.zeros(env.num_envs, dtype=bool)
         estimates = self.advantage_source
-        replies = policy.listed_replies if self._behaviour_floor else []
+        replies = policy.listed_replies if self.floor_in_rollout else []
         while n_steps < n_rollout_steps:
             observations: np.ndarray = self._last_obs  # type: ignore[assignment]
             with torch.inference_mode():
                 step = policy.act(list(observations))
             monitor.before_step(observations, step)  # the policy's (diagnostics, the target)
-            if self._behaviour_floor:  # the rollout explores; the replay reads what it played
+            if self.floor_in_rollout:  # the rollout explores; the replay reads what it played
                 step = explore(step, self.min_action_prob, replies)
             new_obs, rewards, dones, infos = env.step(np.array(step.replies, dtype=object))
             self.num_timesteps += env.num_envs * processes  # env steps of every process
@@ -643,7 +644,7 @@ class PPO(OnPolicyAlgorithm):
             vf_coef=self.vf_coef,
             ent_coef=self.ent_coef,
             adaptive_entropy=self.ent_coef_auto,
-            min_action_prob=0.0 if self._behaviour_floor else self.min_action_prob,
+            min_action_prob=0.0 if self.floor_in_rollout else self.min_action_prob,
             kl_coef=self.kl_coef,
         )
 

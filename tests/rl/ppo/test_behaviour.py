@@ -161,14 +161,14 @@ def test_floor_mode_is_checked_where_it_is_set(model_dir: Path) -> None:
     # The default samples the floor where it can (the action values and their target) and
     # holds it by the barrier where it cannot (the clipped surrogate, a floor set by hand).
     default = _ppo(model_dir)
-    assert (default.floor_mode, default._behaviour_floor) == ("behaviour", True)
+    assert (default.floor_mode, default.floor_in_rollout) == ("behaviour", True)
     clipped = _ppo(model_dir, min_action_prob=0.05, policy_update="clip")
     assert (clipped.floor_mode, clipped.min_action_prob) == ("barrier", 0.05)
     assert _ppo(model_dir, floor_mode="barrier").floor_mode == "barrier"  # named, kept
     # A floor of 0 leaves the rollout the policy's.
-    assert not _ppo(model_dir, floor_mode="behaviour", min_action_prob=0)._behaviour_floor
+    assert not _ppo(model_dir, floor_mode="behaviour", min_action_prob=0).floor_in_rollout
     on_its_own = _ppo(model_dir, floor_mode="behaviour")  # the "auto" floor, now sampled
-    assert on_its_own._behaviour_floor and on_its_own.min_action_prob == 0.05
+    assert on_its_own.floor_in_rollout and on_its_own.min_action_prob == 0.05
 
 
 def test_the_resolved_floor_mode_is_saved_and_older_agents_keep_the_barrier(
@@ -182,4 +182,4 @@ def test_the_resolved_floor_mode_is_saved_and_older_agents_keep_the_barrier(
     del saved["hyperparameters"]["floor_mode"]  # saved before the setting existed
     config.write_text(json.dumps(saved))
     old = PPO.load(tmp_path / "agent", device="cpu")
-    assert (old.floor_mode, old._behaviour_floor) == ("barrier", False)
+    assert (old.floor_mode, old.floor_in_rollout) == ("barrier", False)
