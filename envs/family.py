@@ -59,9 +59,14 @@ HELD_OUT: tuple[str, ...] = (
     "grid-p2-s100",
 )
 #: The noisy kinds' tuning split (chance rewards, slippery moves, random draws), chosen as above.
-NOISY_TUNING: tuple[str, ...] = ("weather-p0-s0", "ice-p1-s0", "dice-p0-s1")
+NOISY_TUNING: tuple[str, ...] = ("weather-p0-s0", "ice-p1-s0", "dice-p0-s1", "cards-p1-s1")
 #: The noisy kinds' held-out split.
-NOISY_HELD_OUT: tuple[str, ...] = ("weather-p2-s100", "ice-p3-s101", "dice-p2-s100")
+NOISY_HELD_OUT: tuple[str, ...] = (
+    "weather-p2-s100",
+    "ice-p3-s101",
+    "dice-p2-s100",
+    "cards-p3-s100",
+)
 SPLITS: dict[str, tuple[str, ...]] = {
     "tuning": TUNING,
     "held-out": HELD_OUT,

@@ -27,6 +27,9 @@ and slippery FrozenLake):
 - ``ice``: ``walk`` on an icy path: a move slides the other way 20-30 % of the time.
 - ``dice``: push your luck: ``roll`` adds a die (1-6) to your total, ``stop`` is paid the total
   over the limit, a total past the limit pays 0 (one state per total; random draws decide).
+- ``cards``: a duel shaped like Blackjack: hit or stand on your hand against the house's first
+  card, the house then draws to a set total, and the result pays +1, 0 or −1 (60 states):
+  many states, each seen rarely, with a reward whose single draws say little.
 """
 
 from __future__ import annotations
@@ -297,6 +300,27 @@ DICE = (
      "divided by {limit}; more than {limit} coins tear your bag and you lose them all.",
      "You carry {n} coins.", ("dig", "leave")),
 )  # fmt: skip
+# CARDS: (instruction, observation, (draw, stand)); {stop}: the total the house stands on.
+CARDS = (
+    ("Card duel: cards show 1 to 6, each as likely. Reply 'hit' to add a card to your hand or "
+     "'stand'. A hand over {limit} loses 1 at once. When you stand, the house draws until it "
+     "holds {stop} or more: a house over {limit} loses, otherwise the higher hand wins 1 and the "
+     "lower loses 1 (a tie pays 0).", "Your hand is {n}. The house shows {c}.", ("hit", "stand")),
+    ("Boat race: each 'row' moves your boat 1 to 6 miles at random; 'moor' ends your turn. Past "
+     "{limit} miles you hit the rocks and lose 1. Then the rival rows until it has {stop} miles "
+     "or more: past {limit} it hits the rocks and you win 1, else whoever went further wins 1 "
+     "and the other loses 1 (even: 0).", "You are at {n} miles; the rival starts at {c}.",
+     ("row", "moor")),
+    ("Two miners race. Reply 'dig' to find 1 to 6 more gold or 'rest' to stop. More than {limit} "
+     "gold collapses your tunnel: you lose 1. When you rest, your rival digs until it has {stop} "
+     "or more; a rival over {limit} loses, otherwise more gold wins 1 and less loses 1 (equal: "
+     "0).", "You have {n} gold. Your rival starts with {c}.", ("dig", "rest")),
+    ("A stacking contest: 'add' puts a block of 1 to 6 cm on your tower, 'done' stops. A tower "
+     "over {limit} cm falls and loses 1. Then the other player adds blocks until theirs is "
+     "{stop} cm or more: if it falls past {limit} you win 1, otherwise the taller tower wins 1 "
+     "and the shorter loses 1 (a tie: 0).", "Your tower: {n} cm. Theirs starts at {c} cm.",
+     ("add", "done")),
+)  # fmt: skip
 
 
 def weather(name: str, rng: np.random.Generator, phrasing: int) -> Task:
@@ -331,6 +355,51 @@ def dice(name: str, rng: np.random.Generator, phrasing: int) -> Task:
     return Task(name, instruction.format(limit=limit), actions, texts, tuple(moves), starts, limit)
 
 
+def house_totals(start: int, stop: int) -> dict[int, float]:
+    """The house's final total and its probability: from ``start`` it adds a die (1-6) until it
+    holds ``stop`` or more.
+
+    >>> {t: round(p, 3) for t, p in house_totals(5, 6).items()}
+    {6: 0.167, 7: 0.194, 8: 0.194, 9: 0.194, 10: 0.194, 11: 0.056}
+    """
+    final: dict[int, float] = {}
+    live = {start: 1.0}
+    while live:
+        nxt: dict[int, float] = {}
+        for total, p in live.items():
+            if total >= stop:
+                final[total] = final.get(total, 0.0) + p
+                continue
+            for d in range(1, 7):
+                nxt[total + d] = nxt.get(total + d, 0.0) + p / 6
+        live = nxt
+    return dict(sorted(final.items()))
+
+
+def cards(name: str, rng: np.random.Generator, phrasing: int) -> Task:
+    instruction, observation, actions = CARDS[phrasing]
+    limit = int(rng.integers(14, 19))
+    stop = limit - int(rng.integers(2, 5))
+    low = limit - 9  # the hands dealt are the ten highest: where hitting and standing are close
+    states = [(n, c) for n in range(low, limit + 1) for c in range(1, 7)]
+    index = {state: s for s, state in enumerate(states)}
+    moves = []
+    for n, c in states:
+        hit = tuple(
+            (1 / 6, None, -1.0) if n + d > limit else (1 / 6, index[(n + d, c)], 0.0)
+            for d in range(1, 7)
+        )
+        paid = {1.0: 0.0, 0.0: 0.0, -1.0: 0.0}
+        for house, p in house_totals(c, stop).items():
+            paid[1.0 if house > limit or n > house else -1.0 if n < house else 0.0] += p
+        stand = tuple((p, None, reward) for reward, p in paid.items() if p > 0)
+        moves.append((hit, stand))
+    texts = tuple(observation.format(n=n, c=c) for n, c in states)
+    starts = tuple(index[(n, c)] for n in range(low, low + 6) for c in range(1, 7))
+    text = instruction.format(limit=limit, stop=stop)
+    return Task(name, text, actions, texts, tuple(moves), starts, limit)
+
+
 #: Kind name → generator ``(task name, rng, phrasing) -> Task``.
 KINDS: dict[str, Callable[[str, np.random.Generator, int], Task]] = {
     "threshold": threshold,
@@ -342,8 +411,9 @@ KINDS: dict[str, Callable[[str, np.random.Generator, int], Task]] = {
     "weather": weather,
     "ice": ice,
     "dice": dice,
+    "cards": cards,
 }
 #: The kinds whose rewards or moves are left to chance.
-NOISY_KINDS = ("weather", "ice", "dice")
+NOISY_KINDS = ("weather", "ice", "dice", "cards")
 #: Phrasings per kind (0..PHRASINGS-1).
 PHRASINGS = 4
