@@ -359,8 +359,10 @@ def house_totals(start: int, stop: int) -> dict[int, float]:
     """The house's final total and its probability: from ``start`` it adds a die (1-6) until it
     holds ``stop`` or more.
 
-    >>> {t: round(p, 3) for t, p in house_totals(5, 6).items()}
-    {6: 0.167, 7: 0.194, 8: 0.194, 9: 0.194, 10: 0.194, 11: 0.056}
+    >>> {t: round(p, 3) for t, p in house_totals(5, 6).items()}  # one card always
+    {6: 0.167, 7: 0.167, 8: 0.167, 9: 0.167, 10: 0.167, 11: 0.167}
+    >>> house_totals(2, 4)[4] == 1 / 6 + 1 / 36  # a 2, or a 1 and then a 1
+    True
     """
     final: dict[int, float] = {}
     live = {start: 1.0}
