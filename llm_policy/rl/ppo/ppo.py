@@ -98,7 +98,7 @@ from gym_llm.rl.ppo.guard import NanGuard
 from gym_llm.rl.ppo.loss import LossSettings
 from gym_llm.rl.ppo.passes import UpdatePasses
 from gym_llm.rl.ppo.q_critic import Q_DEFAULTS, QCritic, q_unavailable
-from gym_llm.rl.ppo.rollout import RolloutMonitor
+from gym_llm.rl.ppo.rollout import RolloutMonitor, collapse_remedies
 from gym_llm.rl.ppo.saving import agent_tensors, load_trained_state
 from gym_llm.rl.ppo.target_update import rows_on_device
 from gym_llm.rl.ppo.update_log import UpdateState, record_update
@@ -509,27 +509,11 @@ class PPO(OnPolicyAlgorithm):
             truncated_prompts=policy.truncated_prompts,
             per_state=policy.per_state,
             num_timesteps=self.num_timesteps,
-            remedies=self._remedies(),
+            remedies=collapse_remedies(policy),
         )
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
-
-    def _remedies(self) -> str:
-        """What to try against an input-independent policy, leaving out what is already on."""
-        policy = self.policy
-        off = [
-            f"policy_kwargs={{'{name}': True}}"
-            for name, on in (
-                ("action_head", policy.action_head is not None or not policy.actions_list),
-                (
-                    "choice_calibration",
-                    policy.calibrated or not policy.scores_listed_actions,
-                ),
-            )
-            if not on
-        ]
-        return ", ".join([*off, "an entropy bonus (ent_coef, or ent_coef='auto')"])
 
     # --- the update ----------------------------------------------------------------------------
 

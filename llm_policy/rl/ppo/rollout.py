@@ -174,3 +174,16 @@ class RolloutMonitor:
                 " Logged as rollout/input_ignored.",
                 stacklevel=4,
             )
+
+
+def collapse_remedies(policy: Any) -> str:
+    """What to try against an input-independent policy, leaving out what is already on."""
+    off = [
+        f"policy_kwargs={{'{name}': True}}"
+        for name, on in (
+            ("action_head", policy.action_head is not None or not policy.actions_list),
+            ("choice_calibration", policy.calibrated or not policy.scores_listed_actions),
+        )
+        if not on
+    ]
+    return ", ".join([*off, "an entropy bonus (ent_coef, or ent_coef='auto')"])
