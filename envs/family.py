@@ -59,13 +59,20 @@ HELD_OUT: tuple[str, ...] = (
     "grid-p2-s100",
 )
 #: The noisy kinds' tuning split (chance rewards, slippery moves, random draws), chosen as above.
-NOISY_TUNING: tuple[str, ...] = ("weather-p0-s0", "ice-p1-s0", "dice-p0-s1", "cards-p1-s1")
+NOISY_TUNING: tuple[str, ...] = (
+    "weather-p0-s0",
+    "ice-p1-s0",
+    "dice-p0-s1",
+    "cards-p1-s1",
+    "deck-p0-s1",
+)
 #: The noisy kinds' held-out split.
 NOISY_HELD_OUT: tuple[str, ...] = (
     "weather-p2-s100",
     "ice-p3-s101",
     "dice-p2-s100",
     "cards-p3-s100",
+    "deck-p2-s101",
 )
 SPLITS: dict[str, tuple[str, ...]] = {
     "tuning": TUNING,
@@ -125,7 +132,8 @@ class FamilyEnv(gym.Env[np.int64, np.int64]):
         self.observation_space = spaces.Discrete(n_states)
         self.action_space = spaces.Discrete(len(self.action_names))
         self.initial_state_distrib = np.zeros(n_states)
-        self.initial_state_distrib[list(self.task.starts)] = 1.0 / len(self.task.starts)
+        # a state listed twice in ``starts`` is twice as likely (as ``reset``'s draw makes it)
+        np.add.at(self.initial_state_distrib, list(self.task.starts), 1.0 / len(self.task.starts))
         self._state: int | None = None
         self._moves = 0
 

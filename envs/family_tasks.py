@@ -30,6 +30,9 @@ and slippery FrozenLake):
 - ``cards``: a duel shaped like Blackjack: hit or stand on your hand against the house's first
   card, the house then draws to a set total, and the result pays +1, 0 or −1 (60 states):
   many states, each seen rarely, with a reward whose single draws say little.
+- ``deck``: ``cards`` at Blackjack's scale: cards of 1 to 10, hands dealt as two cards' sum (so
+  some hands are rare), the house showing 1 to 10 (180-210 states). A state's less played move
+  may be played only a few times in thousands of env steps, each play paying ±1.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ class Task:
     """One task of the family, as data (the env in :mod:`gym_llm.envs.family` plays it).
 
     ``moves[s][a]`` lists where action ``a`` may lead from state ``s``, how likely and what it
-    pays; episodes start uniformly in ``starts`` and are cut after ``horizon`` moves.
+    pays; episodes start in a state drawn from ``starts`` (each entry alike, so a state listed
+    twice is twice as likely) and are cut after ``horizon`` moves.
     """
 
     name: str
@@ -323,6 +327,30 @@ CARDS = (
 )  # fmt: skip
 
 
+# DECK: (instruction, observation, (draw, stand)); cards of 1 to 10, {stop} as in CARDS.
+DECK = (
+    ("Cards show 1 to 10, each as likely; you are dealt two. Reply 'hit' to take a card or "
+     "'stand'. A hand over {limit} loses 1 at once. When you stand, the house draws until it "
+     "holds {stop} or more: a house over {limit} loses, otherwise the higher hand wins 1 and the "
+     "lower loses 1 (a tie pays 0).", "Your hand is {n}. The house shows {c}.", ("hit", "stand")),
+    ("Fishing contest: you start with two fish, and each 'cast' lands one more of 1 to 10 kg at "
+     "random; 'stop' ends your turn. Over {limit} kg your boat sinks: you lose 1. Then your "
+     "rival fishes until it holds {stop} kg or more: over {limit} it sinks and you win 1, else "
+     "the heavier catch wins 1 and the lighter loses 1 (equal: 0).",
+     "Your catch: {n} kg. The rival starts with {c} kg.", ("cast", "stop")),
+    ("Hiking race: you have walked two stages, and each 'walk' covers 1 to 10 km more at random; "
+     "'camp' stops. Past {limit} km you get lost and lose 1. Then the other hiker walks until it "
+     "has {stop} km or more: past {limit} it gets lost and you win 1, otherwise the longer "
+     "distance wins 1 and the shorter loses 1 (a tie: 0).",
+     "You have walked {n} km; the other hiker starts at {c} km.", ("walk", "camp")),
+    ("Loading a truck: it starts with two crates, and 'load' adds one more of 1 to 10 tonnes at "
+     "random; 'leave' stops. Over {limit} tonnes the truck breaks: you lose 1. Then a rival loads "
+     "until it has {stop} tonnes or more: a rival over {limit} loses, otherwise the heavier load "
+     "wins 1 and the lighter loses 1 (same: 0).",
+     "Your truck holds {n} tonnes. The rival's starts at {c}.", ("load", "leave")),
+)  # fmt: skip
+
+
 def weather(name: str, rng: np.random.Generator, phrasing: int) -> Task:
     instruction, observation, actions = WEATHER[phrasing]
     low = int(rng.integers(0, 60))
@@ -355,14 +383,16 @@ def dice(name: str, rng: np.random.Generator, phrasing: int) -> Task:
     return Task(name, instruction.format(limit=limit), actions, texts, tuple(moves), starts, limit)
 
 
-def house_totals(start: int, stop: int) -> dict[int, float]:
-    """The house's final total and its probability: from ``start`` it adds a die (1-6) until it
-    holds ``stop`` or more.
+def house_totals(start: int, stop: int, faces: int = 6) -> dict[int, float]:
+    """The house's final total and its probability: from ``start`` it adds a card of 1 to
+    ``faces`` (each alike) until it holds ``stop`` or more.
 
     >>> {t: round(p, 3) for t, p in house_totals(5, 6).items()}  # one card always
     {6: 0.167, 7: 0.167, 8: 0.167, 9: 0.167, 10: 0.167, 11: 0.167}
     >>> house_totals(2, 4)[4] == 1 / 6 + 1 / 36  # a 2, or a 1 and then a 1
     True
+    >>> min(house_totals(9, 17, faces=10)), max(house_totals(9, 17, faces=10))  # 10 + 10 - 1
+    (17, 26)
     """
     final: dict[int, float] = {}
     live = {start: 1.0}
@@ -372,34 +402,59 @@ def house_totals(start: int, stop: int) -> dict[int, float]:
             if total >= stop:
                 final[total] = final.get(total, 0.0) + p
                 continue
-            for d in range(1, 7):
-                nxt[total + d] = nxt.get(total + d, 0.0) + p / 6
+            for d in range(1, faces + 1):
+                nxt[total + d] = nxt.get(total + d, 0.0) + p / faces
         live = nxt
     return dict(sorted(final.items()))
 
 
 def cards(name: str, rng: np.random.Generator, phrasing: int) -> Task:
-    instruction, observation, actions = CARDS[phrasing]
     limit = int(rng.integers(14, 19))
     stop = limit - int(rng.integers(2, 5))
     low = limit - 9  # the hands dealt are the ten highest: where hitting and standing are close
-    states = [(n, c) for n in range(low, limit + 1) for c in range(1, 7)]
+    return _duel(
+        name, CARDS, phrasing, 6, limit, stop, range(low, limit + 1), [*range(low, low + 6)]
+    )
+
+
+def _duel(
+    name: str,
+    phrasings: tuple[tuple[str, str, tuple[str, str]], ...],
+    phrasing: int,
+    faces: int,
+    limit: int,
+    stop: int,
+    hands: range,
+    dealt: list[int],
+) -> Task:
+    """A hit-or-stand duel: states are (hand, house's first card) for every hand in ``hands``
+    and card 1 to ``faces``; ``dealt`` lists the starting hands (repeats make a hand likelier),
+    each met with every house card."""
+    instruction, observation, actions = phrasings[phrasing]
+    states = [(n, c) for n in hands for c in range(1, faces + 1)]
     index = {state: s for s, state in enumerate(states)}
     moves = []
     for n, c in states:
         hit = tuple(
-            (1 / 6, None, -1.0) if n + d > limit else (1 / 6, index[(n + d, c)], 0.0)
-            for d in range(1, 7)
+            (1 / faces, None, -1.0) if n + d > limit else (1 / faces, index[(n + d, c)], 0.0)
+            for d in range(1, faces + 1)
         )
         paid = {1.0: 0.0, 0.0: 0.0, -1.0: 0.0}
-        for house, p in house_totals(c, stop).items():
+        for house, p in house_totals(c, stop, faces).items():
             paid[1.0 if house > limit or n > house else -1.0 if n < house else 0.0] += p
         stand = tuple((p, None, reward) for reward, p in paid.items() if p > 0)
         moves.append((hit, stand))
     texts = tuple(observation.format(n=n, c=c) for n, c in states)
-    starts = tuple(index[(n, c)] for n in range(low, low + 6) for c in range(1, 7))
+    starts = tuple(index[(n, c)] for n in dealt for c in range(1, faces + 1))
     text = instruction.format(limit=limit, stop=stop)
     return Task(name, text, actions, texts, tuple(moves), starts, limit)
+
+
+def deck(name: str, rng: np.random.Generator, phrasing: int) -> Task:
+    limit = int(rng.integers(19, 23))
+    stop = limit - int(rng.integers(2, 5))
+    two_cards = [a + b for a in range(1, 11) for b in range(1, 11) if a + b <= limit]
+    return _duel(name, DECK, phrasing, 10, limit, stop, range(2, limit + 1), two_cards)
 
 
 #: Kind name → generator ``(task name, rng, phrasing) -> Task``.
@@ -414,8 +469,9 @@ KINDS: dict[str, Callable[[str, np.random.Generator, int], Task]] = {
     "ice": ice,
     "dice": dice,
     "cards": cards,
+    "deck": deck,
 }
 #: The kinds whose rewards or moves are left to chance.
-NOISY_KINDS = ("weather", "ice", "dice", "cards")
+NOISY_KINDS = ("weather", "ice", "dice", "cards", "deck")
 #: Phrasings per kind (0..PHRASINGS-1).
 PHRASINGS = 4

@@ -49,7 +49,7 @@ from gym_llm.policy.models import DEFAULT_MODEL
 ENV_ID = "gym_llm/Family-v0"
 #: Env steps per run: one-step tasks, and the walking kinds (longer episodes, more states).
 STEPS = {"threshold": 1024, "range": 1024, "compare": 1024, "membership": 1024, "weather": 2048,
-         "dice": 4096, "cards": 4096}  # fmt: skip
+         "dice": 4096, "cards": 4096, "deck": 8192}  # fmt: skip
 WALK_STEPS = 2048
 DIAGNOSTICS = (
     "state_entropy",

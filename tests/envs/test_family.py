@@ -132,6 +132,20 @@ def test_ice_slides_and_dice_bust_as_their_transitions_say() -> None:
     assert reward == 0.0 and 2 <= rolls <= limit
 
 
+def test_deck_deals_two_cards_so_middle_hands_are_likelier() -> None:
+    env = FamilyEnv("deck-p0-s1")
+    hands = [int(t.split()[3].rstrip(".")) for t in env.task.texts]
+    start = env.initial_state_distrib
+    assert start.sum() == pytest.approx(1.0)
+    by_hand = {h: start[[i for i, n in enumerate(hands) if n == h]].sum() for h in set(hands)}
+    assert by_hand[2] == pytest.approx(1 / 100) and by_hand[11] == pytest.approx(10 / 100)
+    drawn = [hands[int(env.reset(seed=i)[0])] for i in range(4000)]
+    assert np.mean(np.array(drawn) == 11) == pytest.approx(0.10, abs=0.015)  # reset agrees
+    q = TabularModel.of(env).q_values()
+    assert all(q[i, 0] > q[i, 1] for i, n in enumerate(hands) if n <= 8)  # hit a low hand
+    assert all(q[i, 1] > q[i, 0] for i, n in enumerate(hands) if n >= 19)  # stand near 20
+
+
 def test_walks_pay_at_the_exit_and_stop_at_the_horizon() -> None:
     env = gym.make("gym_llm/Family-v0", task="walk-p0-s0")
     observation, _ = env.reset(seed=3)
