@@ -50,7 +50,7 @@ from gym_llm.policy.models import DEFAULT_MODEL
 from gym_llm.policy.q_head import QHead
 from gym_llm.rl.dqn.config import DQNConfig
 from gym_llm.rl.dqn.td import QHeads
-from gym_llm.rl.ppo.behaviour import floored
+from gym_llm.rl.ppo.behaviour import floored, rare_first
 from gym_llm.rl.ppo.config import Q_CUT, Q_GAMMA, Q_REPLAY_RATIO
 from gym_llm.rl.ppo.q_critic import Q_DEFAULTS, QCritic
 from gym_llm.rl.ppo.target_update import table_targets
@@ -172,9 +172,18 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--floor",
         type=float,
-        default=0.0,
-        help="the target behaviour's least probability of every move after each update, "
+        nargs="+",
+        default=[0.0],
+        help="each: the target behaviour's least probability of every move after each update, "
         "as PPO's min_action_prob holds it (0: none)",
+    )
+    add(
+        "--floor-balance",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="each: the floor's mass shared among a state's moves by (plays held + 1)^-β, as "
+        "PPO's floor_balance does (0: evenly)",
     )
     add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
     add("--jsonl", type=Path, default=None, help="append every row here")
@@ -306,11 +315,13 @@ def simulate(
     kl_step: float = 0.05,
     every: int = 256,
     least: float = 0.0,
+    floor_balance: float = 0.0,
 ) -> list[dict[str, Any]]:
     """``steps`` env steps of ``N_ENVS`` envs on ``env``'s transition model acting with
     ``behaviour[s, a]`` (tilted by the values after each rollout when ``follow``, then mixed
-    with ``least`` on every move), the critic trained as a PPO run trains it; a row of
-    figures every ``every`` env steps."""
+    with ``least`` on every move, shared by :func:`rare_first` of the replay's plays with
+    ``floor_balance``), the critic trained as a PPO run trains it; a row of figures every
+    ``every`` env steps."""
     tabular = TabularModel.of(env)
     transitions, initial = env.unwrapped.P, tabular.initial
     q_star = tabular.q_values()
@@ -326,12 +337,17 @@ def simulate(
     clock = np.zeros(N_ENVS, dtype=int)
     acted = np.zeros(n_states, dtype=int)  # acted in: a terminal state never is
     played = np.zeros((n_states, n_actions), dtype=int)
+    floored_yet = np.zeros(n_states, dtype=bool)  # the floor acts from a state's first update
     seen: list[float] = []
     rows: list[dict[str, Any]] = []
     done_steps = 0
     while done_steps < steps:
         for _ in range(ROLLOUT):
-            actions = np.array([rng.choice(n_actions, p=policy[s]) for s in state])
+            probs = policy[state]
+            if floor_balance > 0 and floored_yet[state].any():  # the floor's mass moved
+                shared = rare_first(critic.replay.plays([str(s) for s in state]), floor_balance)
+                probs = probs + floored_yet[state, None] * least * (n_actions * shared - 1)
+            actions = np.array([rng.choice(n_actions, p=p) for p in probs])
             np.add.at(acted, state, 1)
             np.add.at(played, (state, actions), 1)
             new, rewards, dones, infos = [], [], [], []
@@ -353,7 +369,7 @@ def simulate(
             critic.replay.add_step(
                 [str(s) for s in state], [str(s) for s in new], actions,
                 np.array(rewards, np.float32), np.array(dones), infos,
-                policy[state].astype(np.float32),
+                probs.astype(np.float32),
             )  # fmt: skip
             state = np.array(new)
             done_steps += N_ENVS
@@ -369,6 +385,7 @@ def simulate(
             )
             for key, target in targets.items():
                 policy[int(key)] = with_floor(target / target.sum(), least)
+                floored_yet[int(key)] = True
         if done_steps % every == 0:
             q = critic.values([str(s) for s in range(n_states)])
             greedy = q.argmax(-1)
@@ -444,6 +461,7 @@ def setting_name(row: dict[str, Any]) -> str:
     changed += "" if row.get("zero_start") else " random start"
     changed += f" floor {row['floor']:g}" if row.get("floor") else ""
     changed += f" balance {row['replay_balance']:g}" if row.get("replay_balance") else ""
+    changed += f" floor-balance {row['floor_balance']:g}" if row.get("floor_balance") else ""
     return f"n={row['n_steps']}{cut}{ratio}{changed}{' dueling' if row['dueling'] else ''}"
 
 
@@ -523,15 +541,17 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     for dueling in (False, True) if args.dueling else (False,):
         # one step has nothing to cut: run once
         settings = dict.fromkeys(
-            (n, c if n > 1 else 0.0, r, g, k, b)
+            (n, c if n > 1 else 0.0, r, g, k, b, f, fb)
             for n in args.n_steps
             for c in args.cut
             for r in args.replay_ratio
             for g in args.gamma
             for k in args.gap_increase
             for b in args.replay_balance
+            for f in args.floor
+            for fb in args.floor_balance
         )
-        for n_steps, cut, ratio, gamma, gap, balance in settings:
+        for n_steps, cut, ratio, gamma, gap, balance, floor, floor_balance in settings:
             for behaviour in args.behaviour:
                 for seed in args.seeds:
                     start = np.full_like(prior_probs, 1 / n_actions)
@@ -544,13 +564,14 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                     )  # fmt: skip
                     rows = simulate(
                         env, critic, start, args.steps, seed, behaviour == "target",
-                        args.kl_step, least=args.floor,
+                        args.kl_step, least=floor, floor_balance=floor_balance,
                     )  # fmt: skip
                     key = {"task": task, "behaviour": behaviour, "seed": seed,
                            "n_steps": n_steps, "dueling": dueling, "cut": cut,
                            "replay_ratio": ratio, "critic": changed, "gamma": gamma,
                            "gap_increase": gap, "zero_start": not args.random_start,
-                           "floor": args.floor, "replay_balance": balance}  # fmt: skip
+                           "floor": floor, "replay_balance": balance,
+                           "floor_balance": floor_balance}  # fmt: skip
                     out += [{**key, **row} for row in rows]
                     worst = min(r["greedy_value"] for r in rows)
                     print(

@@ -9,7 +9,7 @@ probabilities of every action at the moment it was sampled.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +61,8 @@ class TextReplayBuffer:
         #: Steps added or loaded so far, which keys :meth:`_draw_probs`'s cache.
         self._writes = 0
         self._draw_cache: tuple[tuple[int, float], np.ndarray] | None = None
+        #: Valid steps held per observation and action, kept once :meth:`plays` is first asked.
+        self._plays: dict[str, np.ndarray] | None = None
 
     def __len__(self) -> int:
         """Env steps held."""
@@ -92,6 +94,8 @@ class TextReplayBuffer:
         the steps before it stop there and bootstrap from its observation (the previous step is
         marked as a cut episode end)."""
         row = self.pos
+        if self._plays is not None and self.full:  # the oldest steps leave the ring
+            self._count(row, -1)
         self.observations[row] = [str(o) for o in observations]
         self.next_observations[row] = [str(o) for o in next_observations]
         self.actions[row] = np.asarray(actions).reshape(self.n_envs)
@@ -105,9 +109,32 @@ class TextReplayBuffer:
         self.behaviour_probs[row] = np.asarray(behaviour_probs, dtype=np.float32)
         if (self.full or row > 0) and not self.valid[row].all():
             self.ended[(row - 1) % self.rows, ~self.valid[row]] = True
+        if self._plays is not None:
+            self._count(row, 1)
         self.pos = (self.pos + 1) % self.rows
         self.full = self.full or self.pos == 0
         self._writes += 1
+
+    def _count(self, row: int, sign: int) -> None:
+        """Add (``sign`` 1) or take away (-1) one ring row's valid steps in :meth:`plays`."""
+        assert self._plays is not None
+        for obs, action, valid in zip(
+            self.observations[row], self.actions[row], self.valid[row], strict=True
+        ):
+            if valid:
+                counts = self._plays.setdefault(str(obs), np.zeros(self.n_actions, np.int64))
+                counts[int(action)] += sign
+
+    def plays(self, observations: Sequence[Any]) -> np.ndarray:
+        """``(len(observations), K)``: how many valid steps held played each action from each
+        observation (0 for one never held): what the behaviour floor steers toward with
+        ``floor_balance``. Kept up to date step by step after the first call."""
+        if self._plays is None:
+            self._plays = {}
+            for row in range(self.held_rows):
+                self._count(row, 1)
+        none = np.zeros(self.n_actions, np.int64)
+        return np.stack([self._plays.get(str(o), none) for o in observations])
 
     def state_dict(self) -> dict[str, Any]:
         """The steps held, for a checkpoint a run resumes from: each distinct text once (a
@@ -167,6 +194,7 @@ class TextReplayBuffer:
         self.valid[:held] = state["valid"].numpy()
         self.pos, self.full = int(state["position"][0]), bool(state["position"][1])
         self._writes += 1
+        self._plays = None  # counted again from the steps loaded when next asked
 
     def distinct_observations(self) -> list[str]:
         """The observations held, each once, in the order they were first stored."""

@@ -79,12 +79,16 @@ def check_behaviour_floor(mode: str, update: str, policy: Any) -> None:
         )
 
 
-def floored(probs: np.ndarray, floor: float) -> np.ndarray:
+def floored(probs: np.ndarray, floor: float, weights: np.ndarray | None = None) -> np.ndarray:
     """``probs`` (``(..., K)``) mixed with the uniform distribution so that every action keeps
     at least ``floor``: ``(1 - K·floor)·probs + floor``, the order of the actions unchanged.
+    With ``weights`` (rows summing to 1, :func:`rare_first`) the floor's ``K·floor`` of mass is
+    shared by them instead of evenly.
 
     >>> floored(np.array([[1.0, 0.0, 0.0, 0.0]]), 0.05).round(3).tolist()
     [[0.85, 0.05, 0.05, 0.05]]
+    >>> floored(np.array([[1.0, 0.0]]), 0.05, np.array([[0.25, 0.75]])).round(3).tolist()
+    [[0.925, 0.075]]
     """
     k = probs.shape[-1]
     if not 0 <= floor * k < 1:
@@ -92,13 +96,33 @@ def floored(probs: np.ndarray, floor: float) -> np.ndarray:
             f"a floor of {floor} on each of {k} actions leaves no mass for the policy: give "
             f"min_action_prob less than 1/{k}."
         )
-    return ((1 - k * floor) * probs + floor).astype(probs.dtype)  # type: ignore[no-any-return]
+    if weights is None:
+        return ((1 - k * floor) * probs + floor).astype(probs.dtype)  # type: ignore[no-any-return]
+    return ((1 - k * floor) * probs + k * floor * weights).astype(probs.dtype)  # type: ignore[no-any-return]
 
 
-def explore(step: PolicyStep, floor: float, replies: Sequence[str]) -> PolicyStep:
+def rare_first(plays: np.ndarray, balance: float) -> np.ndarray:
+    """How the floor's mass is shared among each state's moves with ``floor_balance`` β:
+    ∝ ``(n + 1)^-β``, ``n`` the times each was played (``(..., K)``). 0 shares it evenly; the
+    larger β, the more of it goes to the moves a state has played least, so a move the policy
+    has left gets outcomes to correct its value from.
+
+    >>> rare_first(np.array([[99, 9], [0, 0]]), 1.0).round(3).tolist()
+    [[0.091, 0.909], [0.5, 0.5]]
+    """
+    if not balance >= 0:
+        raise ValueError(f"floor_balance must be >= 0 (0: the floor shared evenly), got {balance}.")
+    weights = (plays.astype(np.float64) + 1.0) ** -balance
+    return weights / weights.sum(-1, keepdims=True)  # type: ignore[no-any-return]
+
+
+def explore(
+    step: PolicyStep, floor: float, replies: Sequence[str], weights: np.ndarray | None = None
+) -> PolicyStep:
     """``step`` (a choice-mode rollout call over one list of ``replies``) with each env's action
     drawn from :func:`floored` instead of the policy: with probability ``K·floor`` a uniform
-    action replaces the policy's draw, which is the mixture exactly and reuses that draw.
+    action (one drawn by ``weights``, ``(n, K)``, where given) replaces the policy's draw,
+    which is the mixture exactly and reuses that draw.
 
     ``action_probs`` become the behaviour's (what the action values' replay records as sampled
     with); ``token_log_probs`` stay the *policy's* log-prob of the action played, so the
@@ -113,9 +137,12 @@ def explore(step: PolicyStep, floor: float, replies: Sequence[str]) -> PolicySte
     if k != len(replies):
         raise ValueError(f"the step scores {k} actions but {len(replies)} replies were given.")
     swap = torch.rand(n) < k * floor
-    uniform = torch.randint(k, (n,))
+    if weights is None:
+        spread = torch.randint(k, (n,))
+    else:
+        spread = torch.multinomial(torch.as_tensor(weights, dtype=torch.float64), 1).view(n)
     chosen = [
-        int(uniform[i]) if swap[i] else int(action[0]) for i, action in enumerate(step.actions)
+        int(spread[i]) if swap[i] else int(action[0]) for i, action in enumerate(step.actions)
     ]
     tiny = float(np.finfo(np.float32).tiny)
     return replace(
@@ -128,5 +155,5 @@ def explore(step: PolicyStep, floor: float, replies: Sequence[str]) -> PolicySte
             else step.token_log_probs[i]
             for i, a in enumerate(chosen)
         ],
-        action_probs=floored(probs, floor),
+        action_probs=floored(probs, floor, weights),
     )

@@ -219,3 +219,18 @@ def test_balance_reads_the_steps_held_after_the_ring_turns_once_between_draws() 
     assert float((first.actions == 1).float().mean()) == pytest.approx(share, abs=0.01)
     assert float((second.actions == 1).float().mean()) == pytest.approx(share, abs=0.01)
     assert float(second.returns[second.actions == 1].mean()) == 0.0  # the new step, not the old
+
+
+def test_plays_count_each_moves_valid_steps_held_as_the_ring_turns_and_after_loading() -> None:
+    buffer = _one_state_buffer([0, 0, 1], buffer_steps=4)
+    assert buffer.plays(["s", "never"]).tolist() == [[2, 1], [0, 0]]
+    for action, reward in ((1, 0.0), (1, np.nan), (1, 0.0)):  # the ring drops two 0s
+        buffer.add(["s"], ["s"], np.array([action]), np.array([reward]),
+                   np.array([False]), np.array([False]), np.full((1, 2), 0.5))  # fmt: skip
+    assert buffer.plays(["s"]).tolist() == [[0, 3]]  # the non-finite step is not a play
+    held = buffer.observations.ravel(), buffer.actions.ravel(), buffer.valid.ravel()
+    recount = [int(((held[0] == "s") & (held[1] == a) & held[2]).sum()) for a in (0, 1)]
+    assert recount == [0, 3]
+    again = TextReplayBuffer(4, n_envs=1, n_actions=2)
+    again.load_state_dict(buffer.state_dict())
+    assert again.plays(["s"]).tolist() == [[0, 3]]
