@@ -73,6 +73,7 @@ SAVED_HYPERPARAMETERS = (
     "target_entropy_of",
     "min_action_prob",
     "floor_mode",
+    "floor_balance",
     "policy_update",
     "kl_step",
     "micro_batch_size",
@@ -100,6 +101,7 @@ PPO_BEFORE_ADDED: dict[str, Any] = {
     "target_entropy_of": "state",
     "min_action_prob": 0.0,  # no floor
     "floor_mode": "barrier",
+    "floor_balance": 0.0,  # the floor shared evenly
     "policy_update": "clip",
     "kl_step": 0.05,
     "advantage_estimator": "gae",

@@ -138,6 +138,11 @@ class PPOConfig:
     #: policy. ``"auto"``, the default: the first where it applies, else the second
     #: (:func:`~gym_llm.rl.ppo.behaviour.resolve_floor_mode`).
     floor_mode: str = "auto"
+    #: ``floor_mode="behaviour"``: the floor's mass shared among a state's moves ∝
+    #: ``(n + 1)^-β``, ``n`` the plays of each the action values' replay holds (0, the default:
+    #: evenly; :func:`~gym_llm.rl.ppo.behaviour.rare_first`), so a move the policy has left is
+    #: played more and its value corrected by more outcomes.
+    floor_balance: float = 0.0
     #: ``"clip"``: PPO's clipped surrogate. ``"target"`` (choice mode): cross-entropy to the old
     #: policy tilted by each state's mean advantage per action, a step of ``kl_step`` nats
     #: (:mod:`gym_llm.rl.ppo.target_update`), whose gradient does not fade at p ~ 0.
@@ -237,6 +242,11 @@ class PPOConfig:
         if self.min_action_prob != "auto":
             self.min_action_prob = check_floor(self.min_action_prob)
         check_floor_mode(self.floor_mode)
+        self.floor_balance = float(self.floor_balance)
+        if not self.floor_balance >= 0:
+            raise ValueError(
+                f"floor_balance must be >= 0 (0: the floor shared evenly), got {self.floor_balance}."
+            )
         if self.policy_update not in ("clip", "target", "auto"):
             raise ValueError(
                 f"policy_update must be 'clip', 'target' or 'auto', got {self.policy_update!r}."

@@ -79,7 +79,12 @@ from gym_llm.rl.common.sharding import (
 from gym_llm.rl.common.vec_env import check_text_env, wrap_text_env
 from gym_llm.rl.ppo.advantage_source import AdvantageSource
 from gym_llm.rl.ppo.advantages import Estimator
-from gym_llm.rl.ppo.behaviour import check_behaviour_floor, explore, resolve_floor_mode
+from gym_llm.rl.ppo.behaviour import (
+    check_behaviour_floor,
+    explore,
+    rare_first,
+    resolve_floor_mode,
+)
 from gym_llm.rl.ppo.buffer import TextRolloutBuffer
 from gym_llm.rl.ppo.config import (
     PPOConfig,
@@ -138,6 +143,7 @@ class PPO(OnPolicyAlgorithm):
     target_entropy_of: ConfigField[str] = ConfigField()
     min_action_prob: ConfigField[float] = ConfigField()
     floor_mode: ConfigField[str] = ConfigField()
+    floor_balance: ConfigField[float] = ConfigField()
     policy_update: ConfigField[str] = ConfigField()
     kl_step: ConfigField[float] = ConfigField()
     vf_coef: ConfigField[float] = ConfigField()
@@ -276,6 +282,14 @@ class PPO(OnPolicyAlgorithm):
         floor above 0), leaving the policy and its loss free of it."""
         return self.floor_mode == "behaviour" and self.min_action_prob > 0
 
+    def _floor_shares(self, observations: np.ndarray) -> np.ndarray | None:
+        """How the rollout's floor is shared among each observation's moves (``None``: evenly)."""
+        if self.floor_balance <= 0:
+            return None
+        critic = self.advantage_source.q_critic
+        assert critic is not None, "checked at set-up: floor_balance needs the action values"
+        return rare_first(critic.replay.plays(list(observations)), self.floor_balance)
+
     @property
     def fsdp(self) -> bool:
         """Full fine-tuning's weights are sharded over the processes (FSDP)."""
@@ -351,6 +365,14 @@ class PPO(OnPolicyAlgorithm):
         )
         self.floor_mode = resolve_floor_mode(self.floor_mode, self.policy_update, self.policy)
         check_behaviour_floor(self.floor_mode, self.policy_update, self.policy)
+        if self.floor_balance > 0 and not (
+            self.floor_mode == "behaviour" and self.advantage_estimator == "q"
+        ):
+            raise ValueError(
+                f"floor_balance={self.floor_balance:g} shares the rollout's floor by the plays "
+                'the action values hold: it needs floor_mode="behaviour" with '
+                'advantage_estimator="q" (choice mode\'s defaults), or floor_balance=0.'
+            )
         self.parallel.start_equal(self.policy)
         #: The update's forward/backward passes over each minibatch.
         self.passes = UpdatePasses(self.policy, self.config, self.device)
@@ -463,7 +485,8 @@ class PPO(OnPolicyAlgorithm):
                 step = policy.act(list(observations))
             monitor.before_step(observations, step)  # the policy's (diagnostics, the target)
             if self.floor_in_rollout:  # the rollout explores; the replay reads what it played
-                step = explore(step, self.min_action_prob, replies)
+                shares = self._floor_shares(observations)
+                step = explore(step, self.min_action_prob, replies, shares)
             new_obs, rewards, dones, infos = env.step(np.array(step.replies, dtype=object))
             self.num_timesteps += env.num_envs * processes  # env steps of every process
             callback.update_locals(locals())

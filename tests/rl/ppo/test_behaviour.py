@@ -15,7 +15,7 @@ import torch
 
 from gym_llm import PPO
 from gym_llm.policy.outputs import PolicyStep
-from gym_llm.rl.ppo.behaviour import check_behaviour_floor, explore, floored
+from gym_llm.rl.ppo.behaviour import check_behaviour_floor, explore, floored, rare_first
 from tests.builders import small_ppo
 from tests.models import tiny_model_fixture
 
@@ -68,6 +68,32 @@ def test_explore_samples_the_mixture_and_keeps_the_policys_log_probs() -> None:
     assert log_probs[played == 1] == pytest.approx(np.log(0.01), abs=1e-6)  # not the floor's
     assert (log_probs[played >= 2] < -80).all()  # the policy gives them nothing: finite, tiny
     assert np.isfinite(log_probs).all()
+
+
+def test_rare_first_shares_the_floor_toward_the_least_played_moves() -> None:
+    plays = np.array([[99, 9, 0], [5, 5, 5], [0, 0, 0]])
+    assert rare_first(plays, 0.0) == pytest.approx(np.full((3, 3), 1 / 3))  # evenly
+    shares = rare_first(plays, 1.0)
+    np.testing.assert_allclose(shares.sum(-1), 1.0)
+    assert shares[0, 2] > shares[0, 1] > shares[0, 0]  # fewer plays, more of the floor
+    assert shares[0, 1] / shares[0, 0] == pytest.approx(100 / 10)  # (n + 1)^-1
+    assert shares[1] == pytest.approx([1 / 3] * 3) and shares[2] == pytest.approx([1 / 3] * 3)
+    assert rare_first(plays, 2.0)[0, 2] > shares[0, 2]  # a larger beta leans further
+    with pytest.raises(ValueError, match="floor_balance must be >= 0"):
+        rare_first(plays, -1.0)
+
+
+def test_explore_draws_the_floors_moves_by_their_shares() -> None:
+    torch.manual_seed(0)
+    n, floor = 40_000, 0.05
+    probs = np.tile(np.array([[1.0, 0.0, 0.0]], dtype=np.float32), (n, 1))
+    shares = np.tile(np.array([[0.0, 0.2, 0.8]]), (n, 1))
+    step = explore(_step(probs, 0), floor, ["r0", "r1", "r2"], shares)
+    share = np.bincount([int(a[0]) for a in step.actions], minlength=3) / n
+    # (1 - 3 * 0.05) * pi + 3 * 0.05 * shares: 0.85, 0.03, 0.12
+    np.testing.assert_allclose(share, [0.85, 0.03, 0.12], atol=0.006)
+    np.testing.assert_allclose(step.action_probs, floored(probs, floor, shares), rtol=1e-6)
+    np.testing.assert_allclose(step.action_probs[0], [0.85, 0.03, 0.12], rtol=1e-6)
 
 
 def test_explore_checks_its_input() -> None:
@@ -169,6 +195,45 @@ def test_floor_mode_is_checked_where_it_is_set(model_dir: Path) -> None:
     assert not _ppo(model_dir, floor_mode="behaviour", min_action_prob=0).floor_in_rollout
     on_its_own = _ppo(model_dir, floor_mode="behaviour")  # the "auto" floor, now sampled
     assert on_its_own.floor_in_rollout and on_its_own.min_action_prob == 0.05
+
+
+def test_floor_balance_shares_the_rollouts_floor_by_the_replays_plays(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    assert _ppo(model_dir).floor_balance == 0.0  # evenly by default
+    with pytest.raises(ValueError, match="floor_balance must be >= 0"):
+        _ppo(model_dir, floor_balance=-1)
+    with pytest.raises(ValueError, match='needs floor_mode="behaviour"'):
+        _ppo(model_dir, floor_balance=1, floor_mode="barrier")
+    policy = {"temperature": 0.01, "choice_calibration": False}  # one move near-certain
+    model = _ppo(model_dir, min_action_prob=0.1, floor_balance=2, policy=policy)
+    model.learn(32)
+    critic = model.q_critic
+    assert critic is not None
+    # Each move of the last rollout was drawn from the floor shared by the plays held just
+    # before it: recount them from the replay and rebuild the behaviour.
+    observations, _, behaviour = critic.replay.latest(8)
+    first = critic.replay.held_rows - 8
+    for t, e in np.ndindex(observations.shape):
+        o = str(observations[t, e])
+        rows = slice(0, first + t)
+        counts = [
+            int(
+                ((critic.replay.observations[rows] == o) & (critic.replay.actions[rows] == a)).sum()
+            )
+            for a in range(2)
+        ]
+        own = model.rollout_action_probs[o]
+        expected = floored(own[None], 0.1, rare_first(np.array([counts]), 2.0))[0]
+        np.testing.assert_allclose(behaviour[t, e], expected, rtol=1e-5)
+    assert behaviour.min() < 0.1 - 1e-3  # somewhere the well-played move got less than even
+    model.save(tmp_path / "agent")
+    assert PPO.load(tmp_path / "agent", device="cpu").floor_balance == 2.0
+    config = tmp_path / "agent" / "config.json"
+    saved = json.loads(config.read_text())
+    del saved["hyperparameters"]["floor_balance"]  # saved before the setting: evenly
+    config.write_text(json.dumps(saved))
+    assert PPO.load(tmp_path / "agent", device="cpu").floor_balance == 0.0
 
 
 def test_the_resolved_floor_mode_is_saved_and_older_agents_keep_the_barrier(
