@@ -196,6 +196,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead of running: per task and setting, how many seeds' behaviour acts "
         "greedily within 10 %% of the optimum at --steps / 2 and at --steps (held)",
     )
+    add(
+        "--close",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help="with --summarize: also count the seeds within SHARE of the random-to-optimum gap "
+        "of the optimum at both points (e.g. 0.067, Blackjack's target's share)",
+    )
     return parser
 
 
@@ -466,11 +474,11 @@ def setting_name(row: dict[str, Any]) -> str:
 
 
 def held_counts(
-    rows: Sequence[dict[str, Any]], floors: dict[str, float], budget: int
+    rows: Sequence[dict[str, Any]], floors: dict[str, float], budget: int, share: float = 0.9
 ) -> dict[tuple[str, str], tuple[int, int]]:
     """``(task, setting) -> (seeds held, seeds)``: held when acting greedily on the behaviour
-    closes 90 % of the random-to-optimum gap (``floors``: each task's random return) at
-    ``budget`` and at twice it, as the family's learning claims count."""
+    closes ``share`` of the random-to-optimum gap (``floors``: each task's random return) at
+    ``budget`` and at twice it, as the family's learning claims count (90 %)."""
     curves: dict[tuple[str, str, int], dict[int, float]] = {}
     for row in rows:
         if row["behaviour"] != "target":
@@ -481,10 +489,21 @@ def held_counts(
         curves.setdefault(key, {})[row["env_steps"]] = share
     out: dict[tuple[str, str], tuple[int, int]] = {}
     for (task, setting, _), curve in curves.items():
-        held = all(curve.get(at, -1.0) >= 0.9 for at in (budget, 2 * budget))
+        held = all(curve.get(at, -1.0) >= share for at in (budget, 2 * budget))
         done, seen = out.get((task, setting), (0, 0))
         out[(task, setting)] = (done + held, seen + 1)
     return out
+
+
+def mean_shortfall(rows: Sequence[dict[str, Any]], steps: int) -> dict[tuple[str, str], float]:
+    """``(task, setting) ->`` the mean over seeds of how far acting greedily on the behaviour
+    is below the optimum at ``steps``."""
+    gaps: dict[tuple[str, str], list[float]] = {}
+    for row in rows:
+        if row["behaviour"] == "target" and row["env_steps"] == steps:
+            key = (row["task"], setting_name(row))
+            gaps.setdefault(key, []).append(row["optimum"] - row["behaviour_greedy_value"])
+    return {key: float(np.mean(values)) for key, values in gaps.items()}
 
 
 def misranked(row: dict[str, Any]) -> tuple[int, int]:
@@ -517,6 +536,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         for row in rows:
             if row["behaviour"] == "target" and "move_plays" in row:
                 wrong.setdefault((row["task"], setting_name(row)), []).append(misranked(row))
+        close = held_counts(rows, floors, args.steps // 2, 1 - args.close) if args.close else {}
+        shortfall = mean_shortfall(rows, args.steps)
         for (task, setting), (held, seeds) in sorted(
             held_counts(rows, floors, args.steps // 2).items()
         ):
@@ -528,7 +549,14 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                 if ends
                 else ""
             )
-            print(f"{task} {setting}: held {held} of {seeds}{states}")
+            near = (
+                f"; close (within {args.close:.1%} of the gap) {close[(task, setting)][0]}"
+                if args.close
+                else ""
+            )
+            short = shortfall.get((task, setting))
+            short_text = "" if short is None else f"; mean shortfall at the end {short:.4f}"
+            print(f"{task} {setting}: held {held} of {seeds}{near}{short_text}{states}")
         return rows
     task = args.env or args.task
     env, prior_probs, features = task_tables(task, args.model)
