@@ -484,9 +484,9 @@ def held_counts(
         if row["behaviour"] != "target":
             continue
         span = row["optimum"] - floors[row["task"]]
-        share = (row["behaviour_greedy_value"] - floors[row["task"]]) / span
+        closed = (row["behaviour_greedy_value"] - floors[row["task"]]) / span
         key = (row["task"], setting_name(row), row["seed"])
-        curves.setdefault(key, {})[row["env_steps"]] = share
+        curves.setdefault(key, {})[row["env_steps"]] = closed
     out: dict[tuple[str, str], tuple[int, int]] = {}
     for (task, setting, _), curve in curves.items():
         held = all(curve.get(at, -1.0) >= share for at in (budget, 2 * budget))

@@ -153,3 +153,37 @@ def test_held_counts_need_the_gap_closed_at_the_budget_and_at_twice_it() -> None
     assert held_counts(rows, {"t": 0.0}, budget=2) == {("t", "n=1"): (1, 3)}
     # the gap is measured from the random return: from 0.6, 0.95 closes only 87.5 % of it
     assert held_counts(rows[:2], {"t": 0.6}, budget=2) == {("t", "n=1"): (0, 1)}
+
+
+def test_floor_balance_plays_the_least_played_moves_more() -> None:
+    table = BlackjackTable()  # two moves, 280 states: settled states leave one move rare
+
+    def least_played_share(balance: float) -> float:
+        torch.manual_seed(0)
+        critic = offline_critic(torch.eye(280), 2, n_steps=1, seed=0)
+        rows = simulate(
+            table, critic, np.full((280, 2), 0.5), 4096, 0, True, every=4096, least=0.05,
+            floor_balance=balance,
+        )  # fmt: skip
+        plays = np.array(rows[-1]["move_plays"], dtype=float)
+        live = plays.sum(1) >= 20
+        return float((plays[live].min(1) / plays[live].sum(1)).mean())
+
+    # measured 0.234 against 0.183: the floor's mass moves to each state's less played move
+    assert least_played_share(2.0) > 1.15 * least_played_share(0.0)
+
+
+def test_close_counts_and_shortfall_read_the_behaviours_greedy_value() -> None:
+    from benchmarks.studies.q_values_offline import held_counts, mean_shortfall
+
+    base = {"task": "t", "behaviour": "target", "n_steps": 1, "cut": 0.0, "dueling": False,
+            "replay_ratio": 16.0, "gamma": 0.95, "zero_start": True, "optimum": 1.0}  # fmt: skip
+    curves = {0: (0.95, 0.99), 1: (0.97, 0.93)}  # both hold 90 %; only seed 0 is within 5 %
+    rows = [
+        {**base, "seed": seed, "env_steps": steps, "behaviour_greedy_value": value}
+        for seed, values in curves.items()
+        for steps, value in zip((2, 4), values, strict=True)
+    ]
+    assert held_counts(rows, {"t": 0.0}, budget=2) == {("t", "n=1"): (2, 2)}
+    assert held_counts(rows, {"t": 0.0}, budget=2, share=0.95) == {("t", "n=1"): (1, 2)}
+    assert mean_shortfall(rows, 4) == {("t", "n=1"): pytest.approx(0.04)}
