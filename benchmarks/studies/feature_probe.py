@@ -45,13 +45,41 @@ ENVS: dict[str, tuple[str, dict[str, Any]]] = {
     "frozenlake-slippery": ("FrozenLake-v1", {"is_slippery": True}),
 }
 
+
+def env_name(name: str) -> str:
+    """``name`` as given when it is one of :data:`ENVS` or a task of the family, else an error
+    listing both."""
+    if name in ENVS:
+        return name
+    from gym_llm.envs.family import make_task
+
+    try:
+        make_task(name)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(
+            f"{name!r}: not one of {', '.join(ENVS)}, and {error}"
+        ) from None
+    return name
+
+
+def env_spec(name: str) -> tuple[str, dict[str, Any]]:
+    """The env id and kwargs of :func:`env_name`'s ``name``."""
+    return ENVS.get(name, ("gym_llm/Family-v0", {"task": name}))
+
+
 Regressor = Callable[[np.ndarray, np.ndarray, np.ndarray, int], np.ndarray]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = new_parser("python -m benchmarks.studies.feature_probe", __doc__)
     add = parser.add_argument
-    add("--envs", nargs="+", default=list(ENVS), choices=list(ENVS), help="envs to probe")
+    add(
+        "--envs",
+        nargs="+",
+        type=env_name,
+        default=list(ENVS),
+        help=f"envs to probe: {', '.join(ENVS)} or a task of the family (e.g. deck-p0-s1)",
+    )
     add("--model", default=DEFAULT_MODEL, help="registry name or local model path")
     add("--folds", type=int, default=5, help="cross-validation folds (5: 20 %% held out)")
     add("--seed", type=int, default=0, help="seed of the folds and the MLP")
@@ -205,7 +233,7 @@ def probe(name: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     from gym_llm.evaluation.exact import exact_optimum, exact_random_value
     from gym_llm.wrappers import TextObservationWrapper
 
-    env_id, env_kwargs = ENVS[name]
+    env_id, env_kwargs = env_spec(name)
     states, q = decision_table(env_id, env_kwargs)
     import gymnasium as gym
 

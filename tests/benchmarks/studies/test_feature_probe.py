@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from benchmarks.studies.feature_probe import (
     advantages,
     agreement,
     decision_table,
+    env_name,
+    env_spec,
     fit_mlp,
     fit_ridge,
     greedy_return,
@@ -52,17 +55,28 @@ def test_out_of_fold_predictions_recover_a_linear_target_on_unseen_rows(fit: Reg
 
 @pytest.mark.parametrize(
     ("env_id", "kwargs", "n_states"),
-    [("FrozenLake-v1", {"is_slippery": False}, 11), ("Blackjack-v1", {"sab": False}, 280)],
+    [
+        ("FrozenLake-v1", {"is_slippery": False}, 11),
+        ("Blackjack-v1", {"sab": False}, 280),
+        (*env_spec("deck-p0-s1"), 210),  # a family task: every hand is a decision
+    ],
 )
 def test_acting_greedily_on_q_star_is_optimal(
     env_id: str, kwargs: dict[str, Any], n_states: int
 ) -> None:
     states, q = decision_table(env_id, kwargs)
-    assert len(states) == n_states and q.shape == (n_states, 2 if "Black" in env_id else 4)
+    assert len(states) == n_states and q.shape == (n_states, 4 if "Frozen" in env_id else 2)
     best = greedy_return(env_id, kwargs, states, q.argmax(1))
     assert best == pytest.approx(exact_optimum(env_id, kwargs), abs=1e-9)
     worst = greedy_return(env_id, kwargs, states, q.argmin(1))
     assert worst < exact_random_value(env_id, kwargs)
+
+
+def test_envs_are_the_named_ones_or_family_tasks() -> None:
+    assert env_spec(env_name("blackjack")) == ("Blackjack-v1", {"sab": False})
+    assert env_spec(env_name("cards-p1-s1")) == ("gym_llm/Family-v0", {"task": "cards-p1-s1"})
+    with pytest.raises(argparse.ArgumentTypeError, match=r"not one of blackjack.*KIND-p"):
+        env_name("blackjak")
 
 
 def test_probe_runs_end_to_end_on_a_tiny_model(tiny_model_dir: Path, tmp_path: Path) -> None:
