@@ -297,6 +297,41 @@ def offline_critic(
 SWEEPS = 2000
 
 
+def ridge_fitted_values(
+    replay: Any, features: torch.Tensor, n_actions: int, gamma: float, alpha: float,
+    sweeps: int = 60,
+) -> np.ndarray:
+    """``(n_states, K)`` action values fitted to the same steps by ridge regression on the same
+    standardised features (fitted Q iteration: each sweep regresses ``r + gamma max_a Q(s', a)``
+    on each move's features, every (state, move) weighted by its plays; ``alpha`` the ridge
+    penalty). What a linear fit of the run's data gives, against what the head learned: the
+    data's limit, apart from the head's fit.
+    """
+    held = replay.held_rows
+    valid = replay.valid[:held].ravel()
+    s = np.array([int(o) for o in replay.observations[:held].ravel()])[valid]
+    nxt = np.array([int(o) for o in replay.next_observations[:held].ravel()])[valid]
+    a = replay.actions[:held].ravel()[valid]
+    r = replay.rewards[:held].ravel()[valid].astype(np.float64)
+    stop = replay.terminated[:held].ravel()[valid]  # cut by a time limit: bootstrapped
+    x = features.double().numpy()
+    x = (x - x.mean(0)) / (x.std(0) + 1e-6)
+    q = np.zeros((len(x), n_actions))
+    for _ in range(sweeps):
+        target = r + gamma * np.where(stop, 0.0, q[nxt].max(-1))
+        for move in range(n_actions):
+            mine = a == move
+            plays = np.bincount(s[mine], minlength=len(x)).astype(np.float64)
+            sums = np.bincount(s[mine], weights=target[mine], minlength=len(x))
+            seen = plays > 0
+            w, y, xs = plays[seen], sums[seen] / plays[seen], x[seen]
+            mean = np.average(y, weights=w)
+            gram = xs.T @ (xs * w[:, None]) + alpha * np.eye(x.shape[1])
+            beta = np.linalg.solve(gram, xs.T @ (w * (y - mean)))
+            q[:, move] = mean + x @ beta
+    return q
+
+
 def with_floor(probs: np.ndarray, least: float) -> np.ndarray:
     """``probs`` mixed with the uniform distribution so that every move keeps ``least``, the
     order of the moves unchanged: PPO's behaviour floor (:func:`floored`), with the error
