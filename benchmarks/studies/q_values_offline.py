@@ -197,6 +197,15 @@ def build_parser() -> argparse.ArgumentParser:
         "greedily within 10 %% of the optimum at --steps / 2 and at --steps (held)",
     )
     add(
+        "--ridge-check",
+        type=float,
+        nargs="+",
+        default=[],
+        metavar="ALPHA",
+        help="after each run, also fit the values to its replay by ridge fitted Q iteration with "
+        "each penalty and record the greedy value of each (ridge_greedy in the last row)",
+    )
+    add(
         "--close",
         type=float,
         default=None,
@@ -298,7 +307,11 @@ SWEEPS = 2000
 
 
 def ridge_fitted_values(
-    replay: Any, features: torch.Tensor, n_actions: int, gamma: float, alpha: float,
+    replay: Any,
+    features: torch.Tensor,
+    n_actions: int,
+    gamma: float,
+    alpha: float,
     sweeps: int = 60,
 ) -> np.ndarray:
     """``(n_states, K)`` action values fitted to the same steps by ridge regression on the same
@@ -330,6 +343,20 @@ def ridge_fitted_values(
             beta = np.linalg.solve(gram, xs.T @ (w * (y - mean)))
             q[:, move] = mean + x @ beta
     return q
+
+
+def ridge_greedy(
+    env: Any, critic: QCritic, features: torch.Tensor, alphas: Sequence[float]
+) -> dict[str, float]:
+    """``alpha -> `` the exact return of acting greedily on :func:`ridge_fitted_values` of the
+    run's replay, for each penalty."""
+    tabular = TabularModel.of(env)
+    n_actions = tabular.reward.shape[1]
+    out = {}
+    for alpha in alphas:
+        q = ridge_fitted_values(critic.replay, features, n_actions, critic.gamma, alpha)
+        out[f"{alpha:g}"] = tabular.value(np.eye(n_actions)[q.argmax(-1)])
+    return out
 
 
 def with_floor(probs: np.ndarray, least: float) -> np.ndarray:
@@ -643,6 +670,10 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                         f"lowest {worst:.2f}",
                         flush=True,
                     )
+                    if args.ridge_check and rows:
+                        rows[-1]["ridge_greedy"] = ridge_greedy(
+                            env, critic, features, args.ridge_check
+                        )
                     append_jsonl(args.jsonl, *({**key, **r} for r in rows))
     if args.plot is not None:
         print(f"wrote {plot(out, args.plot)}")

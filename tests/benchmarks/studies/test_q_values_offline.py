@@ -187,3 +187,22 @@ def test_close_counts_and_shortfall_read_the_behaviours_greedy_value() -> None:
     assert held_counts(rows, {"t": 0.0}, budget=2) == {("t", "n=1"): (2, 2)}
     assert held_counts(rows, {"t": 0.0}, budget=2, share=0.95) == {("t", "n=1"): (1, 2)}
     assert mean_shortfall(rows, 4) == {("t", "n=1"): pytest.approx(0.04)}
+
+
+def test_ridge_fitted_values_are_q_star_with_no_penalty_and_flat_with_a_huge_one() -> None:
+    from benchmarks.studies.q_values_offline import ridge_fitted_values
+    from gym_llm.rl.dqn.replay import TextReplayBuffer
+
+    # state 0: move 0 pays 1 and ends, move 1 leads to state 1; state 1: move 0 pays 0.5, move 1
+    # pays 0, both end. Every (state, move) played once per row of four envs.
+    replay = TextReplayBuffer(40, n_envs=4, n_actions=2)
+    for _ in range(10):
+        replay.add(["0", "0", "1", "1"], ["0", "1", "1", "1"], np.array([0, 1, 0, 1]),
+                   np.array([1.0, 0.0, 0.5, 0.0]), np.array([True, False, True, True]),
+                   np.zeros(4, bool), np.full((4, 2), 0.5))  # fmt: skip
+    features = torch.eye(2)
+    exact = ridge_fitted_values(replay, features, 2, gamma=0.9, alpha=1e-9)
+    np.testing.assert_allclose(exact, [[1.0, 0.45], [0.5, 0.0]], atol=1e-6)
+    flat = ridge_fitted_values(replay, features, 2, gamma=0.9, alpha=1e9)
+    np.testing.assert_allclose(flat[0], flat[1], atol=1e-6)  # every state the move's mean
+    np.testing.assert_allclose(flat[0], [0.75, 0.0 + 0.9 * 0.75 / 2], atol=1e-3)
