@@ -197,6 +197,14 @@ def build_parser() -> argparse.ArgumentParser:
         "greedily within 10 %% of the optimum at --steps / 2 and at --steps (held)",
     )
     add(
+        "--fit",
+        choices=("td", "ridge"),
+        default="td",
+        help="how the values are fitted after each rollout: TD steps on the head (PPO's), or "
+        "ridge fitted Q iteration in closed form (--ridge-penalty x the steps held)",
+    )
+    add("--ridge-penalty", type=float, default=0.1, help="--fit ridge's penalty per step held")
+    add(
         "--ridge-check",
         type=float,
         nargs="+",
@@ -306,6 +314,59 @@ def offline_critic(
 SWEEPS = 2000
 
 
+def ridge_fqi(
+    replay: Any,
+    features: torch.Tensor,
+    n_actions: int,
+    gamma: float,
+    alpha: float,
+    sweeps: int = 60,
+    start: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Fitted Q iteration with ridge regression on the replay's steps: each sweep regresses
+    ``r + gamma max_a Q(s', a)`` on each move's standardised features, every (state, move)
+    weighted by its plays and ``alpha`` the penalty. ``(weights (d, K), bias (K))`` on the
+    features standardised over ``features``' rows (the states, by index); ``start``: the
+    ``(n_states, K)`` values the first sweep bootstraps from (0)."""
+    held = replay.held_rows
+    valid = replay.valid[:held].ravel()
+    s = np.array([int(o) for o in replay.observations[:held].ravel()])[valid]
+    nxt = np.array([int(o) for o in replay.next_observations[:held].ravel()])[valid]
+    a = replay.actions[:held].ravel()[valid]
+    r = replay.rewards[:held].ravel()[valid].astype(np.float64)
+    stop = replay.terminated[:held].ravel()[valid]  # cut by a time limit: bootstrapped
+    x = standardised(features)
+    weights, bias = np.zeros((x.shape[1], n_actions)), np.zeros(n_actions)
+    q = np.zeros((len(x), n_actions)) if start is None else start
+    solves = []
+    for move in range(n_actions):  # the plays do not change between sweeps: factor once
+        plays = np.bincount(s[a == move], minlength=len(x)).astype(np.float64)
+        seen = plays > 0
+        xs, w = x[seen], plays[seen]
+        gram = xs.T @ (xs * w[:, None]) + alpha * np.eye(x.shape[1])
+        solves.append((seen, w, xs, np.linalg.inv(gram)))  # one inverse, a product a sweep
+    for _ in range(sweeps):
+        target = r + gamma * np.where(stop, 0.0, q[nxt].max(-1))
+        for move, (seen, w, xs, inverse) in enumerate(solves):
+            mine = a == move
+            if not mine.any():
+                continue
+            sums = np.bincount(s[mine], weights=target[mine], minlength=len(x))[seen]
+            y = sums / w
+            mean = float(np.average(y, weights=w))
+            rhs = xs.T @ (w * (y - mean))
+            weights[:, move] = inverse @ rhs
+            bias[move] = mean
+        q = x @ weights + bias
+    return weights, bias
+
+
+def standardised(features: torch.Tensor) -> np.ndarray:
+    """The states' features in units of their mean and spread over the states."""
+    x = features.double().numpy()
+    return (x - x.mean(0)) / (x.std(0) + 1e-6)  # type: ignore[no-any-return]
+
+
 def ridge_fitted_values(
     replay: Any,
     features: torch.Tensor,
@@ -314,35 +375,48 @@ def ridge_fitted_values(
     alpha: float,
     sweeps: int = 60,
 ) -> np.ndarray:
-    """``(n_states, K)`` action values fitted to the same steps by ridge regression on the same
-    standardised features (fitted Q iteration: each sweep regresses ``r + gamma max_a Q(s', a)``
-    on each move's features, every (state, move) weighted by its plays; ``alpha`` the ridge
-    penalty). What a linear fit of the run's data gives, against what the head learned: the
-    data's limit, apart from the head's fit.
-    """
-    held = replay.held_rows
-    valid = replay.valid[:held].ravel()
-    s = np.array([int(o) for o in replay.observations[:held].ravel()])[valid]
-    nxt = np.array([int(o) for o in replay.next_observations[:held].ravel()])[valid]
-    a = replay.actions[:held].ravel()[valid]
-    r = replay.rewards[:held].ravel()[valid].astype(np.float64)
-    stop = replay.terminated[:held].ravel()[valid]  # cut by a time limit: bootstrapped
-    x = features.double().numpy()
-    x = (x - x.mean(0)) / (x.std(0) + 1e-6)
-    q = np.zeros((len(x), n_actions))
-    for _ in range(sweeps):
-        target = r + gamma * np.where(stop, 0.0, q[nxt].max(-1))
-        for move in range(n_actions):
-            mine = a == move
-            plays = np.bincount(s[mine], minlength=len(x)).astype(np.float64)
-            sums = np.bincount(s[mine], weights=target[mine], minlength=len(x))
-            seen = plays > 0
-            w, y, xs = plays[seen], sums[seen] / plays[seen], x[seen]
-            mean = np.average(y, weights=w)
-            gram = xs.T @ (xs * w[:, None]) + alpha * np.eye(x.shape[1])
-            beta = np.linalg.solve(gram, xs.T @ (w * (y - mean)))
-            q[:, move] = mean + x @ beta
-    return q
+    """``(n_states, K)`` action values fitted to the same steps by :func:`ridge_fqi` from 0 on
+    the same standardised features: what a linear fit of the run's data gives, against what
+    the head learned (the data's limit, apart from the head's fit)."""
+    weights, bias = ridge_fqi(replay, features, n_actions, gamma, alpha, sweeps)
+    return standardised(features) @ weights + bias  # type: ignore[no-any-return]
+
+
+class RidgeValues(torch.nn.Module):
+    """The values of ``--fit ridge``: a linear map of the standardised features, refitted by
+    :func:`ridge_fqi` after each rollout (no TD steps, no target copy, no rate)."""
+
+    def __init__(self, features: torch.Tensor, n_actions: int) -> None:
+        super().__init__()
+        x = features.double()
+        self.centre, self.spread = x.mean(0), x.std(0, unbiased=False) + 1e-6
+        self.weights = torch.zeros(features.shape[1], n_actions, dtype=torch.float64)
+        self.bias = torch.zeros(n_actions, dtype=torch.float64)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        x = (features.double() - self.centre) / self.spread
+        return x @ self.weights + self.bias
+
+
+def fit_in_closed_form(
+    critic: QCritic, features: torch.Tensor, n_actions: int, penalty: float, sweeps: int = 20
+) -> QCritic:
+    """``critic`` with its values fitted by :func:`ridge_fqi` (penalty ``penalty`` × the steps
+    held, ``sweeps`` sweeps after each rollout from the previous fit) instead of TD steps."""
+    values = RidgeValues(features, n_actions)
+    critic.heads = dataclasses.replace(critic.heads, online=values, target=values, average=values)
+
+    def train(num_timesteps: int, new_steps: int) -> dict[str, float]:
+        held = len(critic.replay)
+        start = values(features).numpy()
+        weights, bias = ridge_fqi(
+            critic.replay, features, n_actions, critic.gamma, penalty * held, sweeps, start
+        )
+        values.weights, values.bias = torch.from_numpy(weights), torch.from_numpy(bias)
+        return {}
+
+    critic.train = train  # type: ignore[method-assign]
+    return critic
 
 
 def ridge_greedy(
@@ -532,6 +606,7 @@ def setting_name(row: dict[str, Any]) -> str:
     changed += f" floor {row['floor']:g}" if row.get("floor") else ""
     changed += f" balance {row['replay_balance']:g}" if row.get("replay_balance") else ""
     changed += f" floor-balance {row['floor_balance']:g}" if row.get("floor_balance") else ""
+    changed += f" fit {row['fit']}" if row.get("fit") else ""
     return f"n={row['n_steps']}{cut}{ratio}{changed}{' dueling' if row['dueling'] else ''}"
 
 
@@ -652,6 +727,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                         critic_settings, gamma=gamma, gap_increase=gap,
                         zero_start=not args.random_start, replay_balance=balance,
                     )  # fmt: skip
+                    if args.fit == "ridge":
+                        critic = fit_in_closed_form(critic, features, n_actions, args.ridge_penalty)
                     rows = simulate(
                         env, critic, start, args.steps, seed, behaviour == "target",
                         args.kl_step, least=floor, floor_balance=floor_balance,
@@ -662,6 +739,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                            "gap_increase": gap, "zero_start": not args.random_start,
                            "floor": floor, "replay_balance": balance,
                            "floor_balance": floor_balance}  # fmt: skip
+                    if args.fit == "ridge":
+                        key["fit"] = f"ridge {args.ridge_penalty:g}"
                     out += [{**key, **row} for row in rows]
                     worst = min(r["greedy_value"] for r in rows)
                     print(
