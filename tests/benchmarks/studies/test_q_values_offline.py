@@ -206,3 +206,17 @@ def test_ridge_fitted_values_are_q_star_with_no_penalty_and_flat_with_a_huge_one
     flat = ridge_fitted_values(replay, features, 2, gamma=0.9, alpha=1e9)
     np.testing.assert_allclose(flat[0], flat[1], atol=1e-6)  # every state the move's mean
     np.testing.assert_allclose(flat[0], [0.75, 0.0 + 0.9 * 0.75 / 2], atol=1e-3)
+
+
+def test_values_fitted_in_closed_form_drive_the_behaviour_to_the_goal() -> None:
+    from benchmarks.studies.q_values_offline import fit_in_closed_form
+
+    env = gym.make("FrozenLake-v1", is_slippery=False)
+    torch.manual_seed(0)
+    features = torch.eye(16)  # every state told apart: the fit can be exact
+    critic = fit_in_closed_form(offline_critic(features, 4, n_steps=1, seed=0), features, 4, 1e-4)
+    rows = simulate(env, critic, np.full((16, 4), 0.25), 2048, 0, True, every=1024, least=0.05)
+    assert rows[-1]["greedy_value"] == pytest.approx(1.0)  # the values' greedy walk: the goal
+    assert critic.td_steps == 0  # no TD step was taken
+    q = critic.values([str(s) for s in range(16)])
+    assert q.shape == (16, 4) and np.isfinite(q).all()
