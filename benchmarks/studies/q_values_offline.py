@@ -415,7 +415,7 @@ def fit_in_closed_form(
         values.weights, values.bias = torch.from_numpy(weights), torch.from_numpy(bias)
         return {}
 
-    critic.train = train  # type: ignore[method-assign]
+    critic.train = train
     return critic
 
 

@@ -92,6 +92,7 @@ def test_explore_draws_the_floors_moves_by_their_shares() -> None:
     share = np.bincount([int(a[0]) for a in step.actions], minlength=3) / n
     # (1 - 3 * 0.05) * pi + 3 * 0.05 * shares: 0.85, 0.03, 0.12
     np.testing.assert_allclose(share, [0.85, 0.03, 0.12], atol=0.006)
+    assert step.action_probs is not None
     np.testing.assert_allclose(step.action_probs, floored(probs, floor, shares), rtol=1e-6)
     np.testing.assert_allclose(step.action_probs[0], [0.85, 0.03, 0.12], rtol=1e-6)
 
