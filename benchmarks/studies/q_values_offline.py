@@ -203,7 +203,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="how the values are fitted after each rollout: TD steps on the head (PPO's), or "
         "ridge fitted Q iteration in closed form (--ridge-penalty x the steps held)",
     )
-    add("--ridge-penalty", type=float, default=0.1, help="--fit ridge's penalty per step held")
+    add(
+        "--ridge-penalty",
+        type=lambda text: text if text == "loo" else float(text),
+        default=0.1,
+        help="--fit ridge's penalty per step held, or 'loo': chosen at each regression by "
+        "leave-one-out error",
+    )
     add(
         "--ridge-check",
         type=float,
@@ -314,20 +320,59 @@ def offline_critic(
 SWEEPS = 2000
 
 
+#: The penalties leave-one-out chooses among (1 to 10^5 by factors of sqrt(10)).
+LOO_PENALTIES = tuple(10 ** (k / 2) for k in range(11))
+
+
+def loo_ridge(
+    xs: np.ndarray, y: np.ndarray, w: np.ndarray, penalties: Sequence[float] = LOO_PENALTIES
+) -> tuple[np.ndarray, float, float]:
+    """Weighted ridge regression of ``y`` on ``xs`` (each row weighted by ``w``, an unpenalised
+    intercept) with the penalty of least leave-one-out error, exact from the hat matrix's
+    diagonal: ``(coefficients, intercept, penalty)``.
+
+    >>> x = np.array([[0.0], [1.0], [2.0], [3.0]])
+    >>> beta, intercept, penalty = loo_ridge(x, 2 * x[:, 0], np.ones(4))
+    >>> round(float(beta[0]), 2), round(intercept, 2), penalty  # a clean line: the least penalty
+    (1.67, 0.5, 1.0)
+    >>> noise = np.array([1.0, -1.0, 1.0, -1.0])
+    >>> loo_ridge(x, noise, np.ones(4))[2] > 100  # nothing to fit: shrunk to the mean
+    True
+    """
+    mean = float(np.average(y, weights=w))
+    centre = np.average(xs, axis=0, weights=w)
+    z = np.sqrt(w)[:, None] * (xs - centre)
+    t = np.sqrt(w) * (y - mean)
+    lam, u = np.linalg.eigh(z @ z.T)  # the dual form: one decomposition for every penalty
+    lam = np.maximum(lam, 0.0)
+    ut = u.T @ t
+    errors = []
+    for penalty in penalties:
+        shrink = lam / (lam + penalty)
+        residual = t - u @ (shrink * ut)
+        hat = np.minimum((u**2) @ shrink, 1 - 1e-9)
+        errors.append(float(((residual / (1 - hat)) ** 2).sum()))
+    penalty = penalties[int(np.argmin(errors))]
+    beta = z.T @ (u @ (ut / (lam + penalty)))
+    return beta, mean - float(centre @ beta), penalty
+
+
 def ridge_fqi(
     replay: Any,
     features: torch.Tensor,
     n_actions: int,
     gamma: float,
-    alpha: float,
+    alpha: float | str,
     sweeps: int = 60,
     start: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fitted Q iteration with ridge regression on the replay's steps: each sweep regresses
     ``r + gamma max_a Q(s', a)`` on each move's standardised features, every (state, move)
-    weighted by its plays and ``alpha`` the penalty. ``(weights (d, K), bias (K))`` on the
-    features standardised over ``features``' rows (the states, by index); ``start``: the
-    ``(n_states, K)`` values the first sweep bootstraps from (0)."""
+    weighted by its plays and ``alpha`` the penalty (the intercept held at the targets'
+    weighted mean; ``"loo"``: the penalty chosen at each regression by :func:`loo_ridge`, with
+    a free intercept). ``(weights (d, K), bias (K))`` on the features standardised over
+    ``features``' rows (the states, by index); ``start``: the ``(n_states, K)`` values the
+    first sweep bootstraps from (0)."""
     held = replay.held_rows
     valid = replay.valid[:held].ravel()
     s = np.array([int(o) for o in replay.observations[:held].ravel()])[valid]
@@ -343,7 +388,10 @@ def ridge_fqi(
         plays = np.bincount(s[a == move], minlength=len(x)).astype(np.float64)
         seen = plays > 0
         xs, w = x[seen], plays[seen]
-        gram = xs.T @ (xs * w[:, None]) + alpha * np.eye(x.shape[1])
+        if alpha == "loo":
+            solves.append((seen, w, xs, None))
+            continue
+        gram = xs.T @ (xs * w[:, None]) + float(alpha) * np.eye(x.shape[1])
         solves.append((seen, w, xs, np.linalg.inv(gram)))  # one inverse, a product a sweep
     for _ in range(sweeps):
         target = r + gamma * np.where(stop, 0.0, q[nxt].max(-1))
@@ -353,6 +401,9 @@ def ridge_fqi(
                 continue
             sums = np.bincount(s[mine], weights=target[mine], minlength=len(x))[seen]
             y = sums / w
+            if inverse is None:
+                weights[:, move], bias[move], _ = loo_ridge(xs, y, w)
+                continue
             mean = float(np.average(y, weights=w))
             rhs = xs.T @ (w * (y - mean))
             weights[:, move] = inverse @ rhs
@@ -399,18 +450,24 @@ class RidgeValues(torch.nn.Module):
 
 
 def fit_in_closed_form(
-    critic: QCritic, features: torch.Tensor, n_actions: int, penalty: float, sweeps: int = 20
+    critic: QCritic,
+    features: torch.Tensor,
+    n_actions: int,
+    penalty: float | str,
+    sweeps: int = 20,
 ) -> QCritic:
     """``critic`` with its values fitted by :func:`ridge_fqi` (penalty ``penalty`` × the steps
-    held, ``sweeps`` sweeps after each rollout from the previous fit) instead of TD steps."""
+    held, or ``"loo"``: chosen by leave-one-out error; ``sweeps`` sweeps after each rollout
+    from the previous fit) instead of TD steps."""
     values = RidgeValues(features, n_actions)
     critic.heads = dataclasses.replace(critic.heads, online=values, target=values, average=values)
 
     def train(num_timesteps: int, new_steps: int) -> dict[str, float]:
         held = len(critic.replay)
         start = values(features).numpy()
+        alpha = penalty if isinstance(penalty, str) else penalty * held
         weights, bias = ridge_fqi(
-            critic.replay, features, n_actions, critic.gamma, penalty * held, sweeps, start
+            critic.replay, features, n_actions, critic.gamma, alpha, sweeps, start
         )
         values.weights, values.bias = torch.from_numpy(weights), torch.from_numpy(bias)
         return {}
@@ -740,7 +797,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                            "floor": floor, "replay_balance": balance,
                            "floor_balance": floor_balance}  # fmt: skip
                     if args.fit == "ridge":
-                        key["fit"] = f"ridge {args.ridge_penalty:g}"
+                        key["fit"] = f"ridge {args.ridge_penalty}"
                     out += [{**key, **row} for row in rows]
                     worst = min(r["greedy_value"] for r in rows)
                     print(
