@@ -53,6 +53,7 @@ from gym_llm.rl.dqn.td import QHeads
 from gym_llm.rl.ppo.behaviour import floored, rare_first
 from gym_llm.rl.ppo.config import Q_CUT, Q_GAMMA, Q_REPLAY_RATIO
 from gym_llm.rl.ppo.q_critic import Q_DEFAULTS, QCritic
+from gym_llm.rl.ppo.ridge_values import loo_ridge
 from gym_llm.rl.ppo.target_update import table_targets
 
 BEHAVIOURS = ("uniform", "prior", "target")
@@ -318,43 +319,6 @@ def offline_critic(
 
 #: Backups for the values' own discount with no step limit (gamma^2000 < 1e-8 at gamma 0.99).
 SWEEPS = 2000
-
-
-#: The penalties leave-one-out chooses among (1 to 10^5 by factors of sqrt(10)).
-LOO_PENALTIES = tuple(10 ** (k / 2) for k in range(11))
-
-
-def loo_ridge(
-    xs: np.ndarray, y: np.ndarray, w: np.ndarray, penalties: Sequence[float] = LOO_PENALTIES
-) -> tuple[np.ndarray, float, float]:
-    """Weighted ridge regression of ``y`` on ``xs`` (each row weighted by ``w``, an unpenalised
-    intercept) with the penalty of least leave-one-out error, exact from the hat matrix's
-    diagonal: ``(coefficients, intercept, penalty)``.
-
-    >>> x = np.array([[0.0], [1.0], [2.0], [3.0]])
-    >>> beta, intercept, penalty = loo_ridge(x, 2 * x[:, 0], np.ones(4))
-    >>> round(float(beta[0]), 2), round(intercept, 2), penalty  # a clean line: the least penalty
-    (1.67, 0.5, 1.0)
-    >>> noise = np.array([1.0, -1.0, 1.0, -1.0])
-    >>> loo_ridge(x, noise, np.ones(4))[2] > 100  # nothing to fit: shrunk to the mean
-    True
-    """
-    mean = float(np.average(y, weights=w))
-    centre = np.average(xs, axis=0, weights=w)
-    z = np.sqrt(w)[:, None] * (xs - centre)
-    t = np.sqrt(w) * (y - mean)
-    lam, u = np.linalg.eigh(z @ z.T)  # the dual form: one decomposition for every penalty
-    lam = np.maximum(lam, 0.0)
-    ut = u.T @ t
-    errors = []
-    for penalty in penalties:
-        shrink = lam / (lam + penalty)
-        residual = t - u @ (shrink * ut)
-        hat = np.minimum((u**2) @ shrink, 1 - 1e-9)
-        errors.append(float(((residual / (1 - hat)) ** 2).sum()))
-    penalty = penalties[int(np.argmin(errors))]
-    beta = z.T @ (u @ (ut / (lam + penalty)))
-    return beta, mean - float(centre @ beta), penalty
 
 
 def ridge_fqi(

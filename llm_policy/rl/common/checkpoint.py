@@ -84,6 +84,7 @@ SAVED_HYPERPARAMETERS = (
     "q_cut",
     "q_replay_ratio",
     "q_replay_balance",
+    "q_fit",
     "q_gamma",
     "q_huber_delta",
     "clip_range_vf",
@@ -109,6 +110,7 @@ PPO_BEFORE_ADDED: dict[str, Any] = {
     "q_cut": 0.0,  # Watkins' cut
     "q_replay_ratio": 8.0,
     "q_replay_balance": 0.0,  # every step alike
+    "q_fit": "td",  # the head trained by TD steps
     "q_huber_delta": 1.0,  # SB3's Huber loss
     "clip_range_vf": None,
     "reward_scale": 1.0,

@@ -18,6 +18,7 @@ from gym_llm.rl.common.rates import FULL_FINETUNE_LEARNING_RATE, LORA_LEARNING_R
 from gym_llm.rl.ppo.advantages import Estimator, check_estimator
 from gym_llm.rl.ppo.behaviour import check_floor_mode
 from gym_llm.rl.ppo.entropy_control import check_entropy_of, check_floor, parse_ent_coef
+from gym_llm.rl.ppo.ridge_values import check_q_fit
 
 #: Passes over each rollout. Four, not two, measured on the task family's tuning split (10 seeds
 #: per task, benchmarks/RESULTS.md, "More learning per env step"): never fewer seeds reaching
@@ -188,6 +189,12 @@ class PPOConfig:
     #: the steps held with that observation and action (0, the default: every step alike; 1:
     #: every (state, move) pair alike, so a move the policy has stopped playing is still fitted).
     q_replay_balance: float = 0.0
+    #: ``advantage_estimator="q"``: how the action values are fitted: ``"td"`` (the default),
+    #: an MLP head trained by TD steps on replayed batches; ``"ridge"``, refitted after each
+    #: rollout in closed form (ridge fitted Q iteration on the frozen features, the penalty
+    #: chosen by leave-one-out error; :mod:`gym_llm.rl.ppo.ridge_values`), which lends a
+    #: rarely played move its neighbours' outcomes.
+    q_fit: str = "td"
     #: ``advantage_estimator="q"``: the action values' discount (:data:`Q_GAMMA`); ``gamma``
     #: stays the discount of the returns the value head learns.
     q_gamma: float = Q_GAMMA
@@ -256,6 +263,7 @@ class PPOConfig:
         self.q_replay_ratio = float(self.q_replay_ratio)
         if not self.q_replay_ratio > 0:
             raise ValueError(f"q_replay_ratio must be > 0, got {self.q_replay_ratio}.")
+        check_q_fit(self.q_fit)
         self.q_replay_balance = float(self.q_replay_balance)
         if not self.q_replay_balance >= 0:
             raise ValueError(

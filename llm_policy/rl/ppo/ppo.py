@@ -156,6 +156,7 @@ class PPO(OnPolicyAlgorithm):
     q_cut: ConfigField[float] = ConfigField()
     q_replay_ratio: ConfigField[float] = ConfigField()
     q_replay_balance: ConfigField[float] = ConfigField()
+    q_fit: ConfigField[str] = ConfigField()
     q_gamma: ConfigField[float] = ConfigField()
     q_huber_delta: ConfigField[float] = ConfigField()
     clip_range_vf: ConfigField[float | None] = ConfigField()
@@ -383,6 +384,7 @@ class PPO(OnPolicyAlgorithm):
                 self.q_replay_ratio, seed=self.seed,
                 settings=replace(Q_DEFAULTS, huber_delta=float(self.q_huber_delta)),
                 replay_balance=float(self.q_replay_balance),
+                fit=self.q_fit,
             )  # fmt: skip
         #: Where the update's advantages come from (GAE, critic-free, action values), and
         #: their running scale.

@@ -37,6 +37,7 @@ from gym_llm.rl.dqn.replay import TextReplayBuffer
 from gym_llm.rl.dqn.schedules import harmonic_rate_factor
 from gym_llm.rl.dqn.td import QHeads, td_step
 from gym_llm.rl.ppo.config import Q_CUT, Q_HUBER_DELTA, Q_N_STEPS, Q_REPLAY_RATIO
+from gym_llm.rl.ppo.ridge_values import RidgeFit, RidgeQ, check_q_fit
 
 #: The Q head's settings: DQN's defaults, chosen on the task family's tuning split, with the
 #: squared error for a loss (:data:`~gym_llm.rl.ppo.config.Q_HUBER_DELTA`).
@@ -90,6 +91,9 @@ class QCritic:
         replay_balance: steps are replayed with probability ∝ ``n(s, a)^-replay_balance``
             (``n``: the steps held with that observation and action), so that a move the
             policy has stopped playing is still fitted (0: every step alike).
+        fit: ``"td"``, the head trained by TD steps on replayed batches; ``"ridge"``, the
+            values refitted after each rollout in closed form from every step held
+            (:mod:`gym_llm.rl.ppo.ridge_values`; the TD settings above then go unused).
     """
 
     def __init__(
@@ -105,7 +109,9 @@ class QCritic:
         gap_increase: float = 0.0,
         zero_start: bool = True,
         replay_balance: float = 0.0,
+        fit: str = "td",
     ) -> None:
+        check_q_fit(fit)
         if replay_ratio <= 0 or n_steps < 1 or not 0 <= cut <= 1 or replay_balance < 0:
             raise ValueError(
                 f"Need replay_ratio > 0, n_steps >= 1, 0 <= cut <= 1 and replay_balance >= 0, "
@@ -132,6 +138,10 @@ class QCritic:
             torch.optim.Adam([p for p in online.parameters() if p.requires_grad], lr=lr),
         )
         self.base_rate = lr
+        #: ``fit="ridge"``: the values fitted in closed form, read instead of the TD head.
+        self.ridge = (
+            RidgeFit(hidden, len(actions), gamma, device=policy.device) if fit == "ridge" else None
+        )
         self.replay = TextReplayBuffer(settings.buffer_size, n_envs, len(actions))
         self.rng = np.random.default_rng(seed)
         #: TD steps taken, and those skipped for a non-finite loss.
@@ -139,8 +149,9 @@ class QCritic:
         self._owed = 0.0  # fractional TD steps carried to the next rollout
 
     @property
-    def q_net(self) -> QHead:
-        return self.heads.online
+    def q_net(self) -> QHead | RidgeQ:
+        """The values read: the TD-trained head, or the closed-form fit with ``fit="ridge"``."""
+        return self.heads.online if self.ridge is None else self.ridge.q_net
 
     def add_turns(
         self,
@@ -163,10 +174,14 @@ class QCritic:
     def train(self, num_timesteps: int, new_steps: int) -> dict[str, float]:
         """TD steps for ``new_steps`` env steps collected (``replay_ratio`` replays each), at
         DQN's rate decayed to ``num_timesteps``; the mean loss and Q. The head's input scale is
-        fixed from the observations seen before its first step."""
-        if not self.q_net.is_calibrated:
-            self.q_net.calibrate(self.features(self.replay.distinct_observations())[1])
-            self.heads.target.load_state_dict(self.q_net.state_dict())
+        fixed from the observations seen before its first step. With ``fit="ridge"``: the
+        closed-form fit to every step held instead."""
+        if self.ridge is not None:
+            return self.ridge.train(self.replay, self.features)
+        online = self.heads.online
+        if not online.is_calibrated:
+            online.calibrate(self.features(self.replay.distinct_observations())[1])
+            self.heads.target.load_state_dict(online.state_dict())
         settings = self.settings
         rate = self.base_rate * harmonic_rate_factor(num_timesteps, settings.learning_rate_decay)
         for group in self.heads.optimizer.param_groups:
@@ -198,7 +213,7 @@ class QCritic:
                 losses.append(done[0])
                 q_means.append(done[1])
             if self.td_steps % refresh == 0:
-                self.heads.target.load_state_dict(self.q_net.state_dict())
+                self.heads.target.load_state_dict(online.state_dict())
         return {
             "q_loss": float(np.mean(losses)) if losses else math.nan,
             "q_mean": float(np.mean(q_means)) if q_means else math.nan,
@@ -249,7 +264,7 @@ class QCritic:
         """The heads, their optimizer, the replay, its observations' features and the sampling
         state: all a resumed run needs to take the same TD steps as one that never stopped."""
         return {
-            "q_net": self.q_net.state_dict(),
+            "q_net": self.heads.online.state_dict(),
             "q_target": self.heads.target.state_dict(),
             "optimizer": self.heads.optimizer.state_dict(),
             "td_steps": torch.tensor(self.td_steps),
@@ -258,13 +273,16 @@ class QCritic:
             "rng": json.dumps(self.rng.bit_generator.state),
             "replay": (replay := self.replay.state_dict()),
             "features": self.features.state_dict(replay["texts"]),
+            **({} if self.ridge is None else {"ridge": self.ridge.q_net.state_dict()}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The replay comes back where it fits (an agent loaded with as many envs as it was
         saved with, to resume training); otherwise, as for agents saved before it was saved,
         it starts empty and refills."""
-        self.q_net.load_state_dict(state["q_net"])
+        self.heads.online.load_state_dict(state["q_net"])
+        if self.ridge is not None:
+            self.ridge.q_net.load_state_dict(state["ridge"])
         self.heads.target.load_state_dict(state["q_target"])
         self.heads.optimizer.load_state_dict(state["optimizer"])
         self.td_steps = int(state["td_steps"])
