@@ -46,11 +46,17 @@ def check_q_fit(fit: str) -> str:
 
 
 def loo_ridge(
-    xs: np.ndarray, y: np.ndarray, w: np.ndarray, penalties: Sequence[float] = LOO_PENALTIES
+    xs: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    penalties: Sequence[float] = LOO_PENALTIES,
+    dual: bool | None = None,
 ) -> tuple[np.ndarray, float, float]:
     """Weighted ridge regression of ``y`` on ``xs`` (each row weighted by ``w``, an unpenalised
     intercept) with the penalty of least leave-one-out error, exact from the hat matrix's
-    diagonal: ``(coefficients, intercept, penalty)``.
+    diagonal: ``(coefficients, intercept, penalty)``. One eigendecomposition serves every
+    penalty: of the rows' Gram matrix when there are fewer rows than features (``dual``),
+    else of the features' (``None``: whichever is smaller).
 
     >>> x = np.array([[0.0], [1.0], [2.0], [3.0]])
     >>> beta, intercept, penalty = loo_ridge(x, 2 * x[:, 0], np.ones(4))
@@ -64,17 +70,29 @@ def loo_ridge(
     centre = np.average(xs, axis=0, weights=w)
     z = np.sqrt(w)[:, None] * (xs - centre)
     t = np.sqrt(w) * (y - mean)
-    lam, u = np.linalg.eigh(z @ z.T)  # the dual form: one decomposition for every penalty
+    if dual is None:
+        dual = z.shape[0] <= z.shape[1]
+    if dual:  # S = U diag(lam / (lam + penalty)) U^T over the rows
+        lam, u = np.linalg.eigh(z @ z.T)
+        rows, coords = u, u.T @ t
+    else:  # the same S from the features' side: Z V diag(1 / (lam + penalty)) V^T Z^T
+        lam, v = np.linalg.eigh(z.T @ z)
+        kept = lam > 1e-12 * max(float(lam.max()), 1e-300)  # directions the rows span
+        lam, v = lam[kept], v[:, kept]
+        rows = (z @ v) / np.sqrt(lam)
+        coords = rows.T @ t
     lam = np.maximum(lam, 0.0)
-    ut = u.T @ t
     errors = []
     for penalty in penalties:
         shrink = lam / (lam + penalty)
-        residual = t - u @ (shrink * ut)
-        hat = np.minimum((u**2) @ shrink, 1 - 1e-9)
+        residual = t - rows @ (shrink * coords)
+        hat = np.minimum((rows**2) @ shrink, 1 - 1e-9)
         errors.append(float(((residual / (1 - hat)) ** 2).sum()))
     penalty = penalties[int(np.argmin(errors))]
-    beta = z.T @ (u @ (ut / (lam + penalty)))
+    if dual:
+        beta = z.T @ (u @ (coords / (lam + penalty)))
+    else:
+        beta = v @ (np.sqrt(lam) * coords / (lam + penalty))
     return beta, mean - float(centre @ beta), penalty
 
 

@@ -108,3 +108,15 @@ def test_ppo_fits_its_values_in_closed_form_and_saves_them(model_dir: Path, tmp_
     del saved["hyperparameters"]["q_fit"]  # saved before the setting: the TD-trained head
     config.write_text(json.dumps(saved))
     assert PPO.load(tmp_path / "agent", device="cpu").q_fit == "td"
+
+
+@pytest.mark.parametrize("rows", [12, 60])
+def test_both_forms_of_the_regression_agree(rows: int) -> None:
+    rng = np.random.default_rng(rows)
+    x = rng.normal(size=(rows, 20))
+    w = rng.integers(1, 9, size=rows).astype(float)
+    y = x[:, :3] @ np.array([1.0, -2.0, 0.5]) + rng.normal(size=rows)
+    dual, primal = loo_ridge(x, y, w, dual=True), loo_ridge(x, y, w, dual=False)
+    assert dual[2] == primal[2]  # the same penalty chosen
+    np.testing.assert_allclose(dual[0], primal[0], atol=1e-8)
+    assert dual[1] == pytest.approx(primal[1], abs=1e-8)
