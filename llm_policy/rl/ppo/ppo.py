@@ -366,6 +366,12 @@ class PPO(OnPolicyAlgorithm):
         )
         self.floor_mode = resolve_floor_mode(self.floor_mode, self.policy_update, self.policy)
         check_behaviour_floor(self.floor_mode, self.policy_update, self.policy)
+        if self.q_fit == "ridge" and (self.q_n_steps != 1 or self.q_replay_balance != 0):
+            raise ValueError(
+                f'q_fit="ridge" fits one-step targets over every step held, so q_n_steps '
+                f"({self.q_n_steps}) and q_replay_balance ({self.q_replay_balance:g}) do not "
+                'apply: leave them at 1 and 0, or use q_fit="td".'
+            )
         if self.floor_balance > 0 and not (
             self.floor_mode == "behaviour" and self.advantage_estimator == "q"
         ):

@@ -83,6 +83,8 @@ def test_ppo_fits_its_values_in_closed_form_and_saves_them(model_dir: Path, tmp_
     assert _ppo(model_dir).q_fit == "td"  # the TD-trained head by default
     with pytest.raises(ValueError, match="q_fit must be 'td'"):
         _ppo(model_dir, q_fit="closed")
+    with pytest.raises(ValueError, match=r"q_n_steps \(3\) and q_replay_balance"):
+        _ppo(model_dir, q_fit="ridge", q_n_steps=3)
     model = _ppo(model_dir, q_fit="ridge")
     model.learn(32)
     critic = model.q_critic
