@@ -53,7 +53,7 @@ from gym_llm.rl.dqn.td import QHeads
 from gym_llm.rl.ppo.behaviour import floored, rare_first
 from gym_llm.rl.ppo.config import Q_CUT, Q_GAMMA, Q_REPLAY_RATIO
 from gym_llm.rl.ppo.q_critic import Q_DEFAULTS, QCritic
-from gym_llm.rl.ppo.ridge_values import loo_ridge
+from gym_llm.rl.ppo.ridge_values import fitted_q
 from gym_llm.rl.ppo.target_update import table_targets
 
 BEHAVIOURS = ("uniform", "prior", "target")
@@ -333,7 +333,7 @@ def ridge_fqi(
     """Fitted Q iteration with ridge regression on the replay's steps: each sweep regresses
     ``r + gamma max_a Q(s', a)`` on each move's standardised features, every (state, move)
     weighted by its plays and ``alpha`` the penalty (the intercept held at the targets'
-    weighted mean; ``"loo"``: the penalty chosen at each regression by :func:`loo_ridge`, with
+    weighted mean; ``"loo"``: the penalty chosen at each regression by the library's
     a free intercept). ``(weights (d, K), bias (K))`` on the features standardised over
     ``features``' rows (the states, by index); ``start``: the ``(n_states, K)`` values the
     first sweep bootstraps from (0)."""
@@ -345,16 +345,16 @@ def ridge_fqi(
     r = replay.rewards[:held].ravel()[valid].astype(np.float64)
     stop = replay.terminated[:held].ravel()[valid]  # cut by a time limit: bootstrapped
     x = standardised(features)
-    weights, bias = np.zeros((x.shape[1], n_actions)), np.zeros(n_actions)
     q = np.zeros((len(x), n_actions)) if start is None else start
+    if alpha == "loo":  # the library's fit, on these features
+        weights, bias, _ = fitted_q(x, (s, a, r, nxt, stop), n_actions, gamma, sweeps, q)
+        return weights, bias
+    weights, bias = np.zeros((x.shape[1], n_actions)), np.zeros(n_actions)
     solves = []
     for move in range(n_actions):  # the plays do not change between sweeps: factor once
         plays = np.bincount(s[a == move], minlength=len(x)).astype(np.float64)
         seen = plays > 0
         xs, w = x[seen], plays[seen]
-        if alpha == "loo":
-            solves.append((seen, w, xs, None))
-            continue
         gram = xs.T @ (xs * w[:, None]) + float(alpha) * np.eye(x.shape[1])
         solves.append((seen, w, xs, np.linalg.inv(gram)))  # one inverse, a product a sweep
     for _ in range(sweeps):
@@ -365,9 +365,6 @@ def ridge_fqi(
                 continue
             sums = np.bincount(s[mine], weights=target[mine], minlength=len(x))[seen]
             y = sums / w
-            if inverse is None:
-                weights[:, move], bias[move], _ = loo_ridge(xs, y, w)
-                continue
             mean = float(np.average(y, weights=w))
             rhs = xs.T @ (w * (y - mean))
             weights[:, move] = inverse @ rhs

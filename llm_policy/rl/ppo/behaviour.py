@@ -79,6 +79,17 @@ def check_behaviour_floor(mode: str, update: str, policy: Any) -> None:
         )
 
 
+def check_floor_balance(balance: float, mode: str, estimator: str) -> None:
+    """``floor_balance`` shares the rollout's floor by the plays the action values' replay
+    holds, so it needs both (``mode`` and ``estimator`` as resolved)."""
+    if balance > 0 and not (mode == "behaviour" and estimator == "q"):
+        raise ValueError(
+            f"floor_balance={balance:g} shares the rollout's floor by the plays the action "
+            'values hold: it needs floor_mode="behaviour" with advantage_estimator="q" (choice '
+            "mode's defaults), or floor_balance=0."
+        )
+
+
 def floored(probs: np.ndarray, floor: float, weights: np.ndarray | None = None) -> np.ndarray:
     """``probs`` (``(..., K)``) mixed with the uniform distribution so that every action keeps
     at least ``floor``: ``(1 - K·floor)·probs + floor``, the order of the actions unchanged.

@@ -263,12 +263,12 @@ class PPOConfig:
         self.q_replay_ratio = float(self.q_replay_ratio)
         if not self.q_replay_ratio > 0:
             raise ValueError(f"q_replay_ratio must be > 0, got {self.q_replay_ratio}.")
-        check_q_fit(self.q_fit)
         self.q_replay_balance = float(self.q_replay_balance)
         if not self.q_replay_balance >= 0:
             raise ValueError(
                 f"q_replay_balance must be >= 0 (0: every step alike), got {self.q_replay_balance}."
             )
+        check_q_fit(self.q_fit, self.q_n_steps, self.q_replay_balance)
         self.q_gamma = float(self.q_gamma)
         if not self.q_huber_delta > 0:
             raise ValueError(

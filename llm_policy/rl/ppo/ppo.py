@@ -81,6 +81,7 @@ from gym_llm.rl.ppo.advantage_source import AdvantageSource
 from gym_llm.rl.ppo.advantages import Estimator
 from gym_llm.rl.ppo.behaviour import (
     check_behaviour_floor,
+    check_floor_balance,
     explore,
     rare_first,
     resolve_floor_mode,
@@ -283,14 +284,6 @@ class PPO(OnPolicyAlgorithm):
         floor above 0), leaving the policy and its loss free of it."""
         return self.floor_mode == "behaviour" and self.min_action_prob > 0
 
-    def _floor_shares(self, observations: np.ndarray) -> np.ndarray | None:
-        """How the rollout's floor is shared among each observation's moves (``None``: evenly)."""
-        if self.floor_balance <= 0:
-            return None
-        critic = self.advantage_source.q_critic
-        assert critic is not None, "checked at set-up: floor_balance needs the action values"
-        return rare_first(critic.replay.plays(list(observations)), self.floor_balance)
-
     @property
     def fsdp(self) -> bool:
         """Full fine-tuning's weights are sharded over the processes (FSDP)."""
@@ -366,20 +359,7 @@ class PPO(OnPolicyAlgorithm):
         )
         self.floor_mode = resolve_floor_mode(self.floor_mode, self.policy_update, self.policy)
         check_behaviour_floor(self.floor_mode, self.policy_update, self.policy)
-        if self.q_fit == "ridge" and (self.q_n_steps != 1 or self.q_replay_balance != 0):
-            raise ValueError(
-                f'q_fit="ridge" fits one-step targets over every step held, so q_n_steps '
-                f"({self.q_n_steps}) and q_replay_balance ({self.q_replay_balance:g}) do not "
-                'apply: leave them at 1 and 0, or use q_fit="td".'
-            )
-        if self.floor_balance > 0 and not (
-            self.floor_mode == "behaviour" and self.advantage_estimator == "q"
-        ):
-            raise ValueError(
-                f"floor_balance={self.floor_balance:g} shares the rollout's floor by the plays "
-                'the action values hold: it needs floor_mode="behaviour" with '
-                'advantage_estimator="q" (choice mode\'s defaults), or floor_balance=0.'
-            )
+        check_floor_balance(self.floor_balance, self.floor_mode, self.advantage_estimator)
         self.parallel.start_equal(self.policy)
         #: The update's forward/backward passes over each minibatch.
         self.passes = UpdatePasses(self.policy, self.config, self.device)
@@ -487,13 +467,19 @@ class PPO(OnPolicyAlgorithm):
         dones = np.zeros(env.num_envs, dtype=bool)
         estimates = self.advantage_source
         replies = policy.listed_replies if self.floor_in_rollout else []
+        # floor_balance: the floor shared by the plays the values' replay holds (checked at set-up)
+        plays = self.q_critic.replay.plays if self.q_critic and self.floor_balance > 0 else None
         while n_steps < n_rollout_steps:
             observations: np.ndarray = self._last_obs  # type: ignore[assignment]
             with torch.inference_mode():
                 step = policy.act(list(observations))
             monitor.before_step(observations, step)  # the policy's (diagnostics, the target)
             if self.floor_in_rollout:  # the rollout explores; the replay reads what it played
-                shares = self._floor_shares(observations)
+                shares = (
+                    None
+                    if plays is None
+                    else rare_first(plays(list(observations)), self.floor_balance)
+                )
                 step = explore(step, self.min_action_prob, replies, shares)
             new_obs, rewards, dones, infos = env.step(np.array(step.replies, dtype=object))
             self.num_timesteps += env.num_envs * processes  # env steps of every process

@@ -35,12 +35,20 @@ RIDGE_SWEEPS = 20
 Q_FITS = ("td", "ridge")
 
 
-def check_q_fit(fit: str) -> str:
-    """``q_fit`` as given, or a ``ValueError`` naming the choices."""
+def check_q_fit(fit: str, n_steps: int = 1, replay_balance: float = 0.0) -> str:
+    """``q_fit`` as given, or a ``ValueError`` naming the choices; ``"ridge"`` fits one-step
+    targets over every step held, so it refuses the TD head's ``q_n_steps`` and
+    ``q_replay_balance`` rather than leave them silently unused."""
     if fit not in Q_FITS:
         raise ValueError(
             f"q_fit must be 'td' (the head trained by TD steps, the default) or 'ridge' (the "
             f"values fitted in closed form after each rollout), got {fit!r}."
+        )
+    if fit == "ridge" and (n_steps != 1 or replay_balance != 0):
+        raise ValueError(
+            f'q_fit="ridge" fits one-step targets over every step held, so q_n_steps '
+            f"({n_steps}) and q_replay_balance ({replay_balance:g}) do not apply: leave them "
+            'at 1 and 0, or use q_fit="td".'
         )
     return fit
 
