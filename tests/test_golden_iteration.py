@@ -97,7 +97,11 @@ def _one_thread() -> Iterator[None]:
 
 
 def _ppo_iteration(
-    model_dir: Path, mode: str, constraint: str = "off", estimator: str = "gae"
+    model_dir: Path,
+    mode: str,
+    constraint: str = "off",
+    estimator: str = "gae",
+    **settings: Any,
 ) -> dict[str, Any]:
     # Free text from the untrained model is invalid: a penalty makes rewards differ.
     free_text = mode == "generate" and constraint == "off"
@@ -110,7 +114,7 @@ def _ppo_iteration(
     model = PPO(
         LLMPolicy, env, n_steps=4, batch_size=8, n_epochs=2, seed=0, device="cpu",
         learning_rate=1e-3, ent_coef=0.01, policy_kwargs=policy_kwargs,
-        advantage_estimator=estimator,
+        advantage_estimator=estimator, **settings,
     )  # fmt: skip
     figures, rollout = _Figures(), _Rollout()
     model.set_logger(Logger(folder=None, output_formats=[figures]))
@@ -138,6 +142,8 @@ def _run(model_dir: Path) -> dict[str, Any]:
         "ppo_choice": _ppo_iteration(model_dir, "choice"),
         # the default: the action values and the step onto their target in choice mode
         "ppo_choice_auto": _ppo_iteration(model_dir, "choice", estimator="auto"),
+        # the values refitted in closed form after each rollout
+        "ppo_choice_ridge": _ppo_iteration(model_dir, "choice", estimator="auto", q_fit="ridge"),
         "ppo_generate": _ppo_iteration(model_dir, "generate"),
         "ppo_generate_constrained": _ppo_iteration(model_dir, "generate", "action"),
         "dqn": _dqn_iteration(model_dir),
