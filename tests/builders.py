@@ -1,6 +1,6 @@
 """Helpers several test modules share: a small PPO on a tiny model, a small training run's
-config, and the check that an action head calibrates, trains and keeps the update's ratio
-exact."""
+config, the check that an action head calibrates, trains and keeps the update's ratio exact,
+and the TD fit of an action-value critic."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from gym_llm import PPO, LLMPolicy, make_text_env
 from gym_llm.experiments.train_config import TrainConfig
 from gym_llm.policy.action_head import ActionHead
+from gym_llm.rl.ppo.td_values import TDFit
 
 
 def small_ppo(
@@ -86,3 +87,10 @@ class Rooms:
                 return "You are in the vault.", 0.0, False, {"valid_actions": VAULT}
             return "You are in the hall.", 0.0, False, {"valid_actions": HALL}
         return "The end.", float(text == "take gold"), True, {"valid_actions": []}
+
+
+def td_fit(critic: Any) -> TDFit:
+    """The TD fit of a :class:`~gym_llm.rl.ppo.q_critic.QCritic` (``q_fit="td"``): its settings
+    and step counts."""
+    assert critic is not None and isinstance(critic.fit, TDFit), "a critic fitted by TD steps"
+    return critic.fit

@@ -55,6 +55,7 @@ from gym_llm.rl.ppo.config import Q_CUT, Q_GAMMA, Q_REPLAY_RATIO
 from gym_llm.rl.ppo.q_critic import Q_DEFAULTS, QCritic
 from gym_llm.rl.ppo.ridge_values import fitted_q
 from gym_llm.rl.ppo.target_update import table_targets
+from gym_llm.rl.ppo.td_values import TDFit
 
 BEHAVIOURS = ("uniform", "prior", "target")
 #: The replay ratio of rows written before ``--replay-ratio`` existed.
@@ -308,9 +309,10 @@ def offline_critic(
 
     critic.features = lookup
     if dueling:
+        assert isinstance(critic.fit, TDFit)
         online = DuelingHead(features.shape[1], n_actions)
-        lr = critic.base_rate
-        critic.heads = QHeads(
+        lr = critic.fit.base_rate
+        critic.fit.heads = QHeads(
             online, copy.deepcopy(online).requires_grad_(False), online,
             torch.optim.Adam(online.parameters(), lr=lr),
         )  # fmt: skip
@@ -421,7 +423,9 @@ def fit_in_closed_form(
     held, or ``"loo"``: chosen by leave-one-out error; ``sweeps`` sweeps after each rollout
     from the previous fit) instead of TD steps."""
     values = RidgeValues(features, n_actions)
-    critic.heads = dataclasses.replace(critic.heads, online=values, target=values, average=values)
+    assert isinstance(critic.fit, TDFit)
+    heads = critic.fit.heads
+    critic.fit.heads = dataclasses.replace(heads, online=values, target=values, average=values)
 
     def train(num_timesteps: int, new_steps: int) -> dict[str, float]:
         held = len(critic.replay)

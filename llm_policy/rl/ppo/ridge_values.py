@@ -200,10 +200,14 @@ class RidgeFit:
         self.n_actions, self.gamma, self.sweeps = n_actions, gamma, sweeps
 
     @torch.no_grad()
-    def train(self, replay: Any, features: Any) -> dict[str, float]:
+    def train(
+        self, replay: Any, features: Any, num_timesteps: int = 0, new_steps: int = 0
+    ) -> dict[str, float]:
         """Refit the values to the steps ``replay`` holds (a
         :class:`~gym_llm.rl.dqn.replay.TextReplayBuffer`), reading each observation's frozen
-        features once from ``features`` (``observations -> (prior, features)``)."""
+        features once from ``features`` (``observations -> (prior, features)``). The run's
+        ``num_timesteps`` and ``new_steps``, which TD steps are paced by, do not change a fit
+        of every step held."""
         held = replay.held_rows
         valid = replay.valid[:held].ravel()
         if not valid.any():
@@ -232,3 +236,11 @@ class RidgeFit:
             "q_mean": float((x @ weights + bias).mean()),
             "q_ridge_penalty": float(np.mean(played)) if played else math.nan,
         }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The fitted values (the next fit starts from them)."""
+        return {"ridge": self.q_net.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any], resume: bool) -> None:
+        """The fitted values; ``resume`` changes nothing (a fit holds no sampling state)."""
+        self.q_net.load_state_dict(state["ridge"])

@@ -20,6 +20,7 @@ from benchmarks.studies.q_values_offline import (
     with_floor,
 )
 from gym_llm.evaluation.exact import BlackjackTable
+from tests.builders import td_fit
 
 
 def _run(seed: int, follow: bool) -> list[dict[str, Any]]:
@@ -118,10 +119,11 @@ def test_replay_ratio_and_critic_settings_reach_the_critic() -> None:
 
     settings = dataclasses.replace(Q_DEFAULTS, target_update_interval=25)
     critic = offline_critic(torch.eye(16), 4, 1, 0, replay_ratio=16, settings=settings)
-    assert critic.replay_ratio == 16 and critic.settings.target_update_interval == 25
+    fit = td_fit(critic)
+    assert fit.replay_ratio == 16 and fit.settings.target_update_interval == 25
     env = gym.make("FrozenLake-v1", is_slippery=False)
     simulate(env, critic, np.full((16, 4), 0.25), 128, 0, follow=False, every=128)
-    assert critic.td_steps == 128 * 16 // Q_DEFAULTS.batch_size
+    assert fit.td_steps == 128 * 16 // Q_DEFAULTS.batch_size
     assert critic_setting("learning_rate_decay=0") == ("learning_rate_decay", 0.0)
     with pytest.raises(argparse.ArgumentTypeError, match="DQNConfig field"):
         critic_setting("refresh=25")
@@ -217,6 +219,6 @@ def test_values_fitted_in_closed_form_drive_the_behaviour_to_the_goal() -> None:
     critic = fit_in_closed_form(offline_critic(features, 4, n_steps=1, seed=0), features, 4, 1e-4)
     rows = simulate(env, critic, np.full((16, 4), 0.25), 2048, 0, True, every=1024, least=0.05)
     assert rows[-1]["greedy_value"] == pytest.approx(1.0)  # the values' greedy walk: the goal
-    assert critic.td_steps == 0  # no TD step was taken
+    assert td_fit(critic).td_steps == 0  # no TD step was taken
     q = critic.values([str(s) for s in range(16)])
     assert q.shape == (16, 4) and np.isfinite(q).all()

@@ -14,7 +14,7 @@ import torch
 
 from gym_llm import PPO
 from gym_llm.rl.ppo.q_critic import QCritic, state_advantages
-from tests.builders import small_ppo
+from tests.builders import small_ppo, td_fit
 from tests.models import tiny_model_fixture
 
 WORDS = ["apple", "banana", "cherry"]
@@ -48,7 +48,7 @@ def test_turn_advantages_come_from_the_trained_action_values(model_dir: Path) ->
     critic, buffer = model.q_critic, model.rollout_buffer
     assert critic is not None and critic.q_net.is_calibrated
     assert len(critic.replay) == 16  # every env step the run took, not only the last rollout
-    assert critic.td_steps == 8  # 16 env steps replayed 16 times each, 32 per TD step
+    assert td_fit(critic).td_steps == 8  # 16 env steps replayed 16 times each, 32 per TD step
     observations = [str(o) for o in buffer.observations_text.reshape(-1)]
     actions = np.array([int(a[0]) for a in buffer.action_tokens.reshape(-1)])
     # The baseline is the mean under what each move was sampled from (the policy mixed with
@@ -118,26 +118,29 @@ def test_n_step_targets_sum_rewards_before_bootstrapping(
     observations = [str(o) for o in model.rollout_buffer.observations_text.ravel()]
     q = critic.values(observations)
     best, worst = q.argmax(-1), q.argmin(-1)
-    assert critic._follows(observations, best).all()
+    fit = td_fit(critic)
+    assert fit.follows(critic.features, observations, best).all()
     spread = q.max(-1) - q.min(-1)
-    assert not critic._follows(observations, worst)[spread > 1e-6].any()
+    assert not fit.follows(critic.features, observations, worst)[spread > 1e-6].any()
     middle = q.argsort(-1)[:, 1]  # 3 actions: the one between best and worst
     halfway = q[np.arange(len(q)), middle] >= q.max(-1) - 0.5 * spread
-    critic.cut = 0.5
-    np.testing.assert_array_equal(critic._follows(observations, middle), halfway)
-    critic.cut = 1.0  # the whole range: never cut, nothing to look up
+    fit.cut = 0.5
+    np.testing.assert_array_equal(fit.follows(critic.features, observations, middle), halfway)
+    fit.cut = 1.0  # the whole range: never cut, nothing to look up
     sampled.clear()
     model.learn(8, reset_num_timesteps=False)
     assert sampled and set(sampled) == {(3, False)}
     model.save(tmp_path / "agent")
-    loaded = PPO.load(tmp_path / "agent", device="cpu").q_critic
+    loaded = td_fit(PPO.load(tmp_path / "agent", device="cpu").q_critic)
     assert (loaded.n_steps, loaded.cut) == (3, 0.0)
     with pytest.raises(ValueError, match="q_n_steps must be >= 1"):
         _ppo(model_dir, q_n_steps=0)
     with pytest.raises(ValueError, match=r"q_cut must be a share in \[0, 1\]"):
         _ppo(model_dir, q_cut=1.5)
-    assert _ppo(model_dir, q_n_steps=3, q_cut=0.5).q_critic.cut == 0.5
-    default = _ppo(model_dir).q_critic  # one step (measured on the family); a sum is never cut
+    assert td_fit(_ppo(model_dir, q_n_steps=3, q_cut=0.5).q_critic).cut == 0.5
+    default = td_fit(
+        _ppo(model_dir).q_critic
+    )  # one step (measured on the family); a sum is never cut
     assert (default.n_steps, default.cut) == (1, 1.0)
     assert default.replay_ratio == 16  # twice DQN's: measured on the family
 
@@ -146,19 +149,19 @@ def test_the_replay_ratio_sets_the_td_steps_per_env_step(model_dir: Path, tmp_pa
     steps = []
     for ratio in (8, 16):
         model = _ppo(model_dir, q_replay_ratio=ratio)
-        assert model.q_critic is not None and model.q_critic.replay_ratio == ratio
+        assert td_fit(model.q_critic).replay_ratio == ratio
         model.learn(16)
-        steps.append(model.q_critic.td_steps)
+        steps.append(td_fit(model.q_critic).td_steps)
     # 16 env steps replayed `ratio` times in batches of DQN's 32
     assert steps == [16 * 8 // 32, 16 * 16 // 32]
     model.save(tmp_path / "agent")
-    assert PPO.load(tmp_path / "agent", device="cpu").q_critic.replay_ratio == 16
+    assert td_fit(PPO.load(tmp_path / "agent", device="cpu").q_critic).replay_ratio == 16
     # an agent saved before the setting existed loads with the 8 replays it trained with
     config = tmp_path / "agent" / "config.json"
     saved = json.loads(config.read_text())
     del saved["hyperparameters"]["q_replay_ratio"]
     config.write_text(json.dumps(saved))
-    assert PPO.load(tmp_path / "agent", device="cpu").q_critic.replay_ratio == 8
+    assert td_fit(PPO.load(tmp_path / "agent", device="cpu").q_critic).replay_ratio == 8
     with pytest.raises(ValueError, match="q_replay_ratio must be > 0"):
         _ppo(model_dir, q_replay_ratio=0)
 
@@ -187,19 +190,17 @@ def test_the_values_loss_threshold_reaches_the_critic_and_is_saved(
     model_dir: Path, tmp_path: Path
 ) -> None:
     model = _ppo(model_dir)  # the squared error by default, not SB3's Huber loss
-    assert model.q_critic is not None and model.q_critic.settings.huber_delta == math.inf
-    huber = _ppo(model_dir, q_huber_delta=1.0).q_critic
-    assert huber is not None and huber.settings.huber_delta == 1.0
+    assert td_fit(model.q_critic).settings.huber_delta == math.inf
+    assert td_fit(_ppo(model_dir, q_huber_delta=1.0).q_critic).settings.huber_delta == 1.0
     model.save(tmp_path / "agent")
-    loaded = PPO.load(tmp_path / "agent", device="cpu").q_critic
-    assert loaded is not None and loaded.settings.huber_delta == math.inf
+    loaded = td_fit(PPO.load(tmp_path / "agent", device="cpu").q_critic)
+    assert loaded.settings.huber_delta == math.inf
     # an agent saved before the setting existed keeps SB3's Huber loss
     config = tmp_path / "agent" / "config.json"
     saved = json.loads(config.read_text())
     del saved["hyperparameters"]["q_huber_delta"]
     config.write_text(json.dumps(saved))
-    old = PPO.load(tmp_path / "agent", device="cpu").q_critic
-    assert old is not None and old.settings.huber_delta == 1.0
+    assert td_fit(PPO.load(tmp_path / "agent", device="cpu").q_critic).settings.huber_delta == 1.0
     with pytest.raises(ValueError, match="q_huber_delta must be > 0"):
         _ppo(model_dir, q_huber_delta=0.0)
 
@@ -221,7 +222,9 @@ def test_the_values_start_at_zero_and_stay_there_until_a_reward(model_dir: Path)
     assert not critic.values(WORDS).any()
     steps(0.0, 16)
     critic.train(64, 64)
-    assert critic.td_steps > 0 and not critic.values(WORDS).any()  # no evidence, no preference
+    assert (
+        td_fit(critic).td_steps > 0 and not critic.values(WORDS).any()
+    )  # no evidence, no preference
     steps(1.0, 16)
     critic.train(128, 64)
     assert np.abs(critic.values(WORDS)).max() > 1e-3
@@ -237,7 +240,7 @@ def test_saved_and_loaded_with_its_values(model_dir: Path, tmp_path: Path) -> No
     np.testing.assert_allclose(
         loaded.q_critic.values(observations), model.q_critic.values(observations), atol=1e-6
     )
-    assert loaded.q_critic.td_steps == model.q_critic.td_steps
+    assert td_fit(loaded.q_critic).td_steps == td_fit(model.q_critic).td_steps
     resumed = PPO.load(tmp_path / "agent", env=model.env, device="cpu")
     assert resumed.q_critic is not None and len(resumed.q_critic.replay) == 16  # saved with it
     resumed.learn(16, reset_num_timesteps=False)
@@ -283,14 +286,14 @@ def test_replay_balance_reaches_every_replay_draw_and_is_saved(
     model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     default = _ppo(model_dir)
-    assert default.q_critic.replay_balance == 0.0  # every step alike by default
+    assert td_fit(default.q_critic).replay_balance == 0.0  # every step alike by default
     with pytest.raises(ValueError, match="replay_balance >= 0"):
         QCritic(default.policy, 4, gamma=0.9, replay_balance=-0.5)
     with pytest.raises(ValueError, match="q_replay_balance must be >= 0"):
         _ppo(model_dir, q_replay_balance=-1)
     model = _ppo(model_dir, q_replay_balance=1)
     critic = model.q_critic
-    assert critic is not None and critic.replay_balance == 1.0
+    assert td_fit(critic).replay_balance == 1.0
     draws: list[float] = []
     sample = critic.replay.sample
 
@@ -301,11 +304,11 @@ def test_replay_balance_reaches_every_replay_draw_and_is_saved(
     monkeypatch.setattr(critic.replay, "sample", spy)
     model.learn(16)
     assert draws and set(draws) == {1.0}
-    assert critic.td_steps == len(draws)
+    assert td_fit(critic).td_steps == len(draws)
     model.save(tmp_path / "agent")
-    assert PPO.load(tmp_path / "agent", device="cpu").q_critic.replay_balance == 1.0
+    assert td_fit(PPO.load(tmp_path / "agent", device="cpu").q_critic).replay_balance == 1.0
     config = tmp_path / "agent" / "config.json"
     saved = json.loads(config.read_text())
     del saved["hyperparameters"]["q_replay_balance"]  # saved before the setting: every step alike
     config.write_text(json.dumps(saved))
-    assert PPO.load(tmp_path / "agent", device="cpu").q_critic.replay_balance == 0.0
+    assert td_fit(PPO.load(tmp_path / "agent", device="cpu").q_critic).replay_balance == 0.0

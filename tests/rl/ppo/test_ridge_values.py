@@ -88,9 +88,8 @@ def test_ppo_fits_its_values_in_closed_form_and_saves_them(model_dir: Path, tmp_
     model = _ppo(model_dir, q_fit="ridge")
     model.learn(32)
     critic = model.q_critic
-    assert critic is not None and critic.ridge is not None
-    assert critic.td_steps == 0  # no TD step: refitted after each rollout
-    assert critic.q_net is critic.ridge.q_net and critic.q_net.is_calibrated
+    assert critic is not None and isinstance(critic.fit, RidgeFit)  # no TD head: a fit
+    assert critic.q_net is critic.fit.q_net and critic.fit.q_net.is_calibrated
     figures = critic.train(model.num_timesteps, 0)  # what each update logs as train/q_*
     assert set(figures) == {"q_mean", "q_ridge_penalty"} and figures["q_ridge_penalty"] >= 1
     observations = list(dict.fromkeys(str(o) for o in critic.replay.observations[:8].ravel()))
@@ -105,11 +104,12 @@ def test_ppo_fits_its_values_in_closed_form_and_saves_them(model_dir: Path, tmp_
     loaded = PPO.load(tmp_path / "agent", device="cpu")
     assert loaded.q_fit == "ridge" and loaded.q_critic is not None
     np.testing.assert_allclose(loaded.q_critic.values(observations), values, rtol=1e-6)
-    config = tmp_path / "agent" / "config.json"
+    _ppo(model_dir).save(tmp_path / "older")
+    config = tmp_path / "older" / "config.json"
     saved = json.loads(config.read_text())
     del saved["hyperparameters"]["q_fit"]  # saved before the setting: the TD-trained head
     config.write_text(json.dumps(saved))
-    assert PPO.load(tmp_path / "agent", device="cpu").q_fit == "td"
+    assert PPO.load(tmp_path / "older", device="cpu").q_fit == "td"
 
 
 @pytest.mark.parametrize("rows", [12, 60])
