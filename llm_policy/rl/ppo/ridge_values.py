@@ -118,31 +118,13 @@ def fitted_q(
     into ``x`` (``ended``: a terminal step, not bootstrapped); ``start`` the ``(n, K)`` values
     the first sweep bootstraps from. ``(weights (d, K), bias (K), penalties chosen)``; a move
     never played keeps weights 0 and bias 0.
-
-    The max runs over the moves played in ``s'`` only: a move never played there has only the
-    regression's extrapolation for a value, and a max over those picks the largest, which the
-    next sweep fits, so the values can run away. A step whose next state has no move played
-    yet waits for a later fit.
-
-    >>> x = np.eye(2)  # two states; move 0 played in state 0 only, move 1 in both
-    >>> steps = (np.array([0, 1, 0]), np.array([0, 1, 1]), np.array([1.0, 0.0, 0.0]),
-    ...          np.array([1, 1, 1]), np.array([True, True, False]))
-    >>> start = np.array([[0.0, 0.0], [50.0, 0.0]])  # state 1's move 0: an extrapolation
-    >>> w, b, _ = fitted_q(x, steps, 2, 0.9, 1, start)
-    >>> bool(abs((x @ w + b)[0, 1]) < 1)  # bootstrapped from state 1's move 1, not from 50
-    True
     """
     s, a, r, nxt, ended = steps
-    played = np.zeros((len(x), n_actions), dtype=bool)
-    played[s, a] = True
-    keep = ended | played[nxt].any(-1)
-    s, a, r, nxt, ended = s[keep], a[keep], r[keep], nxt[keep], ended[keep]
     weights, bias = np.zeros((x.shape[1], n_actions)), np.zeros(n_actions)
     chosen = [float("nan")] * n_actions
     q = start
     for _ in range(sweeps):
-        best = np.where(played[nxt], q[nxt], -np.inf).max(-1)
-        target = r + gamma * np.where(ended, 0.0, best)
+        target = r + gamma * np.where(ended, 0.0, q[nxt].max(-1))
         for move in range(n_actions):
             mine = a == move
             if not mine.any():

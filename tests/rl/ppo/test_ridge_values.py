@@ -58,22 +58,6 @@ def test_fitted_q_iteration_bootstraps_through_the_next_states_values() -> None:
     assert (q.argmax(1) == 0).all() and all(c >= 1 for c in chosen)
 
 
-def test_the_bootstrap_reads_only_moves_played_in_the_next_state() -> None:
-    # Three states, one-hot. Move 0 leads from state 0 to state 1 and from state 1 to state 2,
-    # where no move was ever played (its start values, 1e6, are an extrapolation); move 1 ends
-    # in state 1. The step into state 2 waits for a later fit.
-    x = np.eye(3)
-    s, a = np.array([0, 1, 1]), np.array([0, 0, 1])
-    r, nxt = np.array([0.0, 5.0, 1.0]), np.array([1, 2, 1])
-    ended = np.array([False, False, True])
-    start = np.array([[0.0, 0.0], [2.0, 1.0], [1e6, 1e6]])
-    weights, bias, _ = fitted_q(x, (s, a, r, nxt, ended), 2, 0.5, 1, start)
-    q = x @ weights + bias
-    assert np.abs(q).max() < 10  # nothing read from state 2's 1e6
-    # the step into state 2 waited: move 0 was fitted to state 0's target alone (0 + 0.5 * 2)
-    np.testing.assert_allclose(q[:, 0], 1.0, atol=1e-9)
-
-
 def test_ridge_fit_checks_its_settings() -> None:
     assert check_q_fit("ridge") == "ridge"
     with pytest.raises(ValueError, match="q_fit must be 'td'"):
