@@ -1,24 +1,27 @@
-"""Does a saved PPO agent's policy lag its own action values, or are the values wrong?
+"""Does a saved agent's policy lag its own action values, or are the values wrong?
 
     python -m benchmarks.studies.policy_vs_values /tmp/runs/blackjack-s0/agent \\
         --env Blackjack-v1 --env-kwargs sab=False --top 12 --json out.json
 
-For an agent trained with action values (``advantage_estimator="q"`` or ``"auto"``) on an env with
-an exact model (FrozenLake, the toy-text and text tabular envs, Blackjack): the exact value of
+For an agent with action values on an env with an exact model (FrozenLake, the toy-text and
+text tabular envs, Blackjack): PPO trained with ``advantage_estimator="q"`` or ``"auto"``, or DQN
+(whose greedy policy is its values' posterior with the LM's prior). The exact value of
 the policy's greedy play and of its values' greedy play, against the optimum, and every state
 where the best move alone would raise the policy's value, with what it would gain there, the
 policy's probabilities there, the values and ``Q*``. Values right where the policy is wrong: the
 policy lags them. Values wrong too: the values are what to fix.
 
 Each move's error is also read against how often the run played it (its count in the saved
-replay): the values against ``Q*`` at their own discount, by bands of plays, over the states
-the run visited. Values learned only from what was played are wrong where little was played.
+replay; DQN saves none, so its errors are not banded): the values against ``Q*`` at their own
+discount, by bands of plays, over the states the run visited. Values learned only from what was played are wrong where little was played.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -30,7 +33,7 @@ import torch
 from benchmarks.cli_args import new_parser, write_json
 from benchmarks.studies.floor_ablation import cell_probabilities
 from benchmarks.studies.noisy_advantages import optimal_actions
-from gym_llm import PPO, make_text_env
+from gym_llm import DQN, PPO, make_text_env
 from gym_llm.envs.tabular import TabularModel
 from gym_llm.evaluation.exact import (
     BlackjackTable,
@@ -40,6 +43,7 @@ from gym_llm.evaluation.exact import (
     exact_optimum,
 )
 from gym_llm.experiments.specs import parse_env_kwargs
+from gym_llm.rl.common.checkpoint import DQN_FORMAT
 from gym_llm.rl.dqn.replay import TextReplayBuffer
 from gym_llm.wrappers import TextObservationWrapper
 
@@ -135,12 +139,23 @@ def error_by_visits(errors: np.ndarray, visits: np.ndarray) -> list[dict[str, An
     return rows
 
 
-def compare(agent: Path, env_id: str, env_kwargs: dict[str, Any], top: int) -> dict[str, Any]:
-    """One agent's policy, values and optimum, with the states its policy plays wrong: those
-    where the best move alone would raise the policy's value."""
-    states, q_star, best, value_of = exact_table(env_id, env_kwargs)
-    text_env = TextObservationWrapper(gym.make(env_id, **env_kwargs))
-    texts = [text_env.format(s) for s in states]
+@dataclass(frozen=True)
+class AgentReading:
+    """What an agent plays and believes in each state: ``(S, K)`` policy probabilities, values
+    (``reward_scale`` times reward units), plays per move from its saved replay (``None``: none
+    saved) and the values' discount."""
+
+    probs: np.ndarray
+    values: np.ndarray
+    visits: np.ndarray | None
+    gamma: float
+    reward_scale: float = 1.0
+
+
+def read_ppo(
+    agent: Path, env_id: str, env_kwargs: dict[str, Any], texts: list[str]
+) -> AgentReading:
+    """PPO's greedy policy over the listed actions, its action values and its saved replay."""
     env = make_text_env(env_id, n_envs=1, seed=0, env_kwargs=env_kwargs)
     model = PPO.load(agent, env=env, device="cpu")
     if model.q_critic is None:
@@ -149,9 +164,39 @@ def compare(agent: Path, env_id: str, env_kwargs: dict[str, Any], top: int) -> d
         [cell_probabilities(model, texts[i : i + 64]) for i in range(0, len(texts), 64)]
     )
     critic = model.q_critic
-    values = np.asarray(critic.values(texts))
     visits = replay_visits(saved_replay(agent), texts)
-    errors = values / model.reward_scale - discounted_q_star(env_id, env_kwargs, critic.gamma)
+    values = np.asarray(critic.values(texts))
+    return AgentReading(probs, values, visits, critic.gamma, model.reward_scale)
+
+
+def read_dqn(agent: Path, texts: list[str]) -> AgentReading:
+    """DQN's greedy policy: the argmax of its (averaged) values' posterior with the LM's prior,
+    as ``predict(deterministic=True)`` takes it."""
+    model = DQN.load(agent, device="cpu")
+    _, features = model.prior_and_features(texts)
+    head = model.q_net_average if model.average_tau < 1 else model.q_net
+    with torch.no_grad():
+        probs = torch.softmax(model.action_logits(texts, averaged=True).double(), -1)
+        values = head(features).double()
+    return AgentReading(probs.cpu().numpy(), values.cpu().numpy(), None, float(model.gamma))
+
+
+def is_dqn(agent: Path) -> bool:
+    """Whether ``agent`` is a saved DQN (its ``config.json`` names the format)."""
+    return bool(json.loads((agent / "config.json").read_text()).get("format") == DQN_FORMAT)
+
+
+def compare(agent: Path, env_id: str, env_kwargs: dict[str, Any], top: int) -> dict[str, Any]:
+    """One agent's policy, values and optimum, with the states its policy plays wrong: those
+    where the best move alone would raise the policy's value."""
+    states, q_star, best, value_of = exact_table(env_id, env_kwargs)
+    text_env = TextObservationWrapper(gym.make(env_id, **env_kwargs))
+    texts = [text_env.format(s) for s in states]
+    reading = (
+        read_dqn(agent, texts) if is_dqn(agent) else read_ppo(agent, env_id, env_kwargs, texts)
+    )
+    probs, values, visits = reading.probs, reading.values, reading.visits
+    errors = values / reading.reward_scale - discounted_q_star(env_id, env_kwargs, reading.gamma)
     policy, greedy = probs.argmax(1), values.argmax(1)
     policy_value = value_of(policy)
 
@@ -171,7 +216,7 @@ def compare(agent: Path, env_id: str, env_kwargs: dict[str, Any], top: int) -> d
                 "policy": np.round(probs[i].astype(float), 3).tolist(),
                 "values": np.round(values[i].astype(float), 3).tolist(),
                 "q_star": np.round(q_star[i].astype(float), 3).tolist(),
-                "plays": visits[i].astype(int).tolist(),
+                "plays": None if visits is None else visits[i].astype(int).tolist(),
                 "values_right": bool(gain(i, greedy[i]) >= fix - 1e-9),
             }
         )
@@ -184,8 +229,9 @@ def compare(agent: Path, env_id: str, env_kwargs: dict[str, Any], top: int) -> d
         "states_wrong": len(wrong),
         "values_right_there": sum(row["values_right"] for row in wrong),
         "worst": wrong[:top],
-        "values_gamma": critic.gamma,
-        "error_by_plays": error_by_visits(errors, visits),
+        "values_gamma": reading.gamma,
+        "values_mean_error": round(float(errors.mean()), 4),
+        "error_by_plays": [] if visits is None else error_by_visits(errors, visits),
     }
 
 
@@ -212,7 +258,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                 f"{w['values']} Q* {w['q_star']} plays {w['plays']} "
                 f"({'values right' if w['values_right'] else 'values wrong'})"
             )
-        print(f"  the values against Q* at their discount {row['values_gamma']}, by plays:")
+        bands = ", by plays:" if row["error_by_plays"] else " (no saved replay to band them by)"
+        print(
+            f"  the values against Q* at their discount {row['values_gamma']}: mean error over "
+            f"every state {row['values_mean_error']:+.3f}{bands}"
+        )
         for band in row["error_by_plays"]:
             print(
                 f"    played {band['plays']:>7} times: {band['moves']:4d} moves, mean error "

@@ -15,6 +15,8 @@ from benchmarks.studies.policy_vs_values import (
     replay_visits,
     saved_replay,
 )
+from gym_llm import DQN, LLMPolicy, make_text_env
+from gym_llm.evaluation.exact import exact_policy_value
 from tests.builders import small_ppo
 from tests.models import tiny_model_fixture
 
@@ -58,6 +60,26 @@ def test_a_saved_agent_is_read_state_by_state(model_dir: Path, tmp_path: Path) -
     assert bands and {band["plays"] for band in bands} <= {"0", "1-9", "10-99", "100-999", "1000+"}
     assert all(band["mean_abs_error"] >= abs(band["mean_error"]) for band in bands)
     assert (tmp_path / "out.json").stat().st_size > 0
+
+
+def test_a_saved_dqn_is_read_by_its_values_posterior(tiny_model_dir: Path, tmp_path: Path) -> None:
+    env = make_text_env("Blackjack-v1", n_envs=2, seed=0, env_kwargs={"sab": False})
+    policy_kwargs = {"model": str(tiny_model_dir), "lora": {"r": 4}, "action_mode": "choice"}
+    dqn = DQN(LLMPolicy, env, learning_starts=2, policy_kwargs=policy_kwargs, seed=0, device="cpu")
+    dqn.learn(16)
+    dqn.save(tmp_path / "agent")
+    (row,) = main([str(tmp_path / "agent"), "--env", "Blackjack-v1", "--env-kwargs", "sab=False"])
+    # the study's greedy play is the one predict(deterministic=True) makes, valued exactly
+    assert abs(row["policy_value"] - exact_policy_value(dqn, "Blackjack-v1", {"sab": False})) < 1e-9
+    assert row["values_gamma"] == dqn.gamma and row["optimum"] < 0
+    # with the LM's prior off (beta 0, the default) the policy is its values' greedy play, so the
+    # values are wrong wherever the policy is
+    assert dqn.beta == 0 and row["policy_value"] == row["values_value"]
+    assert row["states_wrong"] > 0 and row["values_right_there"] == 0  # 16 env steps learn little
+    for wrong in row["worst"]:
+        assert wrong["plays"] is None and len(wrong["values"]) == 2 and wrong["gain"] > 0
+    assert row["error_by_plays"] == []  # DQN saves no replay to count plays in
+    assert np.isfinite(row["values_mean_error"])
 
 
 def test_plays_are_counted_from_the_saved_replay(model_dir: Path, tmp_path: Path) -> None:
