@@ -18,7 +18,6 @@ discount, by bands of plays, over the states the run visited. Values learned onl
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,8 +41,8 @@ from gym_llm.evaluation.exact import (
     blackjack_value,
     exact_optimum,
 )
+from gym_llm.experiments.agents import load_agent
 from gym_llm.experiments.specs import parse_env_kwargs
-from gym_llm.rl.common.checkpoint import DQN_FORMAT
 from gym_llm.rl.dqn.replay import TextReplayBuffer
 from gym_llm.wrappers import TextObservationWrapper
 
@@ -152,12 +151,8 @@ class AgentReading:
     reward_scale: float = 1.0
 
 
-def read_ppo(
-    agent: Path, env_id: str, env_kwargs: dict[str, Any], texts: list[str]
-) -> AgentReading:
+def read_ppo(model: PPO, agent: Path, texts: list[str]) -> AgentReading:
     """PPO's greedy policy over the listed actions, its action values and its saved replay."""
-    env = make_text_env(env_id, n_envs=1, seed=0, env_kwargs=env_kwargs)
-    model = PPO.load(agent, env=env, device="cpu")
     if model.q_critic is None:
         raise SystemExit(f"{agent} learned no action values (advantage_estimator 'gae').")
     probs = np.concatenate(
@@ -169,10 +164,9 @@ def read_ppo(
     return AgentReading(probs, values, visits, critic.gamma, model.reward_scale)
 
 
-def read_dqn(agent: Path, texts: list[str]) -> AgentReading:
+def read_dqn(model: DQN, texts: list[str]) -> AgentReading:
     """DQN's greedy policy: the argmax of its (averaged) values' posterior with the LM's prior,
     as ``predict(deterministic=True)`` takes it."""
-    model = DQN.load(agent, device="cpu")
     _, features = model.prior_and_features(texts)
     head = model.q_net_average if model.average_tau < 1 else model.q_net
     with torch.no_grad():
@@ -181,20 +175,15 @@ def read_dqn(agent: Path, texts: list[str]) -> AgentReading:
     return AgentReading(probs.cpu().numpy(), values.cpu().numpy(), None, float(model.gamma))
 
 
-def is_dqn(agent: Path) -> bool:
-    """Whether ``agent`` is a saved DQN (its ``config.json`` names the format)."""
-    return bool(json.loads((agent / "config.json").read_text()).get("format") == DQN_FORMAT)
-
-
 def compare(agent: Path, env_id: str, env_kwargs: dict[str, Any], top: int) -> dict[str, Any]:
     """One agent's policy, values and optimum, with the states its policy plays wrong: those
     where the best move alone would raise the policy's value."""
     states, q_star, best, value_of = exact_table(env_id, env_kwargs)
     text_env = TextObservationWrapper(gym.make(env_id, **env_kwargs))
     texts = [text_env.format(s) for s in states]
-    reading = (
-        read_dqn(agent, texts) if is_dqn(agent) else read_ppo(agent, env_id, env_kwargs, texts)
-    )
+    env = make_text_env(env_id, n_envs=1, seed=0, env_kwargs=env_kwargs)
+    model = load_agent(agent, env=env, device="cpu")
+    reading = read_dqn(model, texts) if isinstance(model, DQN) else read_ppo(model, agent, texts)
     probs, values, visits = reading.probs, reading.values, reading.visits
     errors = values / reading.reward_scale - discounted_q_star(env_id, env_kwargs, reading.gamma)
     policy, greedy = probs.argmax(1), values.argmax(1)
